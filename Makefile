@@ -1,0 +1,52 @@
+# Two entry points (README): `make gameday` runs the local game-day, `make test` runs every test.
+# Both install what they need on a fresh Debian machine (root for apt-get and the sandbox).
+
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+BIN         := $(VENV)/bin
+APT_PACKAGES := prometheus slurmctld slurmd slurm-client munge iproute2 nftables procps util-linux
+REPORT      ?= reports/gameday
+
+.PHONY: test gameday deps apt venv lint unit e2e generate clean
+
+deps: apt venv
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,train]'
+	touch $@
+
+lint: venv
+	$(BIN)/ruff check gpufleet infra tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/gpufleet generate --check
+
+unit: venv
+	$(BIN)/pytest -m "not sandbox" -q
+
+e2e: deps
+	$(BIN)/pytest -m sandbox -q
+
+test: deps lint
+	$(BIN)/pytest -q -m "not sandbox or sandbox"
+
+generate: venv
+	$(BIN)/gpufleet generate
+
+gameday: deps
+	$(BIN)/gpufleet gameday --stack sandbox --backend sandbox --report $(REPORT)
+
+clean:
+	-$(BIN)/gpufleet sandbox down --all
+	rm -rf reports .pytest_cache .mypy_cache

@@ -1,0 +1,31 @@
+"""The fault catalog: data files with a typed loader, and the policies derived from them."""
+
+from gpufleet.catalog.load import DATA_DIR, Catalog, load_catalog, parse_catalog_file
+from gpufleet.catalog.model import Alert, Fault, HealthCheck, Injection, Rate, runbook_url
+from gpufleet.catalog.policy import (
+    Observation,
+    OverrideSpec,
+    XidRule,
+    actionable,
+    escalated_action,
+    xid_policy,
+)
+
+__all__ = [
+    "DATA_DIR",
+    "Alert",
+    "Catalog",
+    "Fault",
+    "HealthCheck",
+    "Injection",
+    "Observation",
+    "OverrideSpec",
+    "Rate",
+    "XidRule",
+    "actionable",
+    "escalated_action",
+    "load_catalog",
+    "parse_catalog_file",
+    "runbook_url",
+    "xid_policy",
+]

@@ -1,0 +1,1 @@
+"""The `gpufleet` command line: one typer app over every domain."""

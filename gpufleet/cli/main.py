@@ -1,0 +1,29 @@
+"""Entry point of the `gpufleet` command. Each domain registers its commands from its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from gpufleet.cli import catalog_cmds, chaos_cmds, generate_cmds, preview_cmds, sandbox_cmds, sim_cmds, stack_cmds
+
+app = typer.Typer(
+    name="gpufleet",
+    help="Declare GPU training clusters as code and prove their recovery targets with chaos.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+
+@app.callback()
+def main() -> None:
+    """gpufleet: stacks, fault catalog, sandbox, chaos game-days and reliability simulation."""
+
+
+for module in (stack_cmds, catalog_cmds, generate_cmds, preview_cmds, sandbox_cmds, chaos_cmds, sim_cmds):
+    module.register(app)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,554 @@
+"""The stack model: what a cluster IS, read from `stacks/Pulumi.<stack>.yaml` (namespace `gpufleet:`).
+
+One typed model shared by the Pulumi program, the sandbox and the simulator. Unknown keys are
+rejected everywhere; configured zeros are kept (never `x or default`, STYLE.md point 7); secret
+values stay opaque.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from gpufleet.config.accelerators import AcceleratorModel, accelerator_spec
+from gpufleet.core.taxonomy import FaultClass, LadderAction
+
+
+class Model(BaseModel):
+    """Base of every stack section: camelCase keys in YAML, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+class Secret(BaseModel):
+    """A secret value. In a stack file it is either Pulumi ciphertext (`{secure: v1:...}`, opaque to
+    us: only Pulumi can decrypt it) or, for local sandboxes only, a plain value. Never printed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    secure: str | None = None
+    plain: str | None = Field(default=None, repr=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_scalar(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"plain": data}
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Secret:
+        if (self.secure is None) == (self.plain is None):
+            raise ValueError("a secret is either {secure: <ciphertext>} or a plain string")
+        return self
+
+    @property
+    def is_encrypted(self) -> bool:
+        return self.secure is not None
+
+    def reveal(self) -> str:
+        """The plain value; only local sandboxes have one (Pulumi decrypts `secure:` itself)."""
+        if self.plain is None:
+            raise ValueError("this secret is Pulumi ciphertext; only `pulumi` can decrypt it")
+        return self.plain
+
+    def __str__(self) -> str:
+        return "[secret]"
+
+    __repr__ = __str__
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class Environment(str, Enum):
+    SANDBOX = "sandbox"
+    STAGING = "staging"
+    PRODUCTION = "production"
+
+
+class ClusterSpec(Model):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
+    environment: Environment
+    region: str | None = None
+
+
+# --------------------------------------------------------------------------- node pools
+
+
+class TaintEffect(str, Enum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Taint(Model):
+    key: str
+    value: str | None = None
+    effect: TaintEffect = TaintEffect.NO_SCHEDULE
+
+
+class StaticProvisioning(Model):
+    """Existing nodes, adopted by name: the stack labels and taints them, it does not own them."""
+
+    kind: Literal["static"]
+    node_names: list[str] | None = None
+    node_name_pattern: str | None = None  # e.g. "gpu-{index:04d}", index from 0
+
+    @model_validator(mode="after")
+    def _one_naming(self) -> StaticProvisioning:
+        if (self.node_names is None) == (self.node_name_pattern is None):
+            raise ValueError("give exactly one of nodeNames or nodeNamePattern")
+        if self.node_name_pattern is not None and "{index" not in self.node_name_pattern:
+            raise ValueError("nodeNamePattern must contain {index} (e.g. gpu-{index:04d})")
+        return self
+
+
+class KarpenterProvisioning(Model):
+    """Cloud nodes created on demand by Karpenter (NodePool + node class)."""
+
+    kind: Literal["karpenter"]
+    instance_types: Annotated[list[str], Field(min_length=1)]
+    capacity_type: Literal["on-demand", "reserved", "spot"] = "on-demand"
+    node_class: Literal["EC2NodeClass", "AKSNodeClass", "GCENodeClass"] = "EC2NodeClass"
+    ami_family: str = "AL2023"
+    subnet_selector: dict[str, str] = Field(default_factory=dict)
+    consolidation: Literal["WhenEmpty", "WhenEmptyOrUnderutilized", "Never"] = "WhenEmpty"
+
+
+class SandboxProvisioning(Model):
+    """Nodes realised by the local sandbox (network namespaces on one machine)."""
+
+    kind: Literal["sandbox"]
+
+
+Provisioning = Annotated[
+    StaticProvisioning | KarpenterProvisioning | SandboxProvisioning, Field(discriminator="kind")
+]
+
+
+class Topology(Model):
+    """Physical placement: nodes per rack and per leaf (a scalable unit behind one set of leaf
+    switches). With a rail-optimised fabric, rail r of every node in a leaf group lands on leaf r."""
+
+    nodes_per_rack: Annotated[int, Field(ge=1, le=64)] = 4
+    nodes_per_leaf: Annotated[int, Field(ge=1, le=1024)] = 32
+    rail_optimized: bool = True
+
+    @model_validator(mode="after")
+    def _racks_fit_leaves(self) -> Topology:
+        if self.nodes_per_leaf % self.nodes_per_rack:
+            raise ValueError(
+                f"nodesPerLeaf ({self.nodes_per_leaf}) must be a multiple of nodesPerRack "
+                f"({self.nodes_per_rack}): a rack hangs off one leaf group"
+            )
+        return self
+
+
+class SpareMode(str, Enum):
+    WARM = "warm"  # powered, health-checked, joins a job at once
+    COLD = "cold"  # must be provisioned/booted first
+
+
+class NodePool(Model):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")]
+    accelerator: AcceleratorModel
+    gpus_per_node: Annotated[int, Field(ge=1, le=16)]
+    nodes: Annotated[int, Field(ge=1, le=100_000)]
+    spares: Annotated[int, Field(ge=0)] = 0
+    spare_mode: SpareMode = SpareMode.WARM
+    provisioning: Provisioning
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    topology: Topology = Field(default_factory=Topology)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NodePool:
+        spec = accelerator_spec(self.accelerator)
+        if self.gpus_per_node > spec.max_per_node:
+            raise ValueError(
+                f"gpusPerNode {self.gpus_per_node} exceeds {spec.max_per_node}, the most a "
+                f"{self.accelerator.value} server holds"
+            )
+        if self.spares >= self.nodes:
+            raise ValueError(f"spares ({self.spares}) must be fewer than nodes ({self.nodes})")
+        prov = self.provisioning
+        if isinstance(prov, StaticProvisioning) and prov.node_names is not None:
+            want = self.nodes + self.spares
+            if len(prov.node_names) != want:
+                raise ValueError(
+                    f"provisioning.nodeNames lists {len(prov.node_names)} nodes but nodes + spares "
+                    f"= {want}"
+                )
+            dups = sorted({n for n in prov.node_names if prov.node_names.count(n) > 1})
+            if dups:
+                raise ValueError(f"provisioning.nodeNames repeats {', '.join(dups)}")
+        return self
+
+    @property
+    def total_nodes(self) -> int:
+        return self.nodes + self.spares
+
+    @property
+    def total_gpus(self) -> int:
+        return self.total_nodes * self.gpus_per_node
+
+    def node_names(self) -> list[str]:
+        """Names of every node of the pool, spares last."""
+        prov = self.provisioning
+        if isinstance(prov, StaticProvisioning):
+            if prov.node_names is not None:
+                return list(prov.node_names)
+            assert prov.node_name_pattern is not None
+            return [prov.node_name_pattern.format(index=i) for i in range(self.total_nodes)]
+        return [f"{self.name}-{i}" for i in range(self.total_nodes)]
+
+
+# --------------------------------------------------------------------------- fabric
+
+
+class FabricKind(str, Enum):
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+    EFA = "efa"
+
+
+class FabricMode(str, Enum):
+    RDMA_SHARED = "rdma-shared"  # Network Operator's RDMA shared device plugin
+    SRIOV = "sriov"  # SR-IOV VFs per pod
+    IPOIB = "ipoib"  # IP over InfiniBand secondary network
+    EFA = "efa"  # AWS EFA device plugin
+
+
+class FabricSpec(Model):
+    kind: FabricKind
+    rails_per_node: Annotated[int, Field(ge=1, le=16)]
+    nics_per_node: Annotated[int, Field(ge=1, le=16)]
+    link_speed_gbps: Literal[100, 200, 400, 800]
+    mode: FabricMode
+    hcas: list[str] | None = None  # explicit HCA names, e.g. mlx5_0..mlx5_7 (one per rail)
+    mgmt_interface: str = "eth0"
+    gid_index: Annotated[int, Field(ge=0, le=255)] = 3
+    traffic_class: Annotated[int, Field(ge=0, le=255)] = 106
+    ib_timeout: Annotated[int, Field(ge=1, le=31)] = 22
+    ib_retry_count: Annotated[int, Field(ge=1, le=7)] = 7
+    qps_per_connection: Annotated[int, Field(ge=1, le=128)] = 4
+    gdr_level: Literal["LOC", "PIX", "PXB", "PHB", "SYS"] = "PHB"
+    sharp: bool = False
+    connect_timeout_seconds: Annotated[int, Field(ge=1)] = 600
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FabricSpec:
+        problems = []
+        if self.rails_per_node > self.nics_per_node:
+            problems.append(
+                f"railsPerNode ({self.rails_per_node}) exceeds nicsPerNode ({self.nics_per_node}): "
+                "each rail needs its own NIC port"
+            )
+        if self.hcas is not None and len(self.hcas) != self.rails_per_node:
+            problems.append(
+                f"hcas lists {len(self.hcas)} HCAs but railsPerNode is {self.rails_per_node}"
+            )
+        if (self.kind is FabricKind.EFA) != (self.mode is FabricMode.EFA):
+            problems.append(f"mode {self.mode.value} does not fit fabric kind {self.kind.value}")
+        if self.mode is FabricMode.IPOIB and self.kind is not FabricKind.INFINIBAND:
+            problems.append("mode ipoib needs kind infiniband")
+        if self.sharp and self.kind is not FabricKind.INFINIBAND:
+            problems.append("sharp (in-network reduction) needs kind infiniband")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def hca_names(self) -> list[str]:
+        return list(self.hcas) if self.hcas else [f"mlx5_{i}" for i in range(self.rails_per_node)]
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class JuiceFsSpec(Model):
+    name: str = "jfs"
+    meta_url: Secret  # e.g. redis://... or tikv://...; a credential, so a secret
+    storage: Literal["s3", "ceph", "gs", "oss", "minio"] = "s3"
+    bucket: str
+    access_key: Secret | None = None
+    secret_key: Secret | None = None
+    cache_dir: str = "/var/jfsCache"
+    cache_size_gib: Annotated[int, Field(ge=0, alias="cacheSizeGiB")] = 100
+    mount_mode: Literal["mountpod", "sidecar", "process"] = "mountpod"
+
+
+class CephPool(Model):
+    name: str
+    replicas: Annotated[int, Field(ge=1, le=7)] = 3
+    failure_domain: Literal["host", "rack", "osd"] = "host"
+
+
+class CephSpec(Model):
+    mons: Annotated[int, Field(ge=1, le=9)] = 3
+    mgrs: Annotated[int, Field(ge=1, le=2)] = 2
+    osd_node_selector: dict[str, str] = Field(default_factory=dict)
+    osd_devices_filter: str = "^nvme[0-9]n1$"
+    network_provider: Literal["host", "multus"] = "host"
+    pools: list[CephPool] = Field(default_factory=lambda: [CephPool(name="replicapool")])
+    object_store: str | None = "checkpoints"
+
+    @field_validator("mons")
+    @classmethod
+    def _odd_mons(cls, v: int) -> int:
+        if v % 2 == 0:
+            raise ValueError(f"mons must be odd for a quorum (got {v})")
+        return v
+
+
+class CheckpointSpec(Model):
+    location: str  # e.g. "juicefs://jfs/checkpoints", "s3://bucket/prefix", "/var/ckpt"
+    interval_minutes: Annotated[float, Field(gt=0)] = 30.0
+    write_seconds: Annotated[float, Field(ge=0)] = 30.0
+    load_seconds: Annotated[float, Field(ge=0)] = 60.0
+
+
+class StorageSpec(Model):
+    juicefs: JuiceFsSpec | None = None
+    ceph: CephSpec | None = None
+    checkpoint: CheckpointSpec
+
+
+# --------------------------------------------------------------------------- monitoring
+
+_DURATION = r"^[0-9]+(ms|s|m|h|d|w|y)$"
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a Prometheus duration such as `30s` or `15d`."""
+    m = re.fullmatch(r"([0-9]+)(ms|s|m|h|d|w|y)", text)
+    if not m:
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return int(m.group(1)) * scale[m.group(2)]
+
+
+class AlertRoute(Model):
+    severity: Literal["critical", "warning", "info"]
+    receiver: str
+    repeat_interval: Annotated[str, Field(pattern=_DURATION)] = "4h"
+
+
+class MonitoringSpec(Model):
+    retention: Annotated[str, Field(pattern=_DURATION)] = "15d"
+    scrape_interval: Annotated[str, Field(pattern=_DURATION)] = "30s"
+    evaluation_interval: Annotated[str, Field(pattern=_DURATION)] = "30s"
+    dcgm_scrape_interval: Annotated[str, Field(pattern=_DURATION)] = "15s"
+    alert_routes: list[AlertRoute] = Field(default_factory=list)
+    grafana: bool = True
+
+
+# --------------------------------------------------------------------------- scheduler
+
+
+class SchedulerKind(str, Enum):
+    VOLCANO = "volcano"
+    KUEUE = "kueue"
+    SLURM = "slurm"
+
+
+class Queue(Model):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    weight: Annotated[int, Field(ge=1)] = 1
+    gpu_quota: Annotated[int, Field(ge=0)] | None = None
+
+
+class SchedulerSpec(Model):
+    kind: SchedulerKind
+    queues: Annotated[list[Queue], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique(self) -> SchedulerSpec:
+        names = [q.name for q in self.queues]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError(f"queue names repeat: {', '.join(dups)}")
+        return self
+
+
+# --------------------------------------------------------------------------- remediation
+
+
+class CircuitBreaker(Model):
+    """Stop quarantining past a share of the GPU fleet within a window (NVSentinel's breaker)."""
+
+    max_quarantined_share: Annotated[float, Field(gt=0, le=1)] = 0.05
+    window_minutes: Annotated[float, Field(gt=0)] = 5.0
+
+
+class AttemptCaps(Model):
+    """How often one rung of the ladder may be tried on one node before escalating
+    (gpud escalates to inspection after 2 reboots for the same XID)."""
+
+    reset_gpu: Annotated[int, Field(ge=0, le=10)] = 2
+    reboot_node: Annotated[int, Field(ge=0, le=10)] = 2
+
+
+class XidOverride(Model):
+    action: LadderAction
+    fault_class: FaultClass | None = None
+    reason: str  # why this stack departs from the catalog: kept in review
+
+
+class RemediationSpec(Model):
+    mode: Literal["monitor-only", "cordon", "cordon-drain-remediate"] = "cordon-drain-remediate"
+    detection: dict[FaultClass, Literal["active", "passive"]] = Field(default_factory=dict)
+    circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
+    attempt_caps: AttemptCaps = Field(default_factory=AttemptCaps)
+    xid_overrides: dict[int, XidOverride] = Field(default_factory=dict)
+
+    @field_validator("xid_overrides")
+    @classmethod
+    def _xid_range(cls, v: dict[int, XidOverride]) -> dict[int, XidOverride]:
+        bad = [x for x in v if not 1 <= x <= 255]
+        if bad:
+            raise ValueError(f"XID codes must be 1..255 (got {bad})")
+        return v
+
+
+# --------------------------------------------------------------------------- SLOs and game-days
+
+
+class FaultBudget(Model):
+    """Time budgets, in seconds from the fault, for one fault class."""
+
+    detect_seconds: Annotated[float, Field(gt=0)]
+    isolate_seconds: Annotated[float, Field(gt=0)] | None = None
+    recover_seconds: Annotated[float, Field(gt=0)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FaultBudget:
+        iso = self.isolate_seconds if self.isolate_seconds is not None else self.detect_seconds
+        if not self.detect_seconds <= iso <= self.recover_seconds:
+            raise ValueError("budgets must satisfy detectSeconds <= isolateSeconds <= recoverSeconds")
+        return self
+
+
+class SloSpec(Model):
+    availability: Annotated[float, Field(gt=0, lt=1)] = 0.999
+    max_job_interruption_share: Annotated[float, Field(ge=0, le=1)] = 0.005
+    ettr: Annotated[float, Field(gt=0, le=1)] = 0.95
+    budgets: dict[FaultClass, FaultBudget] = Field(default_factory=dict)
+
+
+_CRON_FIELD = r"(\*|[0-9,\-*/]+|[A-Za-z]{3}(-[A-Za-z]{3})?)"
+
+
+class GamedaySpec(Model):
+    schedule: Annotated[str, Field(pattern=rf"^{_CRON_FIELD}( {_CRON_FIELD}){{4}}$")] = "0 10 * * 3"
+    experiments: list[str] = Field(default_factory=list)
+    backend: Literal["sandbox", "slurm", "kubernetes"] = "kubernetes"
+    image: str = "ghcr.io/gpufleet/gpufleet:0.1.0"
+    namespace: str = "gpufleet-gameday"
+    max_nodes_down: Annotated[int, Field(ge=1)] = 1  # blast radius
+
+
+# --------------------------------------------------------------------------- sandbox
+
+
+class SlurmTimings(Model):
+    """Slurm timings for the sandbox (sandbox-notes.md: SlurmdTimeout needs MessageTimeout lowered
+    too; cred_expire >= 5 or requeued jobs wait 120 s)."""
+
+    slurmd_timeout: Annotated[int, Field(ge=3, le=300)] = 10
+    message_timeout: Annotated[int, Field(ge=1, le=100)] = 5
+    cred_expire: Annotated[int, Field(ge=5, le=300)] = 10
+    health_check_interval: Annotated[int, Field(ge=1, le=3600)] = 5
+
+    @model_validator(mode="after")
+    def _message_below_slurmd(self) -> SlurmTimings:
+        if self.message_timeout >= self.slurmd_timeout:
+            raise ValueError("messageTimeout must be below slurmdTimeout")
+        return self
+
+
+class TrainingSpec(Model):
+    nodes: Annotated[int, Field(ge=1)] = 2
+    ranks_per_node: Annotated[int, Field(ge=1, le=16)] = 1
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] = 20
+    step_sleep_seconds: Annotated[float, Field(ge=0)] = 0.05
+    max_steps: Annotated[int, Field(ge=1)] = 1_000_000
+    process_group_timeout_seconds: Annotated[int, Field(ge=1, le=600)] = 10
+
+
+class SandboxSpec(Model):
+    subnet_base: Annotated[str, Field(pattern=r"^10\.[0-9]{1,3}$")] = "10.77"
+    scrape_interval: Annotated[str, Field(pattern=_DURATION)] = "2s"
+    slurm: SlurmTimings = Field(default_factory=SlurmTimings)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+
+
+# --------------------------------------------------------------------------- the stack
+
+
+class StackSpec(Model):
+    """A whole stack: the `gpufleet:*` keys of `stacks/Pulumi.<stack>.yaml`."""
+
+    cluster: ClusterSpec
+    node_pools: Annotated[list[NodePool], Field(min_length=1)]
+    fabric: FabricSpec
+    storage: StorageSpec
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    scheduler: SchedulerSpec
+    remediation: RemediationSpec = Field(default_factory=RemediationSpec)
+    slos: SloSpec = Field(default_factory=SloSpec)
+    gameday: GamedaySpec = Field(default_factory=GamedaySpec)
+    sandbox: SandboxSpec | None = None
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> StackSpec:
+        problems = []
+        names = [p.name for p in self.node_pools]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            problems.append(f"nodePools: pool names repeat: {', '.join(dups)}")
+        sandboxed = [isinstance(p.provisioning, SandboxProvisioning) for p in self.node_pools]
+        if any(sandboxed) and self.cluster.environment is not Environment.SANDBOX:
+            problems.append("nodePools: provisioning kind sandbox needs cluster.environment sandbox")
+        if any(sandboxed) and self.sandbox is None:
+            problems.append("sandbox: a stack with sandbox node pools needs a sandbox section")
+        if self.sandbox is not None:
+            nodes = sum(p.nodes for p in self.node_pools)
+            if self.sandbox.training.nodes > nodes:
+                problems.append(
+                    f"sandbox.training.nodes ({self.sandbox.training.nodes}) exceeds the "
+                    f"{nodes} compute nodes"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # Derived figures, used by preview, the simulator and reports.
+    @property
+    def total_gpus(self) -> int:
+        return sum(p.total_gpus for p in self.node_pools)
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(p.total_nodes for p in self.node_pools)
+
+    @property
+    def peak_bf16_pflops(self) -> float:
+        return sum(
+            p.total_gpus * accelerator_spec(p.accelerator).bf16_dense_tflops for p in self.node_pools
+        ) / 1000.0
