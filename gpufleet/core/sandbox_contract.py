@@ -1,0 +1,116 @@
+"""The sandbox's public interface: the state file `gpufleet sandbox up` writes.
+
+Chaos backends, probes and the game-day talk to a running sandbox ONLY through this file and the
+endpoints it names (agent control sockets, Prometheus on loopback, Slurm commands run inside the
+head namespace), never through the sandbox package's internals (ARCHITECTURE.md layering).
+
+Location: `<state_root>/<stack>/state.json`, state_root defaulting to `/run/gpufleet/sandboxes`
+(override with GPUFLEET_SANDBOX_ROOT). The file is written before anything is created and updated
+as each resource appears, so `down` can remove exactly what `up` made, even after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_STATE_ROOT = "/run/gpufleet/sandboxes"
+
+
+def state_root() -> Path:
+    return Path(os.environ.get("GPUFLEET_SANDBOX_ROOT", DEFAULT_STATE_ROOT))
+
+
+def state_path(stack: str, root: Path | None = None) -> Path:
+    return (root or state_root()) / stack / "state.json"
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FabricLink(_M):
+    rail: int
+    ifname: str  # interface inside the node's namespace (what GLOO_SOCKET_IFNAME names)
+    peer: str  # its veth peer on the fabric bridge (root namespace): `ip link set <peer> down` = cable pull
+    address: str  # CIDR inside the namespace
+
+
+class SandboxNode(_M):
+    name: str  # Slurm node name and hostname, e.g. "gpu-0"
+    role: Literal["compute", "spare", "head"]
+    netns: str
+    mgmt_ifname: str
+    mgmt_peer: str  # root-side veth of the management link
+    mgmt_address: str  # CIDR
+    fabric: list[FabricLink] = Field(default_factory=list)
+    gpus: int = 0
+    agent_socket: str | None = None  # HTTP over this unix socket: POST /inject, POST /clear, GET /state
+    agent_metrics_url: str | None = None  # http://<mgmt ip>:<port>/metrics, reachable from the head ns
+    kernel_log: str | None = None  # file the agent appends `NVRM: Xid` lines to (the node's kmsg)
+
+
+class SandboxProcess(_M):
+    name: str  # e.g. "slurmd@gpu-0", "prometheus", "agent@gpu-1"
+    pid: int
+    start_time: int  # /proc/<pid>/stat field 22, to detect PID reuse after a crash
+    netns: str | None = None
+
+
+class SandboxState(_M):
+    """Everything a running sandbox made, and how to reach it."""
+
+    version: Literal[1] = 1
+    stack: str
+    run_id: str  # short per-run prefix used in every name
+    phase: Literal["creating", "up", "deleting", "failed"]
+    base_dir: str  # run directory: configs, logs, spool, checkpoints
+    created_at: float
+    head_netns: str | None = None
+    bridges: list[str] = Field(default_factory=list)
+    namespaces: list[str] = Field(default_factory=list)
+    links: list[str] = Field(default_factory=list)  # root-side link names made by the run
+    mounts: list[str] = Field(default_factory=list)
+    nodes: list[SandboxNode] = Field(default_factory=list)
+    processes: list[SandboxProcess] = Field(default_factory=list)
+    slurm_conf: str | None = None  # set SLURM_CONF to this and run Slurm commands in head_netns
+    prometheus_url: str | None = None  # http://127.0.0.1:<port> in the root namespace
+    alertmanager_url: str | None = None
+    agent_token_file: str | None = None  # bearer token for the agent control sockets
+    checkpoint_dir: str | None = None
+    training_job_name: str | None = None
+    training_events: str | None = None  # JSONL: {"t", "event", "step", "restart", "job_id", "node"}
+    spare_nodes: list[str] = Field(default_factory=list)
+
+    def node(self, name: str) -> SandboxNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name!r} in sandbox {self.stack}; nodes: {[n.name for n in self.nodes]}")
+
+    def slurm_command(self, *args: str) -> list[str]:
+        """argv running a Slurm client command against this sandbox's controller."""
+        if self.head_netns is None or self.slurm_conf is None:
+            raise RuntimeError("this sandbox has no Slurm controller yet")
+        return ["ip", "netns", "exec", self.head_netns, "env", f"SLURM_CONF={self.slurm_conf}", *args]
+
+
+def read_state(stack: str, root: Path | None = None) -> SandboxState:
+    return SandboxState.model_validate(json.loads(state_path(stack, root).read_text()))
+
+
+def write_state(state: SandboxState, root: Path | None = None) -> Path:
+    """Atomically replace the state file (write, fsync, rename)."""
+    path = state_path(state.stack, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(state.model_dump_json(indent=2))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
