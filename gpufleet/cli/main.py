@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from gpufleet.cli import catalog_cmds, chaos_cmds, generate_cmds, preview_cmds, sandbox_cmds, sim_cmds, stack_cmds
+from gpufleet.cli import (
+    catalog_cmds,
+    chaos_cmds,
+    gameday_cmds,
+    generate_cmds,
+    health_cmds,
+    preview_cmds,
+    sandbox_cmds,
+    sim_cmds,
+    stack_cmds,
+)
 
 app = typer.Typer(
     name="gpufleet",
@@ -21,7 +31,17 @@ def main() -> None:
     """gpufleet: stacks, fault catalog, sandbox, chaos game-days and reliability simulation."""
 
 
-for module in (stack_cmds, catalog_cmds, generate_cmds, preview_cmds, sandbox_cmds, chaos_cmds, sim_cmds):
+for module in (
+    stack_cmds,
+    catalog_cmds,
+    generate_cmds,
+    preview_cmds,
+    health_cmds,
+    sandbox_cmds,
+    chaos_cmds,
+    gameday_cmds,
+    sim_cmds,
+):
     module.register(app)
 
 
