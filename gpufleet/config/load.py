@@ -19,6 +19,15 @@ from gpufleet.core.errors import InputError, Problem, format_path
 NAMESPACE = "gpufleet"
 
 
+_BOUNDS = {
+    "greater_than_equal": ">=",
+    "greater_than": ">",
+    "less_than_equal": "<=",
+    "less_than": "<",
+    "too_short": "at least",
+}
+
+
 def problems_from_validation(exc: ValidationError) -> list[Problem]:
     """Turn pydantic's errors into path + message pairs, without echoing input values (they may
     be secrets)."""
@@ -28,10 +37,20 @@ def problems_from_validation(exc: ValidationError) -> list[Problem]:
         # Discriminated unions add the tag to the location: drop it, the path is the field.
         loc = [p for p in loc if p not in ("static", "karpenter", "sandbox") or p is loc[0]]
         msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-        if err["type"] == "extra_forbidden":
+        ctx = err.get("ctx") or {}
+        kind = err["type"]
+        if kind == "extra_forbidden":
             msg = "unknown key"
-        elif err["type"] == "missing":
+        elif kind == "missing":
             msg = "required key is missing"
+        elif kind in _BOUNDS:
+            msg = f"must be {_BOUNDS[kind]} {next(iter(ctx.values()))}"
+        elif kind == "string_pattern_mismatch" and loc and loc[-1] == "schedule":
+            msg = "must be a 5-field cron expression (minute hour day-of-month month day-of-week)"
+        if "[key]" in loc:
+            # pydantic reports a bad mapping key as <key>.[key]: name the key itself.
+            loc = loc[: loc.index("[key]")]
+            msg = f"invalid key: {msg}"
         out.append(Problem(format_path(loc), msg))
     return out
 

@@ -59,6 +59,10 @@ class SandboxProcess(_M):
     pid: int
     start_time: int  # /proc/<pid>/stat field 22, to detect PID reuse after a crash
     netns: str | None = None
+    # How to start it again (chaos rollbacks of node crash/reboot restart a node's daemons).
+    argv: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    node: str | None = None  # the sandbox node it belongs to, if any
 
 
 class SandboxState(_M):
