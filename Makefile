@@ -33,13 +33,15 @@ lint: venv
 	$(BIN)/gpufleet generate --check
 
 unit: venv
-	$(BIN)/pytest -m "not sandbox" -q
+	$(BIN)/pytest -q
 
 e2e: deps
 	$(BIN)/pytest -m sandbox -q
 
+# Unit and mock tests first (fast), then the sandbox end-to-end tier (root, real Slurm/Prometheus).
 test: deps lint
-	$(BIN)/pytest -q -m "not sandbox or sandbox"
+	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m sandbox
 
 generate: venv
 	$(BIN)/gpufleet generate
