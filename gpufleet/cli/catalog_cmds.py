@@ -1,9 +1,104 @@
-"""CLI commands of one domain (filled in by the issue that builds it)."""
+"""`gpufleet catalog list|show|check`: browse and validate the fault catalog."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.table import Table
+
+from gpufleet.catalog.load import DATA_DIR, load_catalog
+from gpufleet.catalog.model import runbook_url
+from gpufleet.catalog.rules import RUNBOOK_BASE, domain_of
+from gpufleet.catalog.validate import load_path
+from gpufleet.cli.common import console, fail, input_errors
+from gpufleet.core.taxonomy import FaultClass
+
+catalog_app = typer.Typer(help="Browse and validate the fault catalog.", no_args_is_help=True)
+
+DataDir = Annotated[Path, typer.Option("--data-dir", help="Catalog data directory (default: the built-in catalog).")]
+
+
+@catalog_app.command("list")
+@input_errors
+def list_faults(
+    fault_class: Annotated[FaultClass | None, typer.Option("--class", help="Only faults of this class.")] = None,
+    data_dir: DataDir = DATA_DIR,
+) -> None:
+    """List the faults of the catalog."""
+    catalog = load_catalog(data_dir)
+    faults = [f for f in catalog if fault_class is None or f.fault_class is fault_class]
+    table = Table(title=f"Fault catalog ({len(faults)} of {len(catalog)})")
+    for col in ("id", "domain", "class", "severity", "XID", "alert", "action", "escalation"):
+        table.add_column(col, no_wrap=col in ("id", "alert"))
+    for f in faults:
+        esc = f"{f.escalation.repeats}x/{f.escalation.window_hours:g}h -> {f.escalation.to.value}" if f.escalation else ""
+        table.add_row(f.id, domain_of(f, catalog), f.fault_class.value, f.severity.value,
+                      str(f.xid or ""), f.alert.name if f.alert else "(exempt)", f.action.value, esc)
+    console.print(table)
+
+
+@catalog_app.command("show")
+@input_errors
+def show(fault_id: Annotated[str, typer.Argument(help="Fault id, e.g. gpu-xid-79.")],
+         data_dir: DataDir = DATA_DIR) -> None:
+    """Show one fault in full."""
+    catalog = load_catalog(data_dir)
+    try:
+        f = catalog.get(fault_id)
+    except KeyError as e:
+        raise fail(str(e.args[0])) from None
+    console.print(f"[bold]{f.id}[/] - {f.title}", highlight=False)
+    rows: list[tuple[str, str]] = [
+        ("class", f.fault_class.value), ("severity", f.severity.value), ("domain", domain_of(f, catalog)),
+        ("source file", catalog.sources.get(f.id, "")),
+    ]
+    if f.xid is not None:
+        rows.append(("XID", f"{f.xid}" + (f" (DCGM health {f.dcgm_health})" if f.dcgm_health else "")))
+    rows.append(("action", f.action.value))
+    if f.escalation:
+        e = f.escalation
+        rows.append(("escalation", f"{e.repeats} times in {e.window_hours:g} h -> {e.to.value}"))
+    if f.dedup:
+        rows.append(("dedup", f"window {f.dedup.window_seconds:g} s"
+                     + (f", secondary to {', '.join(f.dedup.secondary_to)}" if f.dedup.secondary_to else "")))
+    if f.alert:
+        rows += [("alert", f"{f.alert.name} (for {f.alert.for_})"), ("summary", f.alert.summary),
+                 ("runbook", runbook_url(f.alert.name, RUNBOOK_BASE))]
+    else:
+        rows.append(("exemption", f.exemption or ""))
+    if f.health_check:
+        rows.append(("health check", f.health_check.model_dump_json(exclude_none=True, by_alias=True)))
+    for backend, inj in sorted(f.injection.items()):
+        params = ", ".join(f"{k}={v}" for k, v in inj.params.items())
+        rows.append((f"inject ({backend})", f"{inj.method}" + (f" {params}" if params else "")))
+    if f.rate:
+        r = f.rate
+        value = (f"{r.per_million_gpu_hours:g} per 1M GPU-h" if r.per_million_gpu_hours is not None
+                 else f"{r.per_thousand_node_days:g} per 1k node-days")
+        rows.append(("rate", f"{value} x share {r.share:g} - {r.cause}; {r.source}"))
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+    if f.alert:
+        console.print(f.alert.expr, highlight=False, markup=False)
+
+
+@catalog_app.command("check")
+@input_errors
+def check(
+    path: Annotated[Path, typer.Argument(help="Catalog directory or file to validate.")] = DATA_DIR,
+) -> None:
+    """Validate a catalog directory or file (every entry, cross-references); exit 2 if invalid."""
+    catalog = load_path(path)
+    alerts = sum(1 for f in catalog if f.alert)
+    console.print(f"{path}: {len(catalog)} faults, {alerts} alerts, valid", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.add_typer(catalog_app, name="catalog")

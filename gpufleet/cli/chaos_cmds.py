@@ -1,9 +1,114 @@
-"""CLI commands of one domain (filled in by the issue that builds it)."""
+"""`gpufleet chaos ...`: the fault ledger (list, revert), discovery and experiment checks."""
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from gpufleet.cli.common import console, fail, input_errors
+
+chaos_app = typer.Typer(help="Chaos Toolkit extension: fault ledger, revert, checks.", no_args_is_help=True)
+
+LedgerOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--ledger", help="fault ledger (default: $GPUFLEET_LEDGER or /var/lib/gpufleet/ledger/faults.jsonl)"
+    ),
+]
+
+
+def _ledger(path: Path | None) -> Path:
+    from gpufleet.chaos.settings import ledger_path
+
+    return path if path is not None else ledger_path({})
+
+
+@chaos_app.command("revert")
+def revert_cmd(ledger: LedgerOpt = None, dry_run: Annotated[bool, typer.Option("--dry-run")] = False) -> None:
+    """Undo every fault still recorded in the ledger (after a crash or kill -9 of a run). Idempotent."""
+    from gpufleet.chaos.ledger import Ledger, revert_pending
+    from gpufleet.chaos.rollbacks import ROLLBACKS
+
+    led = Ledger(_ledger(ledger))
+    pending = led.pending()
+    if not pending:
+        console.print(f"nothing to revert in {led.path}")
+        return
+    if dry_run:
+        for r in reversed(pending):
+            console.print(f"would revert {r.id} {r.kind} {r.target} with {r.rollback.name}")
+        return
+    results = revert_pending(led, ROLLBACKS)
+    for res in results:
+        mark = "[green]reverted[/]" if res.ok else f"[red]FAILED[/] {res.error}"
+        console.print(f"{mark} {res.record.id} {res.record.kind} {res.record.target}", highlight=False)
+    if any(not r.ok for r in results):
+        raise fail("some faults could not be reverted; they stay in the ledger (run again once fixed)")
+
+
+@chaos_app.command("ledger")
+def ledger_cmd(
+    ledger: LedgerOpt = None,
+    pending: Annotated[bool, typer.Option("--pending", help="only faults not yet reverted")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List the faults in the ledger."""
+    from gpufleet.chaos.ledger import Ledger
+
+    led = Ledger(_ledger(ledger))
+    records = led.pending() if pending else led.records()
+    reverted = {r.id: r for r in led.reverts() if r.ok}
+    rows = [{**r.to_json(), "reverted_at": reverted[r.id].at if r.id in reverted else None} for r in records]
+    if as_json:
+        console.print_json(json.dumps(rows, default=str))
+        return
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["at"]))
+        state = "reverted" if row["reverted_at"] else ("dry-run" if row["dry_run"] else "PENDING")
+        console.print(
+            f"{when} {row['id']} {state:8} {row['kind']:14} {row['target']} run={row['run_id']}",
+            highlight=False,
+        )
+
+
+@chaos_app.command("discover-check")
+def discover_check() -> None:
+    """List every activity of the extension; fail if one has no docstring."""
+    from gpufleet.chaos import discover
+
+    acts = discover(discover_system=False)["activities"]
+    missing = [f"{a['mod']}.{a['name']}" for a in acts if not (a.get("doc") or "").strip()]
+    for a in acts:
+        console.print(f"{a['type']:6} {a['mod']}.{a['name']}", highlight=False)
+    if missing:
+        raise fail(f"activities without documentation: {', '.join(missing)}")
+    console.print(f"{len(acts)} activities, all documented")
+
+
+@chaos_app.command("validate")
+@input_errors
+def validate_cmd(experiments: Annotated[list[Path], typer.Argument(help="experiment JSON files")]) -> None:
+    """Validate experiment files with chaoslib (the checks `chaos run` makes before running)."""
+    from chaoslib.exceptions import ChaosException
+    from chaoslib.experiment import ensure_experiment_is_valid
+
+    bad = 0
+    for p in experiments:
+        try:
+            ensure_experiment_is_valid(json.loads(p.read_text()))
+        except (ChaosException, ValueError, OSError) as e:
+            bad += 1
+            console.print(f"[red]invalid[/] {p}: {e}", highlight=False)
+        else:
+            console.print(f"[green]valid[/] {p}", highlight=False)
+    if bad:
+        raise fail(f"{bad} invalid experiment(s)")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.add_typer(chaos_app, name="chaos")

@@ -7,12 +7,12 @@ measured times and verdicts. Times are Unix seconds (floats).
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class EventKind(str, Enum):
+class EventKind(StrEnum):
     INJECTED = "injected"  # the fault was applied (ledger)
     DETECTED = "detected"  # first alert firing / health check reporting it
     ISOLATED = "isolated"  # node drained / cordoned, or the faulty GPU fenced

@@ -1,0 +1,228 @@
+"""Runbooks (`runbooks/<AlertName>.md`) and their index, rendered with jinja2 from the catalog, the
+hand-written notes (`notes/runbooks.yaml`) and per-domain / per-action standard steps.
+
+Sections follow prometheus-operator/runbooks' template: Meaning / Impact / Diagnosis / Mitigation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpufleet.catalog.load import Catalog
+from gpufleet.catalog.model import Fault
+from gpufleet.catalog.rules import domain_of
+from gpufleet.core.errors import InputError, Problem, format_path
+from gpufleet.core.taxonomy import LadderAction
+
+NOTES_FILE = Path(__file__).parent / "notes" / "runbooks.yaml"
+RUNBOOKS_DIR = "runbooks"
+SECTIONS = ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation")
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Step(_M):
+    run: str
+    why: str
+
+
+class FaultNotes(_M):
+    impact: str
+    diagnosis: list[Step] = Field(default_factory=list)
+    mitigation: list[str] = Field(default_factory=list)
+    # False when the standard steps of the fault's ladder action would be wrong advice for the
+    # alert (a crash loop must not be restarted again).
+    ladder_steps: bool = Field(default=True, alias="ladderSteps")
+
+
+class Notes(_M):
+    faults: dict[str, FaultNotes]
+
+
+def load_notes(path: Path = NOTES_FILE) -> Notes:
+    try:
+        return Notes.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except OSError as e:
+        raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
+    except yaml.YAMLError as e:
+        raise InputError(str(path), [Problem("(file)", f"invalid YAML: {e}")]) from None
+    except ValidationError as e:
+        raise InputError(str(path), [
+            Problem(format_path(list(err["loc"])), str(err["msg"]))
+            for err in e.errors(include_url=False, include_input=False)
+        ]) from None
+
+
+# Commands an on-call engineer runs first, per domain (real CLIs: nvidia-smi, dcgmi, ibstat,
+# scontrol, kubectl). Placeholders in <angle brackets> come from the alert's labels.
+_SCHEDULER = [
+    Step(run="scontrol show node <node>", why="Slurm: node state, drain reason, running jobs"),
+    Step(run="kubectl describe node <node>", why="Kubernetes: conditions, taints and the pods on the node"),
+]
+_DOMAIN_DIAGNOSIS: dict[str, list[Step]] = {
+    "gpu": [
+        Step(run="nvidia-smi -q -i <gpu>", why="state of the GPU named by the alert's `gpu` label"),
+        Step(run="journalctl -k --since '-1 hour' | grep 'NVRM: Xid'", why="the XIDs the driver logged"),
+        Step(run="dcgmi health -g 0 -s a && dcgmi health -g 0 -c",
+             why="DCGM health watches (PASS / WARN / FAIL per subsystem)"),
+        Step(run="dcgmi diag -r 2", why="active diagnostics (~2 minutes; only on a drained node)"),
+    ],
+    "node": [
+        Step(run="ping -c 3 <node> && ssh <node> uptime", why="is the OS reachable, and since when is it up"),
+        Step(run="ipmitool sel list | tail -n 20", why="hardware events the BMC logged"),
+    ],
+    "fabric": [
+        Step(run="ibstat", why="InfiniBand port state (Active), physical state (LinkUp), rate"),
+        Step(run="ibstatus", why="rate and width of every port at a glance"),
+        Step(run="perfquery -x", why="port error counters (symbol errors, link downed, recovery)"),
+    ],
+    "storage": [
+        Step(run="mount | grep -E 'juicefs|ceph'", why="which mounts the node has"),
+        Step(run="ceph status", why="Ceph health when the store is Rook-Ceph"),
+    ],
+    "workload": [
+        Step(run="squeue -j <jobid> -o '%i %T %M %N'", why="Slurm: state, run time and nodes of the job"),
+        Step(run="sacct -j <jobid> --format=JobID,State,ExitCode,NodeList,Start,End",
+             why="Slurm: exit codes of the job's steps"),
+        Step(run="kubectl get pods -l <job selector> -o wide", why="Kubernetes: pods of the job and their nodes"),
+    ],
+}
+
+_DRAIN = ("Take the node out of scheduling: `scontrol update nodename=<node> state=drain reason=\"{alert}\"` "
+          "(Slurm) or `kubectl cordon <node> && kubectl drain <node> --ignore-daemonsets "
+          "--delete-emptydir-data` (Kubernetes).")
+_RESUME = ("Verify with `dcgmi diag -r 2`, then return the node: `scontrol update nodename=<node> "
+           "state=resume` or `kubectl uncordon <node>`.")
+_ACTION_STEPS: dict[LadderAction, list[str]] = {
+    LadderAction.NONE: [
+        "No automatic remediation: the alert informs. Do not cordon or drain the node for this alert alone.",
+    ],
+    LadderAction.RESTART_JOB: [
+        "Restart the affected job from its last checkpoint: `scontrol requeue <jobid>` (Slurm) or delete "
+        "its failed pods and let the Volcano/Kueue job policy restart it (Kubernetes). The node stays "
+        "in service.",
+    ],
+    LadderAction.RESET_GPU: [
+        _DRAIN,
+        "Reset the GPU once no process uses it: `nvidia-smi -r -i <gpu>` (on NVSwitch systems all GPUs "
+        "of the node reset together).",
+        _RESUME,
+    ],
+    LadderAction.REBOOT_NODE: [
+        _DRAIN,
+        "Reboot the node; power-cycle it through the BMC if it does not come back "
+        "(`ipmitool -H <bmc> chassis power cycle`).",
+        _RESUME,
+    ],
+    LadderAction.REPLACE: [
+        _DRAIN,
+        "Open a hardware ticket (RMA) with the evidence above, and bring a spare node into the pool.",
+    ],
+}
+
+
+def diagnosis_steps(fault: Fault, domain: str, notes: FaultNotes) -> list[Step]:
+    scheduler = [] if domain in ("storage", "workload") else _SCHEDULER
+    return [*notes.diagnosis, *_DOMAIN_DIAGNOSIS.get(domain, []), *scheduler]
+
+
+def mitigation_steps(fault: Fault, notes: FaultNotes) -> list[str]:
+    assert fault.alert is not None
+    ladder = _ACTION_STEPS[fault.action] if notes.ladder_steps else []
+    steps = [*notes.mitigation, *(s.format(alert=fault.alert.name) for s in ladder)]
+    if fault.escalation:
+        e = fault.escalation
+        steps.append(f"If it happens {e.repeats} times within {e.window_hours:g} hours on the same GPU or "
+                     f"node, escalate to `{e.to.value}` instead of `{fault.action.value}`.")
+    if fault.dedup:
+        d = fault.dedup
+        line = f"Repeats within {d.window_seconds:g} s on the same GPU/node count as one event."
+        if d.secondary_to:
+            refs = ", ".join("any other XID" if r == "any" else f"`{r}`" for r in d.secondary_to)
+            line += f" When {refs} was seen on the node in that window, act on that fault, not on this one."
+        steps.append(line)
+    if fault.injection:
+        backends = ", ".join(f"{b} (`{i.method}`)" for b, i in sorted(fault.injection.items()))
+        steps.append(f"Rehearse it with a chaos experiment; injection per backend: {backends}.")
+    return steps
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        autoescape=False,  # Markdown, not HTML
+    )
+
+
+def render_runbook(fault: Fault, domain: str, notes: FaultNotes) -> str:
+    if fault.alert is None:
+        raise ValueError(f"fault {fault.id} has no alert, so no runbook")
+    rate_text = ""
+    if fault.rate:
+        r = fault.rate
+        unit = ("per million GPU-hours" if r.per_million_gpu_hours is not None
+                else "per thousand node-days")
+        value = r.per_million_gpu_hours if r.per_million_gpu_hours is not None else r.per_thousand_node_days
+        share = f", {r.share:.0%} of it attributed to this fault" if r.share < 1 else ""
+        rate_text = f"{value:g} {unit} for \"{r.cause}\"{share}"
+    text = _env().get_template("runbook.md.j2").render(
+        fault=fault, alert=fault.alert, domain=domain, notes=notes, rate_text=rate_text,
+        diagnosis=diagnosis_steps(fault, domain, notes), mitigation=mitigation_steps(fault, notes),
+    )
+    return text.rstrip("\n") + "\n"
+
+
+def missing_notes(catalog: Catalog, notes: Notes) -> tuple[list[str], list[str]]:
+    """(alerting faults without notes, notes for no alerting fault)."""
+    alerting = {f.id for f in catalog if f.alert is not None}
+    return sorted(alerting - set(notes.faults)), sorted(set(notes.faults) - alerting)
+
+
+def runbook_files(catalog: Catalog, notes: Notes) -> dict[str, str]:
+    """`runbooks/<AlertName>.md` for every alert plus `runbooks/README.md`, keyed by relative path."""
+    no_notes, orphans = missing_notes(catalog, notes)
+    problems = [Problem(f"faults.{i}", "no runbook notes for this alerting fault") for i in no_notes]
+    problems += [Problem(f"faults.{i}", "notes for a fault that has no alert in the catalog") for i in orphans]
+    if problems:
+        raise InputError(str(NOTES_FILE), problems)
+    out: dict[str, str] = {}
+    for f in catalog:
+        if f.alert is not None:
+            out[f"{RUNBOOKS_DIR}/{f.alert.name}.md"] = render_runbook(
+                f, domain_of(f, catalog), notes.faults[f.id])
+    out[f"{RUNBOOKS_DIR}/README.md"] = index(catalog)
+    return out
+
+
+def index(catalog: Catalog) -> str:
+    lines = [
+        "<!-- Generated by `gpufleet generate` from gpufleet/catalog. Do not edit. -->",
+        "# Runbooks",
+        "",
+        "One runbook per alert of the fault catalog (Meaning / Impact / Diagnosis / Mitigation). The alert's",
+        "`runbook_url` annotation links here. How the rules read dcgm-exporter's XID gauge:",
+        "[docs/alerts.md](../docs/alerts.md).",
+        "",
+        "| Alert | Severity | Fault | Class | Action |",
+        "|---|---|---|---|---|",
+    ]
+    for f in sorted((f for f in catalog if f.alert), key=lambda f: (domain_of(f, catalog), f.alert.name if f.alert else "")):
+        assert f.alert is not None
+        lines.append(f"| [{f.alert.name}]({f.alert.name}.md) | {f.severity.value} | `{f.id}` - {f.title} "
+                     f"| `{f.fault_class.value}` | `{f.action.value}` |")
+    exempt = [f for f in catalog if f.alert is None]
+    if exempt:
+        lines += ["", "## Faults without an alert", "",
+                  "These faults have no alert of their own; the exemption says how they are detected.", "",
+                  "| Fault | Class | How it is detected |", "|---|---|---|"]
+        lines += [f"| `{f.id}` - {f.title} | `{f.fault_class.value}` | {f.exemption} |" for f in exempt]
+    return "\n".join(lines) + "\n"

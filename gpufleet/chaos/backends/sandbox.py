@@ -1,0 +1,634 @@
+"""The sandbox backend: faults on the local sandbox, through its public state file only
+(gpufleet.core.sandbox_contract): agent control sockets, root-side veth peers, `ip netns pids`,
+Slurm commands in the head namespace, Prometheus on loopback.
+
+Rollback functions here take only their ledger arguments, so `gpufleet chaos revert` can run them
+after the runner died, without the state file if need be.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from chaoslib.exceptions import ActivityFailed, InvalidActivity
+
+from gpufleet.chaos import sysops
+from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan
+from gpufleet.chaos.ledger import Ledger, Rollback
+from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
+from gpufleet.core.sandbox_contract import SandboxNode, SandboxState, read_state, state_path, write_state
+
+logger = logging.getLogger("gpufleet.chaos")
+AGENT_TIMEOUT_S = 5.0
+
+# In-process stop switches of running flappers, so a rollback (or the control) stops them at once.
+_FLAPPERS: dict[str, threading.Event] = {}
+
+
+# ----------------------------------------------------------------------------- agent
+
+
+def agent_request(
+    socket: str, token_file: str | None, method: str, path: str, body: dict[str, Any] | None = None
+) -> Any:
+    """HTTP over the agent's unix socket, with its bearer token."""
+    headers = {}
+    if token_file:
+        headers["Authorization"] = f"Bearer {Path(token_file).read_text().strip()}"
+    transport = httpx.HTTPTransport(uds=socket)
+    try:
+        with httpx.Client(transport=transport, base_url="http://agent", timeout=AGENT_TIMEOUT_S) as c:
+            r = c.request(method, path, json=body, headers=headers)
+    except httpx.HTTPError as e:
+        raise ActivityFailed(f"agent at {socket}: {method} {path} failed: {e}") from None
+    if r.status_code >= 300:
+        raise ActivityFailed(f"agent at {socket}: {method} {path} -> {r.status_code} {r.text[:300]}")
+    return r.json() if r.content else None
+
+
+def _resume_node(slurm_prefix: list[str], node: str) -> None:
+    """`scontrol update state=resume`: Slurm refuses it for a node that is not down/drained, which
+    is fine (nothing to resume)."""
+    if slurm_prefix:
+        sysops.run([*slurm_prefix, "scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+
+
+# ----------------------------------------------------------------------------- rollbacks
+
+
+def rb_agent_clear(args: dict[str, Any]) -> None:
+    socket = args["socket"]
+    if not os.path.exists(socket):
+        logger.warning("agent socket %s is gone (sandbox down?): nothing to clear", socket)
+        return
+    agent_request(socket, args.get("token_file"), "POST", "/clear", {"gpu": args.get("gpu")})
+    _resume_node(list(args.get("slurm_prefix") or []), args["node"])
+
+
+def _link_exists(name: str) -> bool:
+    return Path(f"/sys/class/net/{name}").exists()
+
+
+def rb_link_up(args: dict[str, Any]) -> None:
+    ev = _FLAPPERS.pop(str(args.get("flap_id")), None)
+    if ev is not None:
+        ev.set()
+    peer = args["peer"]
+    if not _link_exists(peer):
+        logger.warning("link %s is gone (sandbox down?): nothing to bring up", peer)
+        return
+    sysops.run(["ip", "link", "set", peer, "up"])
+
+
+def _netns_exists(ns: str) -> bool:
+    return Path(f"/run/netns/{ns}").exists()
+
+
+def rb_link_restore(args: dict[str, Any]) -> None:
+    ns, ifname = args["netns"], args["ifname"]
+    if not _netns_exists(ns):
+        return
+    table = args.get("nft_table")
+    if table:
+        sysops.run(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", table], check=False)
+        left = sysops.run(["ip", "netns", "exec", ns, "nft", "list", "tables"], check=False)
+        if f"inet {table}" in left:
+            raise ActivityFailed(f"nft table {table} still present in {ns}")
+    if args.get("tc"):
+        sysops.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", ifname, "root"], check=False)
+        shown = sysops.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", ifname], check=False)
+        if "tbf" in shown:
+            raise ActivityFailed(f"tbf qdisc still on {ifname} in {ns}")
+
+
+def rb_continue(args: dict[str, Any]) -> None:
+    for pid, st in args["pids"]:
+        sysops.signal_verified(int(pid), int(st), signal.SIGCONT)
+
+
+def _running(netns: str, match: list[str]) -> bool:
+    return any(sysops.cmdline(pid) == match for pid in sysops.netns_pids(netns))
+
+
+def rb_restart_daemons(args: dict[str, Any]) -> None:
+    """Start the node's daemons again (those not already running), then resume it in Slurm."""
+    netns = args["netns"]
+    if not _netns_exists(netns):
+        logger.warning("namespace %s is gone (sandbox down?): nothing to restart", netns)
+        return
+    for d in args["daemons"]:
+        if _running(netns, d["match"]):
+            continue
+        log = Path(d["log"])
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out, open(os.devnull, "rb") as devnull:
+            p = subprocess.Popen(
+                d["argv"],
+                stdin=devnull,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=d["env"] or None,
+                cwd=d.get("cwd") or None,
+                start_new_session=True,
+                close_fds=True,
+            )
+        st = sysops.start_time(p.pid)
+        if st is None:
+            raise ActivityFailed(f"restarting {d['name']} failed at once ({p.wait(5)}); see {log}")
+        _update_state_pid(args.get("stack"), args.get("state_root"), d["name"], p.pid, st)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(_running(netns, d["match"]) for d in args["daemons"]):
+        time.sleep(0.2)
+    _resume_node(list(args.get("slurm_prefix") or []), args["node"])
+
+
+def _update_state_pid(stack: str | None, root: str | None, name: str, pid: int, st: int) -> None:
+    """Keep the sandbox's state file naming the live process, so `sandbox down` stops the restarted
+    daemon too (the contract's write_state is atomic)."""
+    if not stack:
+        return
+    try:
+        state = read_state(stack, Path(root) if root else None)
+    except (OSError, ValueError):
+        return
+    procs = [
+        p.model_copy(update={"pid": pid, "start_time": st}) if p.name == name else p for p in state.processes
+    ]
+    write_state(state.model_copy(update={"processes": procs}), Path(root) if root else None)
+
+
+def _mount_namespaces(netns_list: list[str]) -> dict[str, int]:
+    """One representative pid per distinct mount namespace among the namespaces' processes."""
+    out: dict[str, int] = {}
+    for ns in netns_list:
+        if not _netns_exists(ns):
+            continue
+        for pid in sysops.netns_pids(ns):
+            try:
+                key = os.readlink(f"/proc/{pid}/ns/mnt")
+            except OSError:
+                continue
+            out.setdefault(key, pid)
+    return out
+
+
+def _mounted(pid: int | None, path: str) -> int:
+    info = Path(f"/proc/{pid or 'self'}/mountinfo")
+    try:
+        return sum(1 for line in info.read_text().splitlines() if line.split()[4] == path)
+    except OSError:
+        return 0
+
+
+def _in_ns(pid: int | None, argv: list[str]) -> list[str]:
+    return argv if pid is None else ["nsenter", "-t", str(pid), "-m", "--", *argv]
+
+
+def rb_storage_restore(args: dict[str, Any]) -> None:
+    path = args["path"]
+    targets: list[int | None] = [None, *_mount_namespaces(list(args["netns"])).values()]
+    for pid in targets:
+        base = _mounted(pid, path) - int(args.get("base_mounts", {}).get("root" if pid is None else "ns", 0))
+        for _ in range(max(0, base)):
+            sysops.run(_in_ns(pid, ["umount", path]), check=False)
+    still = [
+        pid
+        for pid in targets
+        if _mounted(pid, path) > int(args.get("base_mounts", {}).get("root" if pid is None else "ns", 0))
+    ]
+    if still:
+        raise ActivityFailed(f"{path} still has the fault mount in the mount namespaces of {still}")
+
+
+# ----------------------------------------------------------------------------- the backend
+
+
+class SandboxBackend(Backend):
+    name = "sandbox"
+
+    def __init__(self, stack: str, state_root: Path | None = None) -> None:
+        self.stack = stack
+        self.state_root = state_root
+        path = state_path(stack, state_root)
+        try:
+            self.state: SandboxState = read_state(stack, state_root)
+        except FileNotFoundError:
+            raise ActivityFailed(
+                f"no sandbox state at {path}: bring it up with `gpufleet sandbox up --stack {stack}`"
+            ) from None
+        if self.state.phase != "up":
+            raise ActivityFailed(f"sandbox {stack} is {self.state.phase}, not up ({path})")
+
+    # ------------------------------------------------------------ observations
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(n.name, n.role) for n in self.state.nodes if n.role != "head"]
+
+    def node_states(self) -> dict[str, NodeObs]:
+        return parse_sinfo(sysops.run(self.state.slurm_command(*SINFO_ARGS)))
+
+    def prometheus_url(self) -> str | None:
+        return self.state.prometheus_url
+
+    def workload_events(self) -> str | None:
+        return self.state.training_events
+
+    def job_nodes(self) -> list[str]:
+        name = self.state.training_job_name
+        if not name:
+            return []
+        packed = sysops.run(
+            self.state.slurm_command("squeue", "-h", "-n", name, "-t", "R", "-o", "%N")
+        ).split()
+        out: list[str] = []
+        for p in packed:
+            out += sysops.run(self.state.slurm_command("scontrol", "show", "hostnames", p)).split()
+        return out
+
+    def _node(self, name: str) -> SandboxNode:
+        try:
+            n = self.state.node(name)
+        except KeyError as e:
+            raise InvalidActivity(str(e.args[0])) from None
+        if n.role == "head":
+            raise InvalidActivity(f"{name} is the head node; faults go to compute or spare nodes")
+        return n
+
+    def _slurm_prefix(self) -> list[str]:
+        try:
+            return self.state.slurm_command()
+        except RuntimeError:
+            return []
+
+    # ------------------------------------------------------------ GPU
+    def plan_dcgm_inject(self, node: str, gpu: int, params: dict[str, Any]) -> Plan:
+        n = self._node(node)
+        if n.agent_socket is None:
+            raise ActivityFailed(f"node {node} has no agent socket in the sandbox state")
+        if not 0 <= gpu < max(n.gpus, 1):
+            raise InvalidActivity(f"node {node} has GPUs 0..{n.gpus - 1}, not {gpu}")
+        body = {
+            "gpu": gpu,
+            "field_id": int(params["fieldId"]),
+            "value": params["value"],
+            "kmsg": bool(params.get("kmsg", False)),
+            "burst": int(params.get("burst", 1)),
+        }
+        sock, token = n.agent_socket, self.state.agent_token_file
+        rb = Rollback(
+            "sandbox.agent-clear",
+            {
+                "socket": sock,
+                "token_file": token,
+                "gpu": gpu,
+                "node": node,
+                "slurm_prefix": self._slurm_prefix(),
+            },
+        )
+
+        def apply() -> dict[str, Any]:
+            return {"agent": agent_request(sock, token, "POST", "/inject", body) or {}}
+
+        return Plan(
+            "dcgm-inject",
+            {"node": node, "gpu": gpu},
+            body,
+            rb,
+            apply,
+            f"inject DCGM field {body['field_id']}={body['value']} on {node} GPU {gpu} via {sock}",
+        )
+
+    # ------------------------------------------------------------ node
+    def _daemons(self, n: SandboxNode) -> list[dict[str, Any]]:
+        """How to start each of the node's recorded daemons again. The contract's argv/env are used
+        when the sandbox recorded them; else /proc/<pid>/cmdline + environ, read before the kill."""
+        out = []
+        for p in self.state.processes:
+            if p.node != n.name and not (p.node is None and p.netns == n.netns):
+                continue
+            live = sysops.start_time(p.pid) == p.start_time
+            inner = list(p.argv) or (sysops.cmdline(p.pid) if live else None) or []
+            env = dict(p.env) or (sysops.environ(p.pid) if live else None) or {}
+            if not inner:
+                raise ActivityFailed(
+                    f"cannot record how to restart {p.name}: no argv in the state and pid {p.pid} is gone"
+                )
+            argv = inner if inner[0] in ("ip", "nsenter") else ["ip", "netns", "exec", n.netns, *inner]
+            hostname = _uts_hostname(p.pid) if live else None
+            if hostname and inner[0] not in ("ip", "nsenter", "unshare"):
+                argv = [
+                    "ip",
+                    "netns",
+                    "exec",
+                    n.netns,
+                    "unshare",
+                    "--uts",
+                    "--",
+                    "sh",
+                    "-c",
+                    'hostname "$0" && exec "$@"',
+                    hostname,
+                    *inner,
+                ]
+            out.append(
+                {
+                    "name": p.name,
+                    "argv": argv,
+                    "match": _match(inner),
+                    "env": env,
+                    "cwd": (sysops.cwd(p.pid) if live else None),
+                    "log": str(
+                        Path(self.state.base_dir) / "logs" / f"chaos-restart-{p.name.replace('@', '-')}.log"
+                    ),
+                }
+            )
+        return out
+
+    def _node_procs(self, n: SandboxNode) -> list[tuple[int, int]]:
+        return sysops.snapshot(sysops.netns_pids(n.netns))
+
+    def _restart_rb(self, n: SandboxNode) -> Rollback:
+        return Rollback(
+            "sandbox.restart-daemons",
+            {
+                "node": n.name,
+                "netns": n.netns,
+                "daemons": self._daemons(n),
+                "slurm_prefix": self._slurm_prefix(),
+                "stack": self.stack,
+                "state_root": str(self.state_root) if self.state_root else None,
+            },
+        )
+
+    def plan_node_crash(self, node: str) -> Plan:
+        n = self._node(node)
+        rb = self._restart_rb(n)
+
+        def apply() -> dict[str, Any]:
+            procs = self._node_procs(n)
+            return {"killed": sysops.kill_all(procs), "pids": [p for p, _ in procs]}
+
+        return Plan(
+            "node-crash",
+            {"node": node},
+            {},
+            rb,
+            apply,
+            f"SIGKILL every process in {n.netns} (slurmd, agent, ranks)",
+            {node},
+        )
+
+    def plan_node_hang(self, node: str) -> Plan:
+        n = self._node(node)
+        procs = self._node_procs(n)
+        rb = Rollback("sandbox.continue", {"pids": procs})
+
+        def apply() -> dict[str, Any]:
+            stopped = sum(sysops.signal_verified(p, st, signal.SIGSTOP) for p, st in procs)
+            return {"stopped": stopped}
+
+        return Plan(
+            "node-hang",
+            {"node": node},
+            {},
+            rb,
+            apply,
+            f"SIGSTOP the {len(procs)} processes in {n.netns}",
+            {node},
+        )
+
+    def plan_node_reboot(self, node: str, down_seconds: float) -> Plan:
+        plan = self.plan_node_crash(node)
+        rb_args = plan.rollback.args
+
+        def after(rec_id: str, ledger: Ledger) -> None:
+            time.sleep(down_seconds)
+            rb_restart_daemons(rb_args)
+            ledger.mark_reverted(rec_id, ok=True)
+
+        plan.kind, plan.params, plan.after = "node-reboot", {"down_seconds": down_seconds}, after
+        plan.summary = f"reboot {node}: kill its processes, {down_seconds:g} s down, start its daemons"
+        return plan
+
+    # ------------------------------------------------------------ fabric
+    def _rail(self, node: str, rail: int) -> tuple[SandboxNode, str, str]:
+        n = self._node(node)
+        for link in n.fabric:
+            if link.rail == rail:
+                return n, link.ifname, link.peer
+        raise InvalidActivity(f"node {node} has no fabric rail {rail} (rails: {[x.rail for x in n.fabric]})")
+
+    def plan_link_down(self, node: str, rail: int) -> Plan:
+        _, _, peer = self._rail(node, rail)
+        return Plan(
+            "link-down",
+            {"node": node, "rail": rail, "link": peer},
+            {},
+            Rollback("sandbox.link-up", {"peer": peer}),
+            lambda: (sysops.run(["ip", "link", "set", peer, "down"]), {})[1],
+            f"ip link set {peer} down (rail {rail} of {node}, cable pull)",
+            {node},
+        )
+
+    def plan_link_flap(self, node: str, rail: int, period_seconds: float, count: int) -> Plan:
+        _, _, peer = self._rail(node, rail)
+        if not (0.2 <= period_seconds <= 600 and 1 <= count <= 1000):
+            raise InvalidActivity("link flap needs 0.2 <= period_seconds <= 600 and 1 <= count <= 1000")
+        stop = threading.Event()
+        flap_id = f"{peer}-{time.monotonic_ns()}"
+
+        def after(rec_id: str, ledger: Ledger) -> None:
+            _FLAPPERS[flap_id] = stop
+
+            def loop() -> None:
+                try:
+                    for _ in range(count):
+                        sysops.run(["ip", "link", "set", peer, "down"], check=False)
+                        if stop.wait(period_seconds / 2):
+                            break
+                        sysops.run(["ip", "link", "set", peer, "up"], check=False)
+                        if stop.wait(period_seconds / 2):
+                            break
+                finally:
+                    if _link_exists(peer):
+                        sysops.run(["ip", "link", "set", peer, "up"], check=False)
+                    if _FLAPPERS.pop(flap_id, None) is not None:
+                        ledger.mark_reverted(rec_id, ok=True)
+
+            threading.Thread(target=loop, name=f"flap-{peer}", daemon=True).start()
+
+        return Plan(
+            "link-flap",
+            {"node": node, "rail": rail, "link": peer},
+            {"period_seconds": period_seconds, "count": count},
+            Rollback("sandbox.link-up", {"peer": peer, "flap_id": flap_id}),
+            lambda: {},
+            f"flap {peer} {count} times, period {period_seconds:g} s",
+            set(),
+            after,
+        )
+
+    def plan_link_degrade(
+        self, node: str, rail: int, loss_percent: float | None, rate_mbit: float | None
+    ) -> Plan:
+        n, ifname, _ = self._rail(node, rail)
+        if loss_percent is None and rate_mbit is None:
+            raise InvalidActivity("link degrade needs loss_percent and/or rate_mbit")
+        if loss_percent is not None and not 0 < loss_percent < 100:
+            raise InvalidActivity("loss_percent must be in (0, 100)")
+        if rate_mbit is not None and not rate_mbit > 0:
+            raise InvalidActivity("rate_mbit must be positive")
+        table = f"gpufleet_chaos_{ifname}".replace("-", "_").replace(".", "_")
+        ns = n.netns
+        rb = Rollback(
+            "sandbox.link-restore",
+            {
+                "netns": ns,
+                "ifname": ifname,
+                "nft_table": table if loss_percent is not None else None,
+                "tc": rate_mbit is not None,
+            },
+        )
+
+        def apply() -> dict[str, Any]:
+            if loss_percent is not None:
+                # numgen random mod 1000 < p*10 drops p% of the packets arriving on the link
+                # (nft(8) "NUMGEN EXPRESSION"); netem is not available on this kernel.
+                per_mille = round(loss_percent * 10)
+                script = (
+                    f"table inet {table} {{ chain input {{ type filter hook input priority -10; "
+                    f'iifname "{ifname}" numgen random mod 1000 < {per_mille} drop; }} }}'
+                )
+                sysops.run(["ip", "netns", "exec", ns, "nft", script])
+            if rate_mbit is not None:
+                # tbf: burst >= rate/HZ (tc-tbf(8)); 32 kbit is enough up to ~250 Mbit/s at HZ=1000.
+                burst_kbit = max(32, int(rate_mbit * 1000 / 250))
+                sysops.run(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "tc",
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        ifname,
+                        "root",
+                        "tbf",
+                        "rate",
+                        f"{rate_mbit:g}mbit",
+                        "burst",
+                        f"{burst_kbit}kbit",
+                        "latency",
+                        "400ms",
+                    ]
+                )
+            return {}
+
+        return Plan(
+            "link-degrade",
+            {"node": node, "rail": rail, "link": ifname},
+            {"loss_percent": loss_percent, "rate_mbit": rate_mbit},
+            rb,
+            apply,
+            f"degrade {ifname} in {ns}: loss {loss_percent}%, rate {rate_mbit} Mbit/s",
+        )
+
+    # ------------------------------------------------------------ storage
+    def plan_storage_outage(self) -> Plan:
+        path = self.state.checkpoint_dir
+        if not path:
+            raise ActivityFailed("the sandbox state names no checkpoint_dir")
+        netns = [n.netns for n in self.state.nodes]
+        targets = _mount_namespaces(netns)
+        base = {"root": _mounted(None, path), "ns": max([_mounted(p, path) for p in targets.values()] or [0])}
+        rb = Rollback("sandbox.storage-restore", {"path": path, "netns": netns, "base_mounts": base})
+
+        def apply() -> dict[str, Any]:
+            # A read-only bind mount over the checkpoint directory in every mount namespace that uses
+            # it (the root one is private here, so mounts do not propagate into `ip netns exec`
+            # children): writes fail with EROFS as on a store that lost its write path.
+            done = 0
+            for pid in [None, *_mount_namespaces(netns).values()]:
+                sysops.run(_in_ns(pid, ["mount", "--bind", path, path]))
+                sysops.run(_in_ns(pid, ["mount", "-o", "remount,bind,ro", path]))
+                done += 1
+            return {"mount_namespaces": done}
+
+        return Plan(
+            "storage-outage",
+            {"path": path},
+            {"mode": "read-only"},
+            rb,
+            apply,
+            f"read-only bind mount over {path} in every sandbox mount namespace",
+        )
+
+    def plan_storage_slow(self, rate_mbit: float) -> Plan:
+        raise self._unsupported(
+            "storage-slow",
+            "the sandbox's checkpoint store is a local directory; slowing it needs a block-device "
+            "throttle (dm-delay / io.max on its own device) that this machine does not provide",
+        )
+
+    # ------------------------------------------------------------ workload
+    def plan_kill_rank(self, rank: int) -> Plan:
+        found: list[tuple[int, int, str]] = []
+        for n in self.state.nodes:
+            if n.role == "head" or not _netns_exists(n.netns):
+                continue
+            for pid in sysops.netns_pids(n.netns):
+                env = sysops.environ(pid) or {}
+                cmd = sysops.cmdline(pid) or []
+                # Slurm gives each task its rank as SLURM_PROCID (torchrun-style launchers: RANK).
+                ids = (env.get("SLURM_PROCID"), env.get("RANK"))
+                if str(rank) in ids and any("python" in c for c in cmd[:2]):
+                    st = sysops.start_time(pid)
+                    if st is not None:
+                        found.append((pid, st, n.name))
+        if not found:
+            raise ActivityFailed(f"no training process with SLURM_PROCID/RANK={rank} in the sandbox's nodes")
+        procs = [(p, st) for p, st, _ in found]
+
+        def apply() -> dict[str, Any]:
+            return {"killed": sysops.kill_all(procs)}
+
+        return Plan(
+            "kill-rank",
+            {"rank": rank, "node": found[0][2]},
+            {"pids": [p for p, _ in procs]},
+            Rollback("noop", {"why": "the workload restarts a killed rank itself"}),
+            apply,
+            f"SIGKILL rank {rank} (pids {[p for p, _ in procs]} on {found[0][2]})",
+        )
+
+
+def _match(inner: list[str]) -> list[str]:
+    """The cmdline the running daemon shows: wrappers (ip netns exec, unshare ... sh -c) exec it."""
+    if inner and inner[0] == "ip" and len(inner) > 4 and inner[1:3] == ["netns", "exec"]:
+        return _match(inner[4:])
+    if inner and inner[0] == "unshare" and "--" in inner:
+        rest = inner[inner.index("--") + 1 :]
+        if rest[:2] == ["sh", "-c"] and len(rest) > 4:
+            return rest[4:]
+        return rest
+    return inner
+
+
+def _uts_hostname(pid: int) -> str | None:
+    """The hostname of the process's UTS namespace when it differs from ours."""
+    try:
+        if os.readlink(f"/proc/{pid}/ns/uts") == os.readlink("/proc/self/ns/uts"):
+            return None
+    except OSError:
+        return None
+    out = sysops.run(["nsenter", "-t", str(pid), "-u", "hostname"], check=False).strip()
+    return out or None

@@ -1,0 +1,1 @@
+"""Fabric (InfiniBand / RoCE rail) link faults."""

@@ -1,0 +1,1 @@
+"""GPU faults (catalog XIDs and DCGM field injections)."""

@@ -1,0 +1,60 @@
+"""Safety decisions, as pure functions: blast radius and the production opt-in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Faults that take their node out of service (the scheduler drains it or it stops answering).
+# Classes outside this set leave the node schedulable: a contained ECC error, a degraded link.
+NODE_DOWN_METHODS = frozenset({"node-crash", "node-hang", "node-reboot", "link-down"})
+NODE_DOWN_CLASSES = frozenset(
+    {"gpu-fatal", "node-crash", "node-hang", "node-maintenance", "fabric-link-down"}
+)
+
+
+def takes_node_down(method: str, fault_class: str | None) -> bool:
+    return method in NODE_DOWN_METHODS or (fault_class is not None and fault_class in NODE_DOWN_CLASSES)
+
+
+def blast_radius(
+    already_down: Iterable[str],
+    targets: Iterable[str],
+    total_nodes: int,
+    spares: int,
+    max_nodes_down: int,
+    allow_spare_exhaustion: bool = False,
+) -> list[str]:
+    """Reasons to refuse taking `targets` down; empty means allowed.
+
+    - never more nodes down at once than the stack's `gameday.maxNodesDown`;
+    - never past the last spare (more nodes down than the pool has spares) unless the experiment
+      says so explicitly (`allow_spare_exhaustion`, e.g. the spare-exhaustion experiment);
+    - never every node of the cluster.
+    """
+    down = set(already_down)
+    after = down | set(targets)
+    new = sorted(set(targets) - down)
+    reasons = []
+    if len(after) > max_nodes_down:
+        reasons.append(
+            f"taking {', '.join(new) or 'nothing new'} down would leave {len(after)} node(s) down "
+            f"({', '.join(sorted(after))}); the stack allows gameday.maxNodesDown={max_nodes_down}"
+        )
+    if len(after) > spares and not allow_spare_exhaustion:
+        reasons.append(
+            f"{len(after)} node(s) down would exceed the {spares} spare(s): this takes the last spare; "
+            "set allow_spare_exhaustion: true in the action's arguments to test spare exhaustion on purpose"
+        )
+    if total_nodes and len(after) >= total_nodes:
+        reasons.append(f"refusing to take all {total_nodes} nodes down")
+    return reasons
+
+
+def production_gate(environment: str | None, allow_production: bool) -> str | None:
+    """A reason to refuse, or None. Production clusters need an explicit opt-in."""
+    if environment == "production" and not allow_production:
+        return (
+            "this stack's cluster.environment is production: set configuration "
+            "gpufleet_allow_production: true to inject faults into it"
+        )
+    return None

@@ -1,0 +1,1 @@
+"""Node faults (crash, hang, reboot) and isolation primitives (cordon, taint, evict)."""

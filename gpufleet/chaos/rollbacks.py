@@ -1,0 +1,28 @@
+"""Named rollbacks: the ledger stores a name and arguments; this table maps names to functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.chaos.backends import kubernetes as k8s
+from gpufleet.chaos.backends import sandbox, slurm
+from gpufleet.chaos.ledger import RollbackFn
+
+
+def _noop(args: dict[str, Any]) -> None:
+    """Nothing to undo (the fault ends by itself, e.g. a killed rank is restarted by the workload)."""
+
+
+ROLLBACKS: dict[str, RollbackFn] = {
+    "noop": _noop,
+    "sandbox.agent-clear": sandbox.rb_agent_clear,
+    "sandbox.link-up": sandbox.rb_link_up,
+    "sandbox.link-restore": sandbox.rb_link_restore,
+    "sandbox.continue": sandbox.rb_continue,
+    "sandbox.restart-daemons": sandbox.rb_restart_daemons,
+    "sandbox.storage-restore": sandbox.rb_storage_restore,
+    "slurm.ssh": slurm.rb_ssh,
+    "kubernetes.uncordon": k8s.rb_uncordon,
+    "kubernetes.untaint": k8s.rb_untaint,
+    "kubernetes.pod-undo": k8s.rb_run_pod_and_cleanup,
+}

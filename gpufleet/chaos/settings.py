@@ -1,0 +1,145 @@
+"""What an experiment's `configuration` says to the extension, parsed once, validated at the edge.
+
+Keys (all optional except where an activity needs them):
+  gpufleet_backend          sandbox | slurm | kubernetes          (default: the stack's gameday.backend)
+  gpufleet_stack            stack name, read from `<gpufleet_stacks_dir>/Pulumi.<stack>.yaml`
+  gpufleet_stacks_dir       default "stacks" (relative to the working directory)
+  gpufleet_fault_class      the FaultClass whose budget judges this experiment
+  gpufleet_budget_override  {"detect_seconds", "isolate_seconds", "recover_seconds"}: replaces the
+                            stack's budget (a breach test sets it too tight on purpose)
+  gpufleet_dry_run          true: record and print every fault, apply nothing
+  gpufleet_allow_production true: needed to inject into a stack whose cluster.environment is production
+  gpufleet_ledger           path of the fault ledger (else $GPUFLEET_LEDGER, else the default)
+  gpufleet_catalog_dir      an extended fault catalog (default: the packaged one)
+  gpufleet_ssh              slurm backend: ssh argv prefix, default ["ssh", "-o", "BatchMode=yes"]
+  gpufleet_fabric_ifname    slurm/kubernetes: host netdev of rail {rail}, default "ib{rail}"
+  gpufleet_k8s_namespace    kubernetes: namespace of the fault pods (default: stack gameday.namespace)
+  gpufleet_k8s_image        kubernetes: fault pod image (default: stack gameday.image)
+  gpufleet_k8s_host         kubernetes: API server URL (else kubeconfig / in-cluster config)
+  gpufleet_kubeconfig, gpufleet_k8s_context   kubernetes: which kubeconfig and context
+  gpufleet_prometheus_url   slurm/kubernetes: Prometheus base URL (the sandbox names its own)
+  gpufleet_sandbox_root     sandbox: state root (else $GPUFLEET_SANDBOX_ROOT, else /run/gpufleet/sandboxes)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaoslib.exceptions import InvalidActivity
+
+DEFAULT_LEDGER = "/var/lib/gpufleet/ledger/faults.jsonl"
+BACKENDS = ("sandbox", "slurm", "kubernetes")
+KNOWN_KEYS = frozenset(
+    {
+        "gpufleet_backend",
+        "gpufleet_stack",
+        "gpufleet_stacks_dir",
+        "gpufleet_fault_class",
+        "gpufleet_budget_override",
+        "gpufleet_dry_run",
+        "gpufleet_allow_production",
+        "gpufleet_ledger",
+        "gpufleet_catalog_dir",
+        "gpufleet_ssh",
+        "gpufleet_fabric_ifname",
+        "gpufleet_k8s_namespace",
+        "gpufleet_k8s_image",
+        "gpufleet_k8s_host",
+        "gpufleet_kubeconfig",
+        "gpufleet_k8s_context",
+        "gpufleet_prometheus_url",
+        "gpufleet_sandbox_root",
+    }
+)
+
+
+def ledger_path(configuration: Mapping[str, Any] | None = None) -> Path:
+    cfg = configuration or {}
+    return Path(str(cfg.get("gpufleet_ledger") or os.environ.get("GPUFLEET_LEDGER") or DEFAULT_LEDGER))
+
+
+def _bool(cfg: Mapping[str, Any], key: str, problems: list[str]) -> bool:
+    v = cfg.get(key, False)
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.lower() in ("true", "1", "yes")
+    problems.append(f"{key} must be true or false (got {v!r})")
+    return False
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str | None
+    stack: str | None
+    stacks_dir: Path
+    fault_class: str | None
+    budget_override: dict[str, float] | None
+    dry_run: bool
+    allow_production: bool
+    ledger: Path
+    catalog_dir: Path | None
+    ssh: tuple[str, ...]
+    fabric_ifname: str
+    k8s_namespace: str | None
+    k8s_image: str | None
+    k8s_host: str | None = None
+    kubeconfig: str | None = None
+    k8s_context: str | None = None
+    prometheus_url: str | None = None
+    sandbox_root: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
+    """Validate the gpufleet_* keys; every problem at once (InvalidActivity)."""
+    cfg = dict(configuration or {})
+    problems: list[str] = []
+    backend = cfg.get("gpufleet_backend")
+    if backend is not None and backend not in BACKENDS:
+        problems.append(f"gpufleet_backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+    override = cfg.get("gpufleet_budget_override")
+    budget: dict[str, float] | None = None
+    if override is not None:
+        allowed = {"detect_seconds", "isolate_seconds", "recover_seconds"}
+        if not isinstance(override, dict) or not set(override) <= allowed:
+            problems.append(f"gpufleet_budget_override must be a mapping with keys among {sorted(allowed)}")
+        else:
+            try:
+                budget = {k: float(v) for k, v in override.items()}
+            except (TypeError, ValueError):
+                problems.append("gpufleet_budget_override values must be numbers of seconds")
+    ssh = cfg.get("gpufleet_ssh", ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"])
+    if not (isinstance(ssh, list) and ssh and all(isinstance(x, str) for x in ssh)):
+        problems.append("gpufleet_ssh must be a non-empty list of strings")
+        ssh = ["ssh"]
+    dry = _bool(cfg, "gpufleet_dry_run", problems)
+    prod = _bool(cfg, "gpufleet_allow_production", problems)
+    if problems:
+        raise InvalidActivity("invalid gpufleet configuration: " + "; ".join(problems))
+    catalog_dir = cfg.get("gpufleet_catalog_dir")
+    return Settings(
+        backend=backend,
+        stack=cfg.get("gpufleet_stack"),
+        stacks_dir=Path(str(cfg.get("gpufleet_stacks_dir", "stacks"))),
+        fault_class=cfg.get("gpufleet_fault_class"),
+        budget_override=budget,
+        dry_run=dry,
+        allow_production=prod,
+        ledger=ledger_path(cfg),
+        catalog_dir=Path(catalog_dir) if catalog_dir else None,
+        ssh=tuple(ssh),
+        fabric_ifname=str(cfg.get("gpufleet_fabric_ifname", "ib{rail}")),
+        k8s_namespace=cfg.get("gpufleet_k8s_namespace"),
+        k8s_image=cfg.get("gpufleet_k8s_image"),
+        k8s_host=cfg.get("gpufleet_k8s_host"),
+        kubeconfig=cfg.get("gpufleet_kubeconfig"),
+        k8s_context=cfg.get("gpufleet_k8s_context"),
+        prometheus_url=cfg.get("gpufleet_prometheus_url"),
+        sandbox_root=Path(cfg["gpufleet_sandbox_root"]) if cfg.get("gpufleet_sandbox_root") else None,
+        extra={k: v for k, v in cfg.items() if not k.startswith("gpufleet_")},
+    )

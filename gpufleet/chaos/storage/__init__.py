@@ -1,0 +1,1 @@
+"""Storage faults (the checkpoint store)."""

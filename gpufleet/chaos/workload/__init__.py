@@ -1,0 +1,1 @@
+"""The training workload: rank faults, progress, and the recovery timeline and verdict."""

@@ -1,0 +1,257 @@
+"""Workload probes: progress, the recovery timeline, and the recovery verdict against the budget."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from chaoslib.exceptions import ActivityFailed, InvalidActivity
+from chaoslib.types import Configuration, Secrets
+
+from gpufleet.chaos import engine, prometheus
+from gpufleet.chaos.timeline import build_timeline, read_jsonl, stalled_now, workload_facts
+from gpufleet.slo import Budget, EventKind, Timeline, judge, measure
+
+__all__ = ["capacity_during_fault", "recovery_timeline", "recovery_within_budget", "training_progressing"]
+
+logger = logging.getLogger("gpufleet.chaos")
+WAIT_CONDITIONS = ("detected", "isolated", "interrupted", "resumed", "returned")
+
+
+def training_progressing(
+    min_steps_per_second: float = 1.0,
+    window_seconds: float = 10.0,
+    source: str = "events",
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> bool:
+    """True when the training job made at least `min_steps_per_second` steps per second over the
+    last `window_seconds`: from the training events JSONL the sandbox names (`source: events`) or
+    from Prometheus `gpufleet_training_step` (`source: prometheus`)."""
+    b = engine.context(configuration).backend()
+    if source == "prometheus":
+        url = b.prometheus_url()
+        if url is None:
+            raise ActivityFailed("no Prometheus URL")
+        res = prometheus.instant(url, f"sum(rate(gpufleet_training_step[{max(int(window_seconds), 2)}s]))")
+        if not res:
+            raise ActivityFailed("gpufleet_training_step has no samples: progress unknown")
+        rate = float(res[0]["value"][1])
+    elif source == "events":
+        path = b.workload_events()
+        if path is None:
+            raise ActivityFailed("the backend names no training events file")
+        now = time.time()
+        steps = [
+            e for e in read_jsonl(path) if e.get("event") == "step" and float(e["t"]) >= now - window_seconds
+        ]
+        if len(steps) < 2:
+            rate = 0.0
+        else:
+            span = max(float(steps[-1]["t"]) - float(steps[0]["t"]), 1e-6)
+            rate = (int(steps[-1]["step"]) - int(steps[0]["step"])) / max(span, window_seconds / 2)
+    else:
+        raise InvalidActivity("source must be events or prometheus")
+    logger.info("training step rate %.2f/s (threshold %.2f/s)", rate, min_steps_per_second)
+    return rate >= min_steps_per_second
+
+
+def _run_records(ctx: engine.Context) -> list[Any]:
+    return [r for r in ctx.ledger.records() if r.run_id == engine.RUN.run_id and not r.dry_run]
+
+
+def recovery_timeline(
+    fault_id: str | None = None,
+    nodes: list[str] | None = None,
+    wait_for: list[str] | None = None,
+    timeout_seconds: float = 120.0,
+    stall_seconds: float = 3.0,
+    experiment: str | None = None,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """Wait (at most `timeout_seconds`) until every condition in `wait_for` holds — any of
+    detected, isolated, interrupted, resumed (first training step after the fault's restart/stall),
+    returned (the faulted nodes are schedulable again) — then build the recovery timeline of this
+    run's faults from the fault ledger (injected / reverted), Prometheus (first firing sample of the
+    catalog alert of `fault_id`), the scheduler (drain/down and return, polled since the injection)
+    and the training events (interrupted, resumed, resumed-from step). Returns
+    `gpufleet.slo.Timeline` as JSON; the time-out is not an error: the timeline shows what happened."""
+    wait = list(wait_for if wait_for is not None else ["resumed"])
+    bad = sorted(set(wait) - set(WAIT_CONDITIONS))
+    if bad:
+        raise InvalidActivity(f"wait_for: unknown conditions {bad}; use {list(WAIT_CONDITIONS)}")
+    ctx = engine.context(configuration)
+    backend = ctx.backend()
+    records = _run_records(ctx)
+    if not records:
+        raise ActivityFailed("no fault of this run is in the ledger: nothing to build a timeline of")
+    fid = fault_id or next((r.fault_id for r in records if r.fault_id), None)
+    if fid is None:
+        raise InvalidActivity("recovery_timeline needs fault_id (no fault of this run names one)")
+    alert = None
+    fault_class = ctx.settings.fault_class
+    try:
+        f = ctx.catalog.get(fid)
+        alert = f.alert.name if f.alert else None
+        fault_class = fault_class or f.fault_class.value
+    except KeyError:
+        logger.warning(
+            "fault %s is not in the catalog: no alert to read, detection from the scheduler only", fid
+        )
+    if fault_class is None:
+        raise InvalidActivity(f"fault class unknown for {fid}: set configuration gpufleet_fault_class")
+    targets = set(nodes or [str(r.target["node"]) for r in records if r.target.get("node")])
+    watcher = engine.ensure_watcher(backend)
+    t0 = min(r.at for r in records)
+    url = backend.prometheus_url()
+    events_path = backend.workload_events()
+    deadline = time.monotonic() + max(0.0, timeout_seconds)
+
+    def gather(now: float) -> Timeline:
+        first_fire = None
+        if url and alert:
+            try:
+                first_fire = prometheus.alert_firing_since(url, alert, t0 - 1, now, 1.0)
+            except ActivityFailed as e:
+                logger.warning("alert source unreadable: %s", e)
+        events = read_jsonl(events_path) if events_path else None
+        facts = workload_facts(events, t0, stall_seconds) if events is not None else None
+        if facts is not None and facts.interrupted_at is None and events is not None:
+            st = stalled_now(events, now, stall_seconds)
+            if st is not None and st >= t0 - stall_seconds:
+                facts = type(facts)(
+                    st, None, facts.steps_at_fault, facts.checkpoint_step_at_fault, None, False
+                )
+        led = ctx.ledger
+        reverted = {r.id: t for r in records if (t := led.reverted_at(r.id)) is not None}
+        health = None
+        for tr in watcher.transitions():
+            if tr.node in targets and not tr.schedulable and tr.at >= t0 and tr.reason:
+                rt = tr.reason_time
+                health = (
+                    rt if rt is not None and t0 <= rt <= tr.at else tr.at,
+                    f"scheduler reason on {tr.node}: {tr.reason}",
+                )
+                break
+        total = (
+            sum(p.total_nodes for p in ctx.stack.node_pools) if ctx.stack else len(watcher.baseline()) or None
+        )
+        return build_timeline(
+            experiment or engine.RUN.experiment,
+            fid,
+            fault_class,
+            records,
+            reverted,
+            (min(watcher.snapshot()[0][0] if watcher.snapshot() else t0, t0), now),
+            alert,
+            first_fire,
+            health,
+            targets,
+            watcher.baseline(),
+            watcher.transitions(),
+            facts,
+            total,
+        )
+
+    while True:
+        now = time.time()
+        tl = gather(now)
+        have = {e.kind.value for e in tl.events}
+        if "returned" in wait:
+            latest = watcher.latest()
+            if targets and all(latest.get(n) is not None and latest[n].schedulable for n in targets):
+                have.add("returned")
+            else:
+                have.discard("returned")
+        if all(w in have for w in wait) or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    missing = [w for w in wait if w not in have]
+    if missing:
+        logger.warning("recovery_timeline: still waiting for %s after %g s", missing, timeout_seconds)
+    doc = tl.model_dump(mode="json")
+    with engine.RUN.lock:
+        engine.RUN.timelines.append(doc)
+    return doc
+
+
+def _budget(ctx: engine.Context, fault_class: str) -> Budget:
+    o = ctx.settings.budget_override
+    if o is not None:
+        if "detect_seconds" not in o or "recover_seconds" not in o:
+            raise InvalidActivity("gpufleet_budget_override needs detect_seconds and recover_seconds")
+        return Budget(o["detect_seconds"], o.get("isolate_seconds"), o["recover_seconds"])
+    if ctx.stack is None:
+        raise InvalidActivity(
+            "no stack (gpufleet_stack) and no gpufleet_budget_override: no budget to judge by"
+        )
+    from gpufleet.core.taxonomy import FaultClass
+
+    try:
+        b = ctx.stack.slos.budgets[FaultClass(fault_class)]
+    except (KeyError, ValueError):
+        raise InvalidActivity(
+            f"stack {ctx.settings.stack} has no slos.budgets entry for {fault_class}"
+        ) from None
+    return Budget(b.detect_seconds, b.isolate_seconds, b.recover_seconds)
+
+
+def recovery_within_budget(
+    expect_isolation: bool | None = True,
+    expect_interruption: bool = True,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> bool:
+    """The steady-state check that enforces the recovery budget: judges this run's latest recovery
+    timeline (gpufleet.slo.measure + judge) against the stack's budget for the experiment's fault
+    class (or `gpufleet_budget_override`). True only for a PASS; FAIL and UNKNOWN are False, so a
+    missed budget makes a plain `chaos run` deviate. Before any fault of this run (the hypothesis
+    before the method) there is nothing to judge and it is True."""
+    ctx = engine.context(configuration)
+    with engine.RUN.lock:
+        tl_doc = engine.RUN.timelines[-1] if engine.RUN.timelines else None
+    if tl_doc is None:
+        if not _run_records(ctx):
+            return True
+        raise ActivityFailed(
+            "faults were injected but no recovery timeline was built (run recovery_timeline)"
+        )
+    tl = Timeline.model_validate(tl_doc)
+    fault_class = ctx.settings.fault_class or tl.fault_class
+    verdict = judge(
+        measure(tl),
+        _budget(ctx, fault_class),
+        expect_isolation=expect_isolation,
+        expect_interruption=expect_interruption,
+    )
+    logger.info("gpufleet verdict: %s", json.dumps(verdict.to_dict(), default=str))
+    return verdict.outcome.value == "PASS"
+
+
+def capacity_during_fault(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """From this run's latest timeline: nodes in the cluster, most nodes unavailable at once, and
+    whether capacity was degraded (fewer schedulable nodes than the pools' non-spare node count)."""
+    ctx = engine.context(configuration)
+    with engine.RUN.lock:
+        tl_doc = engine.RUN.timelines[-1] if engine.RUN.timelines else None
+    if tl_doc is None or ctx.stack is None:
+        raise ActivityFailed("no timeline or no stack: capacity unknown")
+    tl = Timeline.model_validate(tl_doc)
+    points = sorted({s for iv in tl.nodes_unavailable.values() for s, _ in iv} | {tl.window_end})
+    worst = 0
+    for p in points:
+        n = sum(1 for iv in tl.nodes_unavailable.values() for s, e in iv if s <= p and (e is None or p < e))
+        worst = max(worst, n)
+    total = sum(p.total_nodes for p in ctx.stack.node_pools)
+    needed = sum(p.nodes for p in ctx.stack.node_pools)
+    return {
+        "nodes_total": total,
+        "nodes_needed": needed,
+        "max_unavailable": worst,
+        "min_schedulable": total - worst,
+        "degraded": total - worst < needed,
+        "isolated": sorted({e.node for e in tl.events if e.kind is EventKind.ISOLATED and e.node}),
+    }

@@ -1,0 +1,54 @@
+"""The game-day: run a suite of chaos experiments, judge each against the stack's recovery
+budgets, and write JSON / JUnit / HTML reports."""
+
+from gpufleet.gameday.evaluate import (
+    EXIT_CODES,
+    ExperimentResult,
+    Result,
+    budget_for,
+    default_expect_interruption,
+    default_expect_isolation,
+    evaluate,
+    suite_result,
+)
+from gpufleet.gameday.journal import TIMELINE_PROBE, JournalFacts, read_journal
+from gpufleet.gameday.report import SuiteRun, html_report, junit_xml, summary_dict, write_report
+from gpufleet.gameday.runner import GamedayOptions, Listener, plan, run_gameday, stack_budgets
+from gpufleet.gameday.suite import (
+    Expectations,
+    Experiment,
+    discover,
+    load_experiment,
+    parse_experiment,
+    select,
+)
+
+__all__ = [
+    "EXIT_CODES",
+    "TIMELINE_PROBE",
+    "Expectations",
+    "Experiment",
+    "ExperimentResult",
+    "GamedayOptions",
+    "JournalFacts",
+    "Listener",
+    "Result",
+    "SuiteRun",
+    "budget_for",
+    "default_expect_interruption",
+    "default_expect_isolation",
+    "discover",
+    "evaluate",
+    "html_report",
+    "junit_xml",
+    "load_experiment",
+    "parse_experiment",
+    "plan",
+    "read_journal",
+    "run_gameday",
+    "select",
+    "stack_budgets",
+    "suite_result",
+    "summary_dict",
+    "write_report",
+]

@@ -1,0 +1,89 @@
+"""Read a Chaos Toolkit journal: the recovery timeline, run status and rollback facts (pure).
+
+The experiment's method ends with a probe named `recovery-timeline` whose output is
+`Timeline.model_dump(mode="json")` (the contract with gpufleet.chaos). Journal fields follow
+conventions.md: `status` completed|failed|aborted|interrupted, `deviated`, `run[]`,
+`rollbacks[]`, each activity run with `activity`, `status`, `output`, `start`, `end`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpufleet.gameday.suite import BUDGET_PROBE
+from gpufleet.slo import Timeline
+
+TIMELINE_PROBE = "recovery-timeline"
+
+
+@dataclass(frozen=True)
+class JournalFacts:
+    status: str  # completed | failed | aborted | interrupted | missing
+    deviated: bool
+    timeline: Timeline | None
+    timeline_problem: str | None  # why there is no timeline
+    rollbacks_run: int
+    rollbacks_failed: tuple[str, ...]  # names of rollbacks whose status is not succeeded
+    failed_activities: tuple[str, ...]  # method activities that failed (name: error)
+    deviated_by: str | None = None  # the steady-state probe (after the method) that missed tolerance
+    deviated_by_budget: bool = False  # ...and it is the recovery-budget probe (judged again by us)
+
+
+def _name(run: Any) -> str:
+    activity = run.get("activity") if isinstance(run, dict) else None
+    return str(activity.get("name", "?")) if isinstance(activity, dict) else "?"
+
+
+def _deviation(journal: dict[str, Any]) -> tuple[str | None, bool]:
+    """chaoslib stops the hypothesis at the first probe that misses its tolerance
+    (chaoslib/hypothesis.py), so that probe is the last one recorded with tolerance_met false."""
+    after = (journal.get("steady_states") or {}).get("after") or {}
+    probes = [p for p in after.get("probes") or [] if isinstance(p, dict)]
+    missed = [p for p in probes if p.get("tolerance_met") is False]
+    if not missed:
+        return None, False
+    activity = missed[-1].get("activity") or {}
+    provider = activity.get("provider") or {} if isinstance(activity, dict) else {}
+    func = provider.get("func") if isinstance(provider, dict) else None
+    return _name(missed[-1]), func == BUDGET_PROBE
+
+
+def read_journal(journal: Any) -> JournalFacts:
+    if not isinstance(journal, dict):
+        return JournalFacts("missing", False, None, "no journal was written", 0, (), ())
+    runs = [r for r in journal.get("run") or [] if isinstance(r, dict)]
+    rollbacks = [r for r in journal.get("rollbacks") or [] if isinstance(r, dict)]
+    failed = tuple(
+        f"{_name(r)}: {str(r.get('exception') or r.get('output') or 'failed').strip()[:300]}"
+        for r in runs if r.get("status") != "succeeded"
+    )
+    timeline: Timeline | None = None
+    problem: str | None = None
+    probes = [r for r in runs if _name(r) == TIMELINE_PROBE]
+    if not probes:
+        problem = f"the journal has no {TIMELINE_PROBE!r} probe run (method did not reach it)"
+    else:
+        last = probes[-1]
+        if last.get("status") != "succeeded":
+            problem = f"the {TIMELINE_PROBE!r} probe failed: {str(last.get('exception') or '')[:300]}"
+        else:
+            try:
+                timeline = Timeline.model_validate(last.get("output"))
+            except ValidationError as e:
+                problem = f"the {TIMELINE_PROBE!r} output is not a Timeline: {e.error_count()} error(s), " \
+                    f"first: {e.errors()[0]['msg']}"
+    deviated_by, by_budget = _deviation(journal)
+    return JournalFacts(
+        status=str(journal.get("status", "missing")),
+        deviated=bool(journal.get("deviated", False)),
+        timeline=timeline,
+        timeline_problem=problem,
+        rollbacks_run=len(rollbacks),
+        rollbacks_failed=tuple(_name(r) for r in rollbacks if r.get("status") != "succeeded"),
+        failed_activities=failed,
+        deviated_by=deviated_by,
+        deviated_by_budget=by_budget,
+    )

@@ -1,0 +1,67 @@
+"""The single-file HTML report: a table of measured times against budgets and one embedded
+timeline plot per experiment (jinja2, autoescaped)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import jinja2
+
+from gpufleet.gameday.evaluate import ExperimentResult, Result
+from gpufleet.gameday.report.plots import timeline_png
+from gpufleet.gameday.report.summary import SuiteRun
+from gpufleet.slo import Check, Outcome
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    outcome: str  # CSS class: the check's outcome, "" when not judged
+
+
+@dataclass(frozen=True)
+class Row:
+    r: ExperimentResult
+    cells: tuple[Cell, ...]
+    return_text: str
+    lost_text: str
+    png: str
+
+
+def _cell(checks: dict[str, Check], name: str) -> Cell:
+    c = checks.get(name)
+    if c is None:
+        return Cell("not judged", "")
+    measured = "?" if c.measured is None else f"{c.measured:.1f}"
+    if c.budget is None:
+        text = measured if c.outcome is not Outcome.PASS or c.measured is not None else "stayed"
+    else:
+        text = f"{measured} / {c.budget:g}"
+    return Cell(text, c.outcome.value)
+
+
+def _row(r: ExperimentResult) -> Row:
+    checks = {c.name: c for c in r.checks}
+    m = r.measurement
+    ret = "-" if m is None or m.time_to_return is None else f"{m.time_to_return:.1f}"
+    lost = "-" if m is None or m.lost_steps is None else str(m.lost_steps)
+    cells = tuple(_cell(checks, n) for n in ("detect", "isolate", "recover"))
+    return Row(r, cells, ret, lost, timeline_png(r))
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("gpufleet.gameday", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def html_report(run: SuiteRun) -> str:
+    counts = {k.value: sum(1 for r in run.results if r.result is k) for k in Result}
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(run.started_at))
+    return _ENV.get_template("report.html.j2").render(
+        run=run, rows=[_row(r) for r in run.results], counts=counts, started=started
+    )

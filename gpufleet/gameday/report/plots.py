@@ -1,0 +1,77 @@
+"""One timeline plot per experiment, as a base64 PNG for the single-file HTML report.
+
+Uses matplotlib's object API with the Agg canvas (no pyplot, no global state, no display).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from gpufleet.gameday.evaluate import ExperimentResult
+from gpufleet.slo import EventKind
+
+_MARKS: tuple[tuple[EventKind, str, str], ...] = (
+    (EventKind.INJECTED, "fault", "#d62728"),
+    (EventKind.DETECTED, "detect", "#ff7f0e"),
+    (EventKind.ISOLATED, "isolate", "#9467bd"),
+    (EventKind.INTERRUPTED, "stall", "#7f7f7f"),
+    (EventKind.RESUMED, "resume", "#2ca02c"),
+    (EventKind.REVERTED, "revert", "#8c564b"),
+    (EventKind.RETURNED, "return", "#1f77b4"),
+)
+
+
+def _png(fig: Figure) -> str:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def timeline_png(r: ExperimentResult) -> str:
+    """Events relative to the injection (every occurrence; the measured first ones labelled),
+    budgets as dashed lines, node unavailability as bars."""
+    fig = Figure(figsize=(9.0, 2.8))
+    ax = fig.add_subplot(1, 1, 1)
+    tl, m = r.timeline, r.measurement
+    if tl is None or m is None or m.injected_at is None:
+        ax.set_axis_off()
+        reason = "no timeline" if tl is None else "no injection in the timeline"
+        ax.text(0.5, 0.5, f"{r.name}: {reason} - nothing to plot", ha="center", va="center")
+        return _png(fig)
+    t0 = m.injected_at
+    nodes = sorted(tl.nodes_unavailable)
+    for i, node in enumerate(nodes):
+        spans = [(a - t0, (tl.window_end if b is None else b) - a) for a, b in tl.nodes_unavailable[node]]
+        ax.broken_barh(spans, (i + 0.6, 0.8), facecolors="#c7c7c7")
+    top = len(nodes) + 1.5
+    first = {
+        EventKind.DETECTED: m.time_to_detect, EventKind.ISOLATED: m.time_to_isolate,
+        EventKind.RESUMED: m.time_to_recover, EventKind.RETURNED: m.time_to_return, EventKind.INJECTED: 0.0,
+    }
+    for kind, label, color in _MARKS:
+        times = [e.at - t0 for e in tl.events if e.kind is kind]
+        for x in times:
+            ax.axvline(x, color=color, alpha=0.35, linewidth=1)
+        at = first.get(kind, min(times) if times else None)
+        if at is not None:
+            ax.axvline(at, color=color, linewidth=2, label=f"{label} {at:+.1f} s")
+    if r.budget is not None:
+        for value, label in ((r.budget.detect_seconds, "detect budget"),
+                             (r.budget.isolate_seconds, "isolate budget"),
+                             (r.budget.recover_seconds, "recover budget")):
+            if value is not None:
+                ax.axvline(value, color="black", linestyle="--", linewidth=0.8)
+                ax.text(value, top, label, rotation=90, va="top", ha="right", fontsize=7)
+    ax.set_xlim(tl.window_start - t0, tl.window_end - t0)
+    ax.set_ylim(0, top)
+    ax.set_yticks([i + 1 for i in range(len(nodes))], nodes)
+    ax.set_xlabel("seconds from fault injection")
+    ax.set_title(f"{r.name} ({r.fault_class}) - {r.verdict.value}", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    fig.tight_layout()
+    return _png(fig)

@@ -1,0 +1,105 @@
+"""summary.json: the machine-readable game-day report.
+
+Stable keys read by other tools (the simulator calibrates detection/recovery from them):
+`experiments[].fault_class` and `experiments[].measured.{detect_seconds,isolate_seconds,
+recover_seconds}`. Seconds are from the fault's injection; null means not measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.gameday.evaluate import EXIT_CODES, ExperimentResult, Result, suite_result
+
+SCHEMA = "gpufleet.gameday/v1"
+_SUITE_OUTCOME = {Result.MET: "PASS", Result.MISSED: "FAIL", Result.UNJUDGED: "UNKNOWN"}
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    stack: str
+    backend: str
+    started_at: float  # Unix seconds
+    wall_seconds: float  # whole game-day, sandbox bring-up included
+    setup_seconds: float  # sandbox bring-up (0 when it was already up)
+    results: tuple[ExperimentResult, ...]
+    planned: tuple[str, ...] = ()  # the suite's experiment names, in order
+    interrupted: bool = False  # stopped (Ctrl-C) before every planned experiment ran
+
+    @property
+    def not_run(self) -> tuple[str, ...]:
+        ran = {r.name for r in self.results}
+        return tuple(n for n in self.planned if n not in ran)
+
+    @property
+    def result(self) -> Result:
+        judged = suite_result(list(self.results))
+        if self.not_run and judged is Result.MET:
+            return Result.UNJUDGED  # part of the suite never ran: nothing fake passes
+        return judged
+
+    @property
+    def outcome(self) -> str:
+        return _SUITE_OUTCOME[self.result]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.result]
+
+
+def experiment_dict(r: ExperimentResult) -> dict[str, Any]:
+    m = r.measurement
+    return {
+        "name": r.name,
+        "title": r.title,
+        "file": r.file,
+        "fault_id": r.fault_id,
+        "fault_class": r.fault_class,
+        "status": r.status,
+        "outcome": r.outcome.value,
+        "verdict": r.verdict.value,
+        "expected": r.expected.value,
+        "result": r.result.value,
+        "measured": {
+            "detect_seconds": m.time_to_detect if m else None,
+            "isolate_seconds": m.time_to_isolate if m else None,
+            "recover_seconds": m.time_to_recover if m else None,
+            "return_seconds": m.time_to_return if m else None,
+            "lost_steps": m.lost_steps if m else None,
+            "recovered": m.recovered if m else None,
+            "interrupted": m.interrupted if m else None,
+            "availability": m.availability if m else None,
+        },
+        "budget": None if r.budget is None else {
+            "detect_seconds": r.budget.detect_seconds,
+            "isolate_seconds": r.budget.isolate_seconds,
+            "recover_seconds": r.budget.recover_seconds,
+            "source": r.budget_source,
+        },
+        "checks": [c.to_dict() for c in r.checks],
+        "notes": list(r.notes),
+        "journal": r.journal,
+        "started_at": r.started_at,
+        "wall_seconds": r.wall_seconds,
+        "timeline": r.timeline.model_dump(mode="json") if r.timeline else None,
+    }
+
+
+def summary_dict(run: SuiteRun) -> dict[str, Any]:
+    counts = {k.value: sum(1 for r in run.results if r.result is k) for k in Result}
+    return {
+        "schema": SCHEMA,
+        "stack": run.stack,
+        "backend": run.backend,
+        "started_at": run.started_at,
+        "wall_seconds": run.wall_seconds,
+        "setup_seconds": run.setup_seconds,
+        "outcome": run.outcome,
+        "result": run.result.value,
+        "exit_code": run.exit_code,
+        "counts": counts,
+        "interrupted": run.interrupted,
+        "not_run": list(run.not_run),
+        "experiments": [experiment_dict(r) for r in run.results],
+    }

@@ -1,0 +1,288 @@
+"""Run a game-day: sandbox up if needed, one `chaos run` per experiment, judge, report.
+
+Each experiment runs as a `chaos run --rollback-strategy=always` subprocess (docs/gameday.md says
+why): the experiment runs exactly as a user's plain `chaos run` would, rollbacks are played even
+when the method fails or is interrupted, a hung experiment can be stopped without taking the
+game-day down, and the extension's signal handlers (Ctrl-C/SIGTERM revert) stay in their own
+process. Everything the runner does is bounded in time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.config import load_named_stack
+from gpufleet.core.sandbox_contract import SandboxState, read_state
+from gpufleet.gameday.evaluate import ExperimentResult, evaluate
+from gpufleet.gameday.journal import read_journal
+from gpufleet.gameday.report.summary import SuiteRun
+from gpufleet.gameday.suite import Experiment, discover, select
+from gpufleet.slo import Budget
+
+# SIGUSR1 makes chaostoolkit stop the run and play the rollbacks (conventions.md, Chaos Toolkit).
+STOP_WITH_ROLLBACKS = signal.SIGUSR1
+
+
+@dataclass(frozen=True)
+class GamedayOptions:
+    stack: str
+    backend: str = "sandbox"
+    experiments: tuple[str, ...] = ()
+    report_dir: Path = Path("reports/gameday")
+    keep_sandbox: bool = False
+    experiments_dir: Path = Path("experiments")
+    stacks_dir: Path = Path("stacks")
+    experiment_timeout_s: float = 300.0  # a single experiment, rollbacks included
+    rollback_grace_s: float = 90.0  # after SIGUSR1, time left for rollbacks before SIGTERM
+    sandbox_timeout_s: float = 600.0
+    settle_s: float = 2.0  # pause between experiments (lets the scrape/health loops see the revert)
+    # Undoes the fault ledger after a run that was killed or left no journal; () = `gpufleet chaos revert`.
+    revert_argv: tuple[str, ...] = ()
+    python: str = sys.executable
+    # The chaostoolkit CLI next to our interpreter; GPUFLEET_CHAOS_BIN points elsewhere.
+    chaos_bin: str = field(default_factory=lambda: _default_chaos_bin())
+
+
+def _default_chaos_bin() -> str:
+    return os.environ.get("GPUFLEET_CHAOS_BIN") or str(Path(sys.executable).parent / "chaos")
+
+
+class Listener:
+    """Progress callbacks; the CLI renders them with rich, tests record them."""
+
+    def suite_started(self, suite: list[Experiment]) -> None: ...
+    def sandbox(self, message: str) -> None: ...
+    def experiment_started(self, index: int, experiment: Experiment) -> None: ...
+    def tick(self, index: int, experiment: Experiment, elapsed_s: float) -> None: ...
+    def experiment_done(self, index: int, result: ExperimentResult) -> None: ...
+
+
+def stack_budgets(stack: str, stacks_dir: Path) -> dict[str, Budget]:
+    """The stack's slos.budgets as slo Budgets, keyed by fault-class value."""
+    spec = load_named_stack(stack, stacks_dir)
+    return {
+        fc.value: Budget(b.detect_seconds, b.isolate_seconds, b.recover_seconds)
+        for fc, b in spec.slos.budgets.items()
+    }
+
+
+# --------------------------------------------------------------------------- sandbox
+
+
+def _alive(pid: int, start_time: int) -> bool:
+    """The process still runs and is the same one (PID reuse, sandbox-notes.md pitfall 10)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2:].split()
+    return len(fields) > 19 and int(fields[19]) == start_time  # field 22 overall
+
+
+def sandbox_status(state: SandboxState) -> tuple[str, str]:
+    """("up" | "broken", why): broken = a state file whose run is not fully alive; it is torn
+    down before a fresh `up`."""
+    if state.phase != "up":
+        return "broken", f"sandbox {state.stack} is {state.phase}"
+    dead = [p.name for p in state.processes if not _alive(p.pid, p.start_time)]
+    if dead:
+        return "broken", f"sandbox {state.stack} has dead processes: {', '.join(dead[:5])}"
+    return "up", f"sandbox {state.stack} is up (run {state.run_id})"
+
+
+def _gpufleet(opts: GamedayOptions, *args: str) -> list[str]:
+    return [opts.python, "-m", "gpufleet.cli.main", *args]
+
+
+def ensure_sandbox(opts: GamedayOptions, listener: Listener) -> tuple[bool, float]:
+    """Bring the stack's sandbox up unless it already is. Returns (we brought it up, seconds)."""
+    try:
+        status, why = sandbox_status(read_state(opts.stack))
+    except (OSError, ValueError):
+        status, why = "absent", f"no sandbox state for {opts.stack}"
+    if status == "up":
+        listener.sandbox(why)
+        return False, 0.0
+    listener.sandbox(f"{why}: running `gpufleet sandbox up --stack {opts.stack}`")
+    t = time.monotonic()
+    if status == "broken":
+        subprocess.run(_gpufleet(opts, "sandbox", "down", "--stack", opts.stack),
+                       timeout=opts.sandbox_timeout_s, check=False)
+    proc = subprocess.run(_gpufleet(opts, "sandbox", "up", "--stack", opts.stack),
+                          timeout=opts.sandbox_timeout_s, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"`gpufleet sandbox up --stack {opts.stack}` failed (exit {proc.returncode}); "
+            "see its output above, and `gpufleet sandbox down --stack {opts.stack}` to clean up"
+        )
+    seconds = time.monotonic() - t
+    listener.sandbox(f"sandbox {opts.stack} up in {seconds:.1f} s")
+    return True, seconds
+
+
+def teardown_sandbox(opts: GamedayOptions, listener: Listener) -> None:
+    listener.sandbox(f"running `gpufleet sandbox down --stack {opts.stack}`")
+    subprocess.run(_gpufleet(opts, "sandbox", "down", "--stack", opts.stack),
+                   timeout=opts.sandbox_timeout_s, check=False)
+
+
+# --------------------------------------------------------------------------- one experiment
+
+
+def chaos_command(opts: GamedayOptions, experiment: Experiment, journal: Path, log: Path) -> list[str]:
+    """`chaos run` with rollbacks always played. `--var` overrides only keys the experiment
+    declares in its configuration (chaoslib.configuration.load_configuration), so stack and
+    backend also travel as environment variables (GPUFLEET_STACK, GPUFLEET_BACKEND) for
+    experiments that declare them as `{"type": "env"}`."""
+    cmd = [opts.chaos_bin, "--log-file", str(log), "run", "--rollback-strategy=always",
+           "--journal-path", str(journal)]
+    for key, value in (("gpufleet_stack", opts.stack), ("gpufleet_backend", opts.backend)):
+        if key in experiment.configuration:
+            cmd += ["--var", f"{key}={value}"]
+    return [*cmd, str(experiment.path)]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    journal: dict[str, Any] | None
+    error: str | None
+    wall_seconds: float
+
+
+def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> str:
+    """Stop a run that overstayed: SIGUSR1 (rollbacks played), then SIGTERM, then SIGKILL."""
+    for sig, wait in ((STOP_WITH_ROLLBACKS, grace_s), (signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            return "stopped"
+        try:
+            proc.wait(timeout=wait)
+            return f"stopped with {signal.Signals(sig).name}"
+        except subprocess.TimeoutExpired:
+            continue
+    return "could not be stopped"
+
+
+def run_one(
+    opts: GamedayOptions,
+    experiment: Experiment,
+    journal_path: Path,
+    log_path: Path,
+    tick: Callable[[float], None],
+    env: Mapping[str, str] | None = None,
+) -> RunOutcome:
+    cmd = chaos_command(opts, experiment, journal_path, log_path)
+    child_env = dict(env if env is not None else os.environ)
+    child_env.update({"GPUFLEET_STACK": opts.stack, "GPUFLEET_BACKEND": opts.backend})
+    journal_path.unlink(missing_ok=True)
+    t = time.monotonic()
+    error: str | None = None
+    with open(log_path.with_suffix(".out"), "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env)
+        try:
+            while proc.poll() is None:
+                elapsed = time.monotonic() - t
+                if elapsed > opts.experiment_timeout_s:
+                    how = _stop(proc, opts.rollback_grace_s)
+                    error = f"timed out after {opts.experiment_timeout_s:g} s and was {how}"
+                    if "SIGUSR1" not in how:
+                        error += f"; {_revert(opts)}"
+                    break
+                tick(elapsed)
+                time.sleep(0.5)
+        except BaseException:
+            # Ctrl-C reaches the child too (same process group); give its rollbacks time.
+            _stop(proc, opts.rollback_grace_s)
+            raise
+    wall = time.monotonic() - t
+    journal: dict[str, Any] | None = None
+    try:
+        loaded = json.loads(journal_path.read_text())
+        journal = loaded if isinstance(loaded, dict) else None
+    except (OSError, json.JSONDecodeError) as e:
+        # Nothing says the rollbacks ran: undo whatever the ledger still holds.
+        error = error or f"`chaos run` wrote no readable journal (exit {proc.returncode}): {e}"
+        error += f"; {_revert(opts)}"
+    return RunOutcome(journal, error, wall)
+
+
+def _revert(opts: GamedayOptions) -> str:
+    """Undo whatever the fault ledger still holds (the run was killed before its rollbacks)."""
+    argv = list(opts.revert_argv) or _gpufleet(opts, "chaos", "revert")
+    shown = "gpufleet chaos revert" if not opts.revert_argv else " ".join(argv)
+    try:
+        proc = subprocess.run(argv, timeout=120, check=False, capture_output=True)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"`{shown}` did not finish ({e}): run `gpufleet chaos revert` by hand"
+    if proc.returncode == 0:
+        return f"`{shown}` restored the ledger's faults"
+    return f"`{shown}` failed (exit {proc.returncode}): run `gpufleet chaos revert` by hand"
+
+
+# --------------------------------------------------------------------------- the suite
+
+
+def _ticker(listener: Listener, index: int, experiment: Experiment) -> Callable[[float], None]:
+    def tick(elapsed_s: float) -> None:
+        listener.tick(index, experiment, elapsed_s)
+
+    return tick
+
+
+def plan(opts: GamedayOptions) -> list[Experiment]:
+    return select(discover(opts.experiments_dir), opts.backend, list(opts.experiments) or None)
+
+
+def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> SuiteRun:
+    """Run the suite and return its judged results (the caller writes the report)."""
+    listener = listener or Listener()
+    started_at = time.time()
+    t = time.monotonic()
+    budgets = stack_budgets(opts.stack, opts.stacks_dir)
+    suite = plan(opts)
+    listener.suite_started(suite)
+    journals = opts.report_dir / "journals"
+    logs = opts.report_dir / "logs"
+    journals.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    brought_up, setup_s = (False, 0.0)
+    if opts.backend == "sandbox" and suite:
+        brought_up, setup_s = ensure_sandbox(opts, listener)
+    results: list[ExperimentResult] = []
+    interrupted = False
+    try:
+        for i, exp in enumerate(suite):
+            if i and opts.settle_s > 0:
+                time.sleep(opts.settle_s)
+            listener.experiment_started(i, exp)
+            run_started = time.time()
+            jpath, lpath = journals / f"{exp.name}.json", logs / f"{exp.name}.log"
+            outcome = run_one(opts, exp, jpath, lpath, _ticker(listener, i, exp))
+            result = evaluate(
+                exp, read_journal(outcome.journal), budgets,
+                journal=str(jpath.relative_to(opts.report_dir)) if outcome.journal is not None else None,
+                started_at=run_started, wall_seconds=outcome.wall_seconds, error=outcome.error,
+            )
+            results.append(result)
+            listener.experiment_done(i, result)
+    except KeyboardInterrupt:
+        # The running experiment was stopped with its rollbacks (run_one); report what ran.
+        interrupted = True
+    finally:
+        if brought_up and not opts.keep_sandbox:
+            teardown_sandbox(opts, listener)
+    return SuiteRun(
+        stack=opts.stack, backend=opts.backend, started_at=started_at,
+        wall_seconds=time.monotonic() - t, setup_seconds=setup_s, results=tuple(results),
+        planned=tuple(e.name for e in suite), interrupted=interrupted,
+    )

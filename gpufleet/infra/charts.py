@@ -1,0 +1,110 @@
+"""Every Helm chart and container image the platform installs, pinned, in one table.
+
+A chart without a version silently upgrades on the next `pulumi up`; for operators that manage
+drivers and RDMA that is an outage (conventions.md: hooks and chart defaults have torn RDMA down on
+upgrade before). Versions are the published release tags as of the project's first release; bump
+them here, in one reviewed place. The unit tests and the policy pack reject any release without a
+version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+
+@dataclass(frozen=True)
+class ChartRef:
+    """Where a chart is published and which version we install."""
+
+    chart: str  # chart name, or a full `oci://` reference
+    version: str
+    namespace: str
+    repo: str | None = None  # classic Helm repository URL; None for OCI charts
+
+    @property
+    def is_oci(self) -> bool:
+        return self.chart.startswith("oci://")
+
+
+# Coordinates as published (conventions.md, "Charts and CRs").
+CHARTS: dict[str, ChartRef] = {
+    # NGC Helm repo `nvidia`: https://helm.ngc.nvidia.com/nvidia
+    "gpu-operator": ChartRef("gpu-operator", "v25.3.0", "gpu-operator", "https://helm.ngc.nvidia.com/nvidia"),
+    "network-operator": ChartRef(
+        "network-operator", "25.4.0", "nvidia-network-operator", "https://helm.ngc.nvidia.com/nvidia"
+    ),
+    # AMD GPU Operator: https://rocm.github.io/gpu-operator (chart `gpu-operator-charts`).
+    "amd-gpu-operator": ChartRef(
+        "gpu-operator-charts", "v1.2.0", "kube-amd-gpu", "https://rocm.github.io/gpu-operator"
+    ),
+    # AWS EKS charts: https://aws.github.io/eks-charts
+    "aws-efa-k8s-device-plugin": ChartRef(
+        "aws-efa-k8s-device-plugin", "v0.5.6", "kube-system", "https://aws.github.io/eks-charts"
+    ),
+    "juicefs-csi-driver": ChartRef(
+        "juicefs-csi-driver", "0.28.2", "kube-system", "https://juicedata.github.io/charts/"
+    ),
+    "rook-ceph": ChartRef("rook-ceph", "v1.17.4", "rook-ceph", "https://charts.rook.io/release"),
+    "kube-prometheus-stack": ChartRef(
+        "kube-prometheus-stack", "72.6.2", "monitoring", "https://prometheus-community.github.io/helm-charts"
+    ),
+    "volcano": ChartRef("volcano", "1.12.1", "volcano-system", "https://volcano-sh.github.io/helm-charts"),
+    "kueue": ChartRef("oci://registry.k8s.io/kueue/charts/kueue", "0.12.3", "kueue-system"),
+    "slurm-operator": ChartRef("oci://ghcr.io/slinkyproject/charts/slurm-operator", "0.3.0", "slinky"),
+    "slurm": ChartRef("oci://ghcr.io/slinkyproject/charts/slurm", "0.3.0", "slurm"),
+    "node-problem-detector": ChartRef(
+        "node-problem-detector", "2.3.14", "kube-system", "https://charts.deliveryhero.io/"
+    ),
+    "nvsentinel": ChartRef("oci://ghcr.io/nvidia/nvsentinel", "v0.6.0", "nvsentinel"),
+}
+
+# Versions of what the operators above install on the nodes (not charts, but just as pinned).
+# NVIDIA data-center driver branch 570 is the default of GPU Operator v25.3 (its release notes).
+NVIDIA_DRIVER_VERSION = "570.124.06"
+# DOCA-OFED driver container and RDMA device plugins deployed through the NicClusterPolicy.
+DOCA_DRIVER = ("nvcr.io/nvidia/mellanox", "doca-driver", "25.04-0.6.1.0-2")
+RDMA_SHARED_DEVICE_PLUGIN = ("ghcr.io/mellanox", "k8s-rdma-shared-dev-plugin", "v1.5.3")
+SRIOV_DEVICE_PLUGIN = ("ghcr.io/k8snetworkplumbingwg", "sriov-network-device-plugin", "v3.9.0")
+MULTUS = ("ghcr.io/k8snetworkplumbingwg", "multus-cni", "v4.1.0")
+CNI_PLUGINS = ("ghcr.io/k8snetworkplumbingwg", "plugins", "v1.5.0")
+IPOIB_CNI = ("ghcr.io/mellanox", "ipoib-cni", "v1.2.1")
+WHEREABOUTS = ("ghcr.io/k8snetworkplumbingwg", "whereabouts", "v0.7.0")
+AMD_DRIVER_VERSION = "6.3.3"  # ROCm release whose amdgpu driver the DeviceConfig builds
+ASCEND_DEVICE_PLUGIN_IMAGE = "swr.cn-south-1.myhuaweicloud.com/ascendhub/ascend-k8sdeviceplugin:v6.0.0"
+CEPH_IMAGE = "quay.io/ceph/ceph:v19.2.2"
+
+
+def image_fields(image: tuple[str, str, str]) -> dict[str, str]:
+    """The repository / image / version triple as the Network Operator's CRs spell it."""
+    repository, name, version = image
+    return {"repository": repository, "image": name, "version": version}
+
+
+def helm_release(
+    resource_name: str,
+    key: str,
+    values: Mapping[str, Any],
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None = None,
+) -> k8s.helm.v3.Release:
+    """A Helm release of the pinned chart `key` (a key of CHARTS), named after the chart so that
+    `helm list` shows what users expect."""
+    ref = CHARTS[key]
+    return k8s.helm.v3.Release(
+        resource_name,
+        chart=ref.chart,
+        version=ref.version,
+        name=key,
+        namespace=ref.namespace,
+        create_namespace=True,
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=ref.repo) if ref.repo else None,
+        values=dict(values),
+        # Wait for the chart's workloads so CRs applied after it find their CRDs and webhooks.
+        skip_await=False,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on or []),
+    )

@@ -1,0 +1,130 @@
+"""GPU software per vendor present in the stack: NVIDIA GPU Operator, AMD GPU Operator with its
+DeviceConfig, the Ascend device plugin.
+
+GPU Operator values (its chart's values.yaml, conventions.md): `driver.version` pinned,
+`driver.rdma.enabled` for GPUDirect RDMA when the fabric is InfiniBand/RoCE, an upgrade policy that
+drains one node at a time, `dcgmExporter.serviceMonitor` on so kube-prometheus-stack scrapes DCGM.
+AMD: `amd.com/v1alpha1 DeviceConfig` selecting nodes by NFD's `feature.node.kubernetes.io/amd-gpu`.
+Ascend: the MindCluster device plugin as a DaemonSet on nodes labelled `accelerator:
+huawei-Ascend910` (the labels the Ascend tooling uses; there is no published Helm chart for it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from gpufleet.config import FabricKind, Vendor
+from gpufleet.infra.charts import (
+    AMD_DRIVER_VERSION,
+    ASCEND_DEVICE_PLUGIN_IMAGE,
+    CHARTS,
+    NVIDIA_DRIVER_VERSION,
+    helm_release,
+)
+from gpufleet.infra.common import MANAGED_BY, child
+
+
+@dataclass(frozen=True)
+class GpuSoftwareArgs:
+    vendors: frozenset[Vendor]
+    fabric_kind: FabricKind
+    dcgm_scrape_interval: str
+    tolerations: list[dict[str, str]] = field(default_factory=list)  # the GPU pools' taints
+    mig_strategy: str = "single"
+
+
+def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
+    rdma = args.fabric_kind in (FabricKind.INFINIBAND, FabricKind.ROCE)
+    return {
+        "driver": {
+            "enabled": True,
+            "version": NVIDIA_DRIVER_VERSION,
+            # GPUDirect RDMA through the DOCA/MOFED driver the Network Operator installs.
+            "rdma": {"enabled": rdma, "useHostMofed": False},
+            "upgradePolicy": {
+                "autoUpgrade": True,
+                "maxParallelUpgrades": 1,
+                "maxUnavailable": 1,
+                "drain": {"enable": True, "force": False, "timeoutSeconds": 600},
+            },
+        },
+        "mig": {"strategy": args.mig_strategy},
+        "dcgmExporter": {
+            "enabled": True,
+            "serviceMonitor": {"enabled": True, "interval": args.dcgm_scrape_interval},
+        },
+        "gdrcopy": {"enabled": rdma},
+        "cdi": {"enabled": True},
+        "daemonsets": {"tolerations": args.tolerations},
+    }
+
+
+def amd_device_config_spec() -> dict[str, Any]:
+    return {
+        "driver": {"enable": True, "version": AMD_DRIVER_VERSION},
+        "devicePlugin": {"enableNodeLabeller": True},
+        "metricsExporter": {"enable": True, "serviceType": "ClusterIP", "port": 5000},
+        "selector": {"feature.node.kubernetes.io/amd-gpu": "true"},
+    }
+
+
+def ascend_daemonset_spec(tolerations: list[dict[str, str]]) -> dict[str, Any]:
+    labels = {"app": "ascend-device-plugin"}
+    host = [("device-plugin", "/var/lib/kubelet/device-plugins"), ("log", "/var/log/mindx-dl/devicePlugin"),
+            ("driver", "/usr/local/Ascend/driver")]
+    return {
+        "selector": {"matchLabels": labels},
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "nodeSelector": {"accelerator": "huawei-Ascend910"},
+                "tolerations": tolerations,
+                "priorityClassName": "system-node-critical",
+                "containers": [{
+                    "name": "device-plugin",
+                    "image": ASCEND_DEVICE_PLUGIN_IMAGE,
+                    "command": ["/bin/bash", "-c", "device-plugin -useAscendDocker=false -volcanoType=true"],
+                    "securityContext": {"privileged": True},
+                    "volumeMounts": [{"name": n, "mountPath": p} for n, p in host],
+                }],
+                "volumes": [{"name": n, "hostPath": {"path": p}} for n, p in host],
+            },
+        },
+    }
+
+
+class GpuSoftware(pulumi.ComponentResource):
+    """Device drivers, device plugins and GPU telemetry for every vendor in the stack."""
+
+    def __init__(self, name: str, args: GpuSoftwareArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:gpu:GpuSoftware", name, None, opts)
+        installed: list[str] = []
+        if Vendor.NVIDIA in args.vendors:
+            self.gpu_operator = helm_release(f"{name}-gpu-operator", "gpu-operator", gpu_operator_values(args), self)
+            installed.append("gpu-operator")
+        if Vendor.AMD in args.vendors:
+            self.amd_operator = helm_release(f"{name}-amd-gpu-operator", "amd-gpu-operator", {}, self)
+            self.device_config = k8s.apiextensions.CustomResource(
+                f"{name}-amd-deviceconfig",
+                api_version="amd.com/v1alpha1",
+                kind="DeviceConfig",
+                metadata={"name": "gpufleet", "namespace": CHARTS["amd-gpu-operator"].namespace},
+                spec=amd_device_config_spec(),
+                opts=child(self, [self.amd_operator]),
+            )
+            installed.append("amd-gpu-operator")
+        if Vendor.HUAWEI in args.vendors:
+            self.ascend_plugin = k8s.apps.v1.DaemonSet(
+                f"{name}-ascend-device-plugin",
+                metadata={"name": "ascend-device-plugin", "namespace": "kube-system", "labels": MANAGED_BY},
+                spec=ascend_daemonset_spec(args.tolerations),  # type: ignore[arg-type]
+                opts=child(self),
+            )
+            installed.append("ascend-device-plugin")
+        self.installed = pulumi.Output.from_input(installed)
+        self.register_outputs({"installed": self.installed})

@@ -1,0 +1,148 @@
+"""Checkpoint storage: JuiceFS CSI (+ its Secret and StorageClass) and Rook-Ceph (operator,
+CephCluster, block pools, object store).
+
+JuiceFS CSI (juicedata docs, "Create a StorageClass"): the volume credentials live in a Secret with
+keys `name`, `metaurl`, `storage`, `bucket`, `access-key`, `secret-key`, referenced by the
+StorageClass through the `csi.storage.k8s.io/*-secret-*` parameters; `cache-size` is in MiB.
+Rook (CephCluster CRD docs): odd mon count, `mgr.count` <= 2, `network.provider` host|multus,
+`disruptionManagement.managePodBudgets` so node drains never take more OSDs than the pools tolerate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from gpufleet.config.model import CephSpec, JuiceFsSpec, StorageSpec
+from gpufleet.infra.charts import CEPH_IMAGE, CHARTS, helm_release
+from gpufleet.infra.common import MANAGED_BY, child, secret_input
+
+JUICEFS_PROVISIONER = "csi.juicefs.com"
+
+
+@dataclass(frozen=True)
+class StorageArgs:
+    storage: StorageSpec
+
+
+def juicefs_secret_name(js: JuiceFsSpec) -> str:
+    return f"juicefs-{js.name}"
+
+
+def juicefs_secret_data(js: JuiceFsSpec) -> dict[str, pulumi.Input[str]]:
+    """The Secret's string data: credentials as Pulumi secrets, the rest plain."""
+    data: dict[str, pulumi.Input[str]] = {
+        "name": js.name,
+        "metaurl": secret_input(js.meta_url),
+        "storage": js.storage,
+        "bucket": js.bucket,
+    }
+    if js.access_key is not None:
+        data["access-key"] = secret_input(js.access_key)
+    if js.secret_key is not None:
+        data["secret-key"] = secret_input(js.secret_key)
+    return data
+
+
+def juicefs_storage_class_parameters(js: JuiceFsSpec, namespace: str) -> dict[str, str]:
+    secret = juicefs_secret_name(js)
+    return {
+        "csi.storage.k8s.io/provisioner-secret-name": secret,
+        "csi.storage.k8s.io/provisioner-secret-namespace": namespace,
+        "csi.storage.k8s.io/node-publish-secret-name": secret,
+        "csi.storage.k8s.io/node-publish-secret-namespace": namespace,
+    }
+
+
+def ceph_cluster_spec(ceph: CephSpec) -> dict[str, Any]:
+    storage: dict[str, Any] = {"useAllNodes": not ceph.osd_node_selector, "useAllDevices": False,
+                               "deviceFilter": ceph.osd_devices_filter}
+    placement: dict[str, Any] = {}
+    if ceph.osd_node_selector:
+        placement["osd"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": k, "operator": "In", "values": [v]} for k, v in sorted(ceph.osd_node_selector.items())
+            ]}]}}}
+        storage["useAllNodes"] = True  # every node the placement admits; OSDs land only there
+    return {
+        "cephVersion": {"image": CEPH_IMAGE},
+        "dataDirHostPath": "/var/lib/rook",
+        "mon": {"count": ceph.mons, "allowMultiplePerNode": False},
+        "mgr": {"count": ceph.mgrs},
+        "network": {"provider": ceph.network_provider},
+        "storage": storage,
+        "placement": placement,
+        "disruptionManagement": {"managePodBudgets": True},
+        "dashboard": {"enabled": True},
+        "monitoring": {"enabled": True},
+    }
+
+
+def ceph_object_store_spec(ceph: CephSpec) -> dict[str, Any]:
+    replicas = max(p.replicas for p in ceph.pools)
+    domain = ceph.pools[0].failure_domain
+    return {
+        "metadataPool": {"failureDomain": domain, "replicated": {"size": replicas}},
+        "dataPool": {"failureDomain": domain, "replicated": {"size": replicas}},
+        "preservePoolsOnDelete": True,  # checkpoints outlive a mistaken `pulumi destroy`
+        "gateway": {"port": 80, "instances": 2},
+    }
+
+
+class Storage(pulumi.ComponentResource):
+    """JuiceFS and/or Rook-Ceph, as the stack declares."""
+
+    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:storage:Storage", name, None, opts)
+        st = args.storage
+        classes: list[str] = []
+        if st.ceph is not None:
+            ns = CHARTS["rook-ceph"].namespace
+            self.rook = helm_release(f"{name}-rook-ceph", "rook-ceph", {"monitoring": {"enabled": True}}, self)
+            self.ceph_cluster = k8s.apiextensions.CustomResource(
+                f"{name}-ceph-cluster", api_version="ceph.rook.io/v1", kind="CephCluster",
+                metadata={"name": "rook-ceph", "namespace": ns, "labels": MANAGED_BY},
+                spec=ceph_cluster_spec(st.ceph), opts=child(self, [self.rook]),
+            )
+            for pool in st.ceph.pools:
+                k8s.apiextensions.CustomResource(
+                    f"{name}-pool-{pool.name}", api_version="ceph.rook.io/v1", kind="CephBlockPool",
+                    metadata={"name": pool.name, "namespace": ns, "labels": MANAGED_BY},
+                    spec={"failureDomain": pool.failure_domain, "replicated": {"size": pool.replicas}},
+                    opts=child(self, [self.ceph_cluster]),
+                )
+            if st.ceph.object_store is not None:
+                k8s.apiextensions.CustomResource(
+                    f"{name}-object-store-{st.ceph.object_store}", api_version="ceph.rook.io/v1",
+                    kind="CephObjectStore",
+                    metadata={"name": st.ceph.object_store, "namespace": ns, "labels": MANAGED_BY},
+                    spec=ceph_object_store_spec(st.ceph), opts=child(self, [self.ceph_cluster]),
+                )
+        if st.juicefs is not None:
+            js = st.juicefs
+            ns = CHARTS["juicefs-csi-driver"].namespace
+            self.juicefs_csi = helm_release(
+                f"{name}-juicefs-csi", "juicefs-csi-driver", {"mountMode": js.mount_mode}, self
+            )
+            self.juicefs_secret = k8s.core.v1.Secret(
+                f"{name}-juicefs-secret",
+                metadata={"name": juicefs_secret_name(js), "namespace": ns,
+                          "labels": {**MANAGED_BY, "juicefs.com/validate-secret": "true"}},
+                string_data=juicefs_secret_data(js),
+                opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["data", "stringData"]),
+            )
+            self.juicefs_class = k8s.storage.v1.StorageClass(
+                f"{name}-juicefs-sc",
+                metadata={"name": f"juicefs-{js.name}", "labels": MANAGED_BY},
+                provisioner=JUICEFS_PROVISIONER,
+                parameters=juicefs_storage_class_parameters(js, ns),
+                reclaim_policy="Retain",  # deleting a claim must not delete checkpoints
+                mount_options=[f"cache-dir={js.cache_dir}", f"cache-size={js.cache_size_gib * 1024}"],
+                opts=child(self, [self.juicefs_csi, self.juicefs_secret]),
+            )
+            classes.append(f"juicefs-{js.name}")
+        self.storage_classes = classes
+        self.register_outputs({"storageClasses": classes, "checkpoint": st.checkpoint.location})

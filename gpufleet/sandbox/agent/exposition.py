@@ -1,0 +1,121 @@
+"""Metric families the agent publishes (pure: state in, prometheus_client families out).
+
+GPU metrics use dcgm-exporter's names and labels (gpu, UUID, device, modelName, Hostname,
+pci_bus_id). dcgm-exporter writes its counters WITHOUT a `_total` suffix (e.g.
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, DCGM_FI_DEV_PCIE_REPLAY_COUNTER); prometheus_client's text writer
+always appends `_total` to a counter family's TYPE line, so those families are exposed untyped to
+keep the exact sample names dashboards and the catalog's alerts use (rate()/increase() work the
+same on untyped series). Fabric metrics are node_exporter's (netclass + netdev collectors) plus an
+InfiniBand-style port state derived from the same kernel state, so IB rules work on veth links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpufleet.sandbox.agent import fields as F
+from gpufleet.sandbox.agent.fabric import (
+    IB_PHYS_DISABLED,
+    IB_PHYS_LINKUP,
+    IB_STATE_ACTIVE,
+    IB_STATE_DOWN,
+    STAT_METRICS,
+    LinkStats,
+)
+from gpufleet.sandbox.agent.state import AgentState
+
+DCGM_LABELS = ["gpu", "UUID", "device", "pci_bus_id", "modelName", "Hostname"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    state: AgentState
+    model_name: str
+    busy_gpus: frozenset[int]  # GPUs with a live training rank registered
+    links: Sequence[LinkStats]
+
+
+def gpu_values(snap: Snapshot, gpu: int) -> dict[int, float]:
+    """Every published field of one GPU: baseline (idle or busy) overridden by injected values."""
+    g = snap.state.gpus[gpu]
+    busy = gpu in snap.busy_gpus and not (g.fault is not None and g.fault.fatal)
+    out = {fid: (spec.busy if busy else spec.idle) for fid, spec in F.FIELDS.items()}
+    # Small per-GPU spread so the GPUs are distinguishable on a dashboard (deterministic).
+    out[F.GPU_TEMP] += gpu % 4
+    out.update(g.fields)
+    return out
+
+
+def _dcgm_labels(snap: Snapshot, gpu: int) -> list[str]:
+    bus = F.pci_bus_id(gpu)  # 0000:18:00 -> dcgm-exporter's 00000000:18:00.0
+    return [str(gpu), F.gpu_uuid(snap.state.node, gpu), f"nvidia{gpu}", f"0000{bus}.0", snap.model_name,
+            snap.state.node]
+
+
+def families(snap: Snapshot) -> list[Metric]:
+    out: list[Metric] = []
+    per_gpu = [gpu_values(snap, g.index) for g in snap.state.gpus]
+    for fid, spec in F.FIELDS.items():
+        fam: Metric
+        if spec.kind == "gauge":
+            fam = GaugeMetricFamily(spec.metric, spec.help, labels=DCGM_LABELS)
+            for g in snap.state.gpus:
+                fam.add_metric(_dcgm_labels(snap, g.index), per_gpu[g.index][fid])
+        else:
+            fam = Metric(spec.metric, spec.help, "unknown")
+            for g in snap.state.gpus:
+                fam.add_sample(spec.metric, dict(zip(DCGM_LABELS, _dcgm_labels(snap, g.index), strict=True)),
+                               per_gpu[g.index][fid])
+        out.append(fam)
+    xc = Metric(F.XID_COUNT_METRIC, "Count of XID errors since the last GPU reset, by XID.", "unknown")
+    for g in snap.state.gpus:
+        for xid, n in sorted(g.xid_counts.items()):
+            labels = dict(zip(DCGM_LABELS, _dcgm_labels(snap, g.index), strict=True))
+            xc.add_sample(F.XID_COUNT_METRIC, {**labels, "xid": str(xid)}, float(n))
+    out.append(xc)
+    out += link_families(snap.links)
+    return out
+
+
+def link_families(links: Iterable[LinkStats]) -> list[Metric]:
+    links = list(links)
+    up = GaugeMetricFamily("node_network_up", "Value is 1 if operstate is 'up', 0 otherwise.",
+                           labels=["device"])
+    present = GaugeMetricFamily("gpufleet_agent_fabric_interface_present",
+                                "1 if the configured fabric interface exists in the node's namespace.",
+                                labels=["device"])
+    carrier = CounterMetricFamily("node_network_carrier_changes_total",
+                                  "Network device property: carrier_changes_total", labels=["device"])
+    stats = {
+        f: CounterMetricFamily(m, f"Network device statistic {f}.", labels=["device"])
+        for f, m in STAT_METRICS.items()
+    }
+    ib = GaugeMetricFamily("node_infiniband_state_id",
+                           "State of the port (1 DOWN, 4 ACTIVE), derived from the fabric link state.",
+                           labels=["device", "port"])
+    ibp = GaugeMetricFamily("node_infiniband_physical_state_id",
+                            "Physical state of the port (3 Disabled, 5 LinkUp), derived from the link state.",
+                            labels=["device", "port"])
+    for link in links:
+        up.add_metric([link.ifname], 1.0 if link.up else 0.0)
+        present.add_metric([link.ifname], 1.0 if link.present else 0.0)
+        carrier.add_metric([link.ifname], float(link.carrier_changes))
+        for f, fam in stats.items():
+            fam.add_metric([link.ifname], float(link.stats.get(f, 0)))
+        ib.add_metric([link.ifname, "1"], float(IB_STATE_ACTIVE if link.up else IB_STATE_DOWN))
+        ibp.add_metric([link.ifname, "1"], float(IB_PHYS_LINKUP if link.up else IB_PHYS_DISABLED))
+    return [up, present, carrier, *stats.values(), ib, ibp]
+
+
+class AgentCollector(Collector):
+    """prometheus_client custom collector: one fresh snapshot per scrape."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        return families(self._snapshot())

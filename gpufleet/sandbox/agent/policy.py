@@ -1,0 +1,99 @@
+"""Which injected values are GPU faults, and which of them are fatal to the process using the GPU.
+
+"Fatal" comes from the catalog, never from a list here: a fault is fatal when its action isolates
+the node (reset-gpu and above on the ladder) or when DCGM's health watch reports FAIL for it
+(gpu-faults.md: XIDs 48, 74, 79, 95, 119, 120, 140 are always FAIL). XIDs the catalog does not know
+are reported but not fatal.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpufleet.catalog import Catalog, Fault
+from gpufleet.sandbox.agent import fields as F
+
+# CUDA runtime error strings (cudaGetErrorString) a process sees when its GPU fails this way.
+_LAUNCH_FAILURE = "unspecified launch failure"  # cudaErrorLaunchFailure (719)
+_ECC = "uncorrectable ECC error encountered"  # cudaErrorECCUncorrectable (214)
+_ILLEGAL_ADDRESS = "an illegal memory access was encountered"  # cudaErrorIllegalAddress (700)
+
+_XID_CUDA_ERROR = {31: _ILLEGAL_ADDRESS, 48: _ECC, 63: _ECC, 64: _ECC, 94: _ECC, 95: _ECC}
+_ECC_FIELDS = {
+    F.ECC_SBE_VOL_TOTAL, F.ECC_DBE_VOL_TOTAL, F.ECC_DBE_AGG_TOTAL, F.UNCORRECTABLE_REMAPPED_ROWS,
+    F.CORRECTABLE_REMAPPED_ROWS, F.ROW_REMAP_FAILURE, F.ROW_REMAP_PENDING,
+}
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
+}
+
+
+@dataclass(frozen=True)
+class GpuFault:
+    """A fault the agent holds for one GPU until it is cleared (GPU reset / node reboot)."""
+
+    fatal: bool
+    fault_id: str | None
+    xid: int | None
+    title: str
+    error: str  # what a CUDA process on this GPU fails with
+
+
+def is_fatal(fault: Fault) -> bool:
+    return fault.action.isolates_node or fault.dcgm_health == "FAIL"
+
+
+def classify_xid(xid: int, catalog: Catalog) -> GpuFault:
+    fault = catalog.by_xid().get(xid)
+    title = fault.title if fault else f"Xid {xid}"
+    cuda = _XID_CUDA_ERROR.get(xid, _LAUNCH_FAILURE)
+    return GpuFault(
+        fatal=fault is not None and is_fatal(fault),
+        fault_id=fault.id if fault else None,
+        xid=xid,
+        title=title,
+        error=f"CUDA error: {cuda} (Xid {xid}: {title})",
+    )
+
+
+def classify_field(field_id: int, value: float, catalog: Catalog) -> GpuFault | None:
+    """The catalog fault a non-XID field value matches (its `dcgm-field` health check), if any.
+
+    When several match, the one highest on the remediation ladder wins."""
+    matches = [
+        f for f in catalog
+        if f.health_check is not None
+        and f.health_check.source == "dcgm-field"
+        and f.health_check.field_id == field_id
+        and f.health_check.threshold is not None
+        and _OPS[f.health_check.op](value, f.health_check.threshold)
+    ]
+    if not matches:
+        return None
+    fault = max(matches, key=lambda f: (is_fatal(f), f.action.rank))
+    cuda = _ECC if field_id in _ECC_FIELDS else _LAUNCH_FAILURE
+    metric = F.FIELDS[field_id].metric if field_id in F.FIELDS else f"field {field_id}"
+    return GpuFault(
+        fatal=is_fatal(fault),
+        fault_id=fault.id,
+        xid=fault.xid,
+        title=fault.title,
+        error=f"CUDA error: {cuda} ({fault.title}: {metric}={value:g})",
+    )
+
+
+def worse(a: GpuFault | None, b: GpuFault | None) -> GpuFault | None:
+    """The fault to keep when a GPU already holds `a` and `b` arrives: a fatal fault is never
+    replaced by a non-fatal one (an XID 45 after an XID 79 leaves the GPU dead); otherwise the
+    newer one is kept."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if a.fatal and not b.fatal:
+        return a
+    if a.fatal and b.fatal:
+        return a  # the first fatal fault is what broke the GPU
+    return b

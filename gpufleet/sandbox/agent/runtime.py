@@ -1,0 +1,161 @@
+"""The running agent: holds the state behind a lock, persists it, and writes the files other
+processes read (gpu-health.json for training ranks, the kernel log for log-based monitors).
+
+Files under --state-dir:
+  agent-state.json   injected state (survives an agent restart)
+  gpu-health.json    {"node", "gpus": {"<i>": {"fatal", "xid", "fault_id", "since", "error"}}}
+  procs/gpu<i>.json  written by a training rank using GPU i: {"pid", "name"} (busy GPU, kmsg pid)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpufleet.catalog import Catalog
+from gpufleet.sandbox.agent import fields as F
+from gpufleet.sandbox.agent import kmsg
+from gpufleet.sandbox.agent.exposition import Snapshot
+from gpufleet.sandbox.agent.fabric import SYS_CLASS_NET, read_link
+from gpufleet.sandbox.agent.state import (
+    AgentState,
+    Injection,
+    clear,
+    from_json,
+    health_doc,
+    initial_state,
+    inject,
+    to_json,
+    write_json_atomic,
+)
+
+log = logging.getLogger("gpufleet.sandbox.agent")
+
+STATE_FILE = "agent-state.json"
+HEALTH_FILE = "gpu-health.json"
+PROCS_DIR = "procs"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        node: str,
+        gpus: int,
+        model_name: str,
+        state_dir: Path,
+        kernel_log: Path,
+        fabric_ifnames: Sequence[str],
+        catalog: Catalog,
+        clock: Callable[[], float] = time.time,
+        sys_class_net: Path = SYS_CLASS_NET,
+    ) -> None:
+        self.node, self.gpus, self.model_name = node, gpus, model_name
+        self.state_dir, self.kernel_log = state_dir, kernel_log
+        self.fabric_ifnames = list(fabric_ifnames)
+        self.catalog, self.clock, self.sys_class_net = catalog, clock, sys_class_net
+        self._lock = threading.Lock()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        (state_dir / PROCS_DIR).mkdir(exist_ok=True)
+        kernel_log.parent.mkdir(parents=True, exist_ok=True)
+        kernel_log.touch(exist_ok=True)
+        self.state = self._load()
+        self._persist()
+
+    def _load(self) -> AgentState:
+        path = self.state_dir / STATE_FILE
+        now = self.clock()
+        if path.exists():
+            try:
+                state = from_json(json.loads(path.read_text()), self.node, self.gpus, now)
+                log.info("restored injected state from %s", path)
+                return state
+            except (ValueError, KeyError, TypeError) as e:
+                # A corrupt state file must not keep the agent down; the old file is kept for inspection.
+                bad = path.with_name(f"{path.name}.corrupt-{int(now)}")
+                os.replace(path, bad)
+                log.error("state file %s unreadable (%s); moved to %s, starting clean", path, e, bad)
+        return initial_state(self.node, self.gpus, now)
+
+    def _persist(self) -> None:
+        write_json_atomic(self.state_dir / STATE_FILE, to_json(self.state))
+        write_json_atomic(self.state_dir / HEALTH_FILE, health_doc(self.state))
+
+    # ----------------------------------------------------------------- operations
+
+    def proc_of(self, gpu: int) -> tuple[int, str] | None:
+        """The live training rank registered on a GPU, if any."""
+        try:
+            doc = json.loads((self.state_dir / PROCS_DIR / f"gpu{gpu}.json").read_text())
+            pid, name = int(doc["pid"]), str(doc.get("name", "python"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return (pid, name) if _pid_alive(pid) else None
+
+    def inject(self, inj: Injection) -> dict[str, Any]:
+        with self._lock:
+            now = self.clock()
+            self.state, events = inject(self.state, inj, self.catalog, now)
+            if inj.kmsg and events:
+                proc = self.proc_of(inj.gpu)
+                fault = self.catalog.by_xid().get(events[0].xid)
+                text = (fault.title if fault else f"Xid {events[0].xid}") + "."
+                up = kmsg.system_uptime()
+                kmsg.append_lines(self.kernel_log, [
+                    kmsg.xid_line(host=self.node, at=e.at, uptime=up, pci=F.pci_bus_id(e.gpu), xid=e.xid,
+                                  pid=proc[0] if proc else None, proc=proc[1] if proc else None, text=text)
+                    for e in events
+                ])
+            self._persist()
+            g = self.state.gpus[inj.gpu]
+            log.info("inject gpu=%d field=%d value=%g burst=%d kmsg=%s -> fault=%s", inj.gpu, inj.field_id,
+                     inj.value, inj.burst, inj.kmsg, g.fault)
+            return {"gpu": inj.gpu, "fatal": bool(g.fault and g.fault.fatal),
+                    "fault_id": g.fault.fault_id if g.fault else None, "events": len(events)}
+
+    def clear(self, gpu: int | None) -> dict[str, Any]:
+        with self._lock:
+            self.state = clear(self.state, gpu, self.clock())
+            self._persist()
+            log.info("clear gpu=%s", "all" if gpu is None else gpu)
+            return {"cleared": "all" if gpu is None else gpu}
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            state = self.state
+        busy = frozenset(i for i in range(self.gpus) if self.proc_of(i) is not None)
+        links = [read_link(n, self.sys_class_net) for n in self.fabric_ifnames]
+        return Snapshot(state, self.model_name, busy, links)
+
+    def state_doc(self) -> dict[str, Any]:
+        snap = self.snapshot()
+        doc = to_json(snap.state)
+        for g in doc["gpus"]:
+            g["uuid"] = F.gpu_uuid(self.node, g["index"])
+            g["pci_bus_id"] = F.pci_bus_id(g["index"])
+            g["busy"] = g["index"] in snap.busy_gpus
+        doc["model_name"] = self.model_name
+        doc["kernel_log"] = str(self.kernel_log)
+        doc["fabric"] = [
+            {"ifname": link.ifname, "present": link.present, "operstate": link.operstate, "up": link.up,
+             "carrier_changes": link.carrier_changes}
+            for link in snap.links
+        ]
+        doc["now"] = self.clock()
+        return doc

@@ -1,0 +1,91 @@
+"""Starting the node agents (gpufleet.sandbox.agent, one per node namespace) and talking to their
+control sockets (HTTP over a unix socket, bearer token)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gpufleet.sandbox.layout import AGENT_PORT, Layout
+from gpufleet.sandbox.processes import Started, spawn
+
+
+def write_token(path: Path) -> str:
+    token = secrets.token_hex(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    return token
+
+
+def agent_argv(layout: Layout, node: str, python: str = sys.executable) -> list[str]:
+    n = layout.node(node)
+    d = layout.node_dir(node)
+    return [
+        python,
+        "-m",
+        "gpufleet.sandbox.agent",
+        "--node",
+        node,
+        "--gpus",
+        str(n.gpus),
+        "--model",
+        n.accelerator,
+        "--listen",
+        f"{n.mgmt_ip}:{AGENT_PORT}",
+        "--control-socket",
+        str(layout.agent_socket(node)),
+        "--token-file",
+        str(layout.token_file),
+        "--state-dir",
+        str(d),
+        "--kernel-log",
+        str(layout.kernel_log(node)),
+        "--fabric-ifnames",
+        ",".join(ifname for _, ifname, _, _ in n.fabric),
+    ]
+
+
+def start_agent(layout: Layout, node: str) -> Started:
+    layout.node_dir(node).mkdir(parents=True, exist_ok=True)
+    return spawn(
+        f"agent@{node}",
+        agent_argv(layout, node),
+        layout.node_dir(node) / "agent.log",
+        netns=layout.node(node).netns,
+        hostname=node,
+    )
+
+
+class AgentClient:
+    def __init__(self, socket_path: str | Path, token: str, timeout: float = 5.0) -> None:
+        self._http = httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(socket_path)),
+            base_url="http://agent",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def healthy(self) -> bool:
+        try:
+            return self._http.get("/healthz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def inject(self, body: dict[str, Any]) -> dict[str, Any]:
+        r = self._http.post("/inject", json=body)
+        r.raise_for_status()
+        out: dict[str, Any] = r.json()
+        return out
+
+    def clear(self) -> None:
+        self._http.post("/clear").raise_for_status()

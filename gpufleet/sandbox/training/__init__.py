@@ -1,0 +1,1 @@
+"""The sandbox training workload: PyTorch DDP over gloo with fenced, checksummed checkpoints."""

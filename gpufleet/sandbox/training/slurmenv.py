@@ -1,0 +1,99 @@
+"""A rank's place in the job, from the environment Slurm gives each task (srun(1), "OUTPUT
+ENVIRONMENT VARIABLES"), and Slurm's hostlist syntax (`gpu-[0-3,7],spare-0`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a Slurm hostlist as `scontrol show hostnames` does: `n[01-03,7]` -> n01 n02 n03 n7.
+
+    Zero padding of a range is kept; several bracket groups in one name multiply out."""
+    out: list[str] = []
+    for item in _split_top(text.strip()):
+        out += _expand_one(item)
+    return out
+
+
+def _split_top(text: str) -> list[str]:
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in hostlist {text!r}")
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if depth:
+        raise ValueError(f"unbalanced '[' in hostlist {text!r}")
+    items.append(cur)
+    return [i for i in items if i]
+
+
+def _expand_one(item: str) -> list[str]:
+    m = re.match(r"^([^\[]*)\[([^\]]+)\](.*)$", item)
+    if not m:
+        return [item]
+    prefix, ranges, rest = m.groups()
+    heads: list[str] = []
+    for part in ranges.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
+                raise ValueError(f"bad range {part!r} in hostlist item {item!r}")
+            width = len(lo) if lo.startswith("0") else 0
+            heads += [f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi) + 1)]
+        elif part.isdigit():
+            heads.append(prefix + part)
+        else:
+            raise ValueError(f"bad element {part!r} in hostlist item {item!r}")
+    return [h + tail for h in heads for tail in _expand_one(rest)]
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    node_index: int
+    local_rank: int
+    node: str
+    nodes: tuple[str, ...]
+    job_id: int
+    restart: int
+
+    @property
+    def master_node(self) -> str:
+        return self.nodes[0]
+
+
+def rank_info(env: Mapping[str, str]) -> RankInfo:
+    """Read a task's Slurm environment; raises ValueError naming what is missing."""
+    need = ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_LOCALID", "SLURMD_NODENAME",
+            "SLURM_JOB_NODELIST", "SLURM_JOB_ID"]
+    missing = [k for k in need if k not in env]
+    if missing:
+        raise ValueError(f"not a Slurm task: {', '.join(missing)} unset (run under srun)")
+    nodes = tuple(expand_hostlist(env["SLURM_JOB_NODELIST"]))
+    info = RankInfo(
+        rank=int(env["SLURM_PROCID"]),
+        world_size=int(env["SLURM_NTASKS"]),
+        node_index=int(env["SLURM_NODEID"]),
+        local_rank=int(env["SLURM_LOCALID"]),
+        node=env["SLURMD_NODENAME"],
+        nodes=nodes,
+        job_id=int(env["SLURM_JOB_ID"]),
+        restart=int(env.get("SLURM_RESTART_COUNT") or 0),
+    )
+    if not 0 <= info.rank < info.world_size:
+        raise ValueError(f"SLURM_PROCID {info.rank} outside 0..{info.world_size - 1}")
+    if info.node not in nodes:
+        raise ValueError(f"SLURMD_NODENAME {info.node} is not in SLURM_JOB_NODELIST {nodes}")
+    return info

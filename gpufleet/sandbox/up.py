@@ -1,0 +1,239 @@
+"""`gpufleet sandbox up`: build a sandbox run from a stack, recording everything in its state file.
+
+Order (what waits on what):
+  network ─► munged ─► slurmctld ─┐
+          ├► prometheus + forwarder├─► slurmd per node ─► all nodes idle ─► sbatch ─► progressing
+          └► node agents (healthy) ┘
+Agents come before slurmd because slurmd runs the health check at once, and a check that cannot
+reach its agent must not be mistaken for a healthy node.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufleet.config.model import StackSpec
+from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, state_path
+from gpufleet.sandbox import agents, network, prometheus, slurm, workload
+from gpufleet.sandbox.configs import hosts_json
+from gpufleet.sandbox.layout import AGENT_PORT, MGMT_IFNAME, Layout, new_run_id, plan_layout
+from gpufleet.sandbox.processes import Started
+from gpufleet.sandbox.readiness import wait_for
+from gpufleet.sandbox.state import Recorder, existing, new_state
+
+
+class SandboxError(RuntimeError):
+    """A sandbox operation cannot proceed; the message says what to do."""
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise SandboxError(
+            "the sandbox needs root (network namespaces, veth links, Slurm daemons): "
+            "run as root, e.g. `sudo .venv/bin/gpufleet sandbox up`; `gpufleet sandbox doctor` lists "
+            "everything else it needs"
+        )
+
+
+@dataclass
+class UpOptions:
+    rule_files: list[Path] | None = None  # default: the repo's generated rule file
+    agents: bool = True
+    training: bool = True
+    timeout_s: float = 180.0
+    python: str = sys.executable
+    gpufleet_bin: Path = field(default_factory=lambda: Path(sys.executable).parent / "gpufleet")
+
+
+@dataclass
+class Timings:
+    marks: dict[str, float] = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = round(time.monotonic() - self.t0, 3)
+
+
+def contract_nodes(layout: Layout) -> list[SandboxNode]:
+    head = layout.head
+    out = [
+        SandboxNode(
+            name=head.name,
+            role="head",
+            netns=head.netns,
+            mgmt_ifname=MGMT_IFNAME,
+            mgmt_peer=head.mgmt_peer,
+            mgmt_address=head.mgmt_cidr,
+        )
+    ]
+    for n in layout.nodes:
+        out.append(
+            SandboxNode(
+                name=n.name,
+                role="compute" if n.role == "compute" else "spare",
+                netns=n.netns,
+                mgmt_ifname=MGMT_IFNAME,
+                mgmt_peer=n.mgmt_peer,
+                mgmt_address=n.mgmt_cidr,
+                fabric=[FabricLink(rail=r, ifname=i, peer=p, address=f"{ip}/24") for r, i, p, ip in n.fabric],
+                gpus=n.gpus,
+                agent_socket=str(layout.agent_socket(n.name)),
+                agent_metrics_url=f"http://{n.mgmt_ip}:{AGENT_PORT}/metrics",
+                kernel_log=str(layout.kernel_log(n.name)),
+            )
+        )
+    return out
+
+
+def up(
+    stack: str,
+    spec: StackSpec,
+    options: UpOptions | None = None,
+    root: Path | None = None,
+    say: Callable[[str], None] = lambda _m: None,
+) -> tuple[Recorder, Timings]:
+    """Bring a sandbox up. On failure the state file (phase `failed`) still names everything made,
+    so `down` removes it; the error names the log to read."""
+    opts = options or UpOptions()
+    require_root()
+    prior = existing(stack, root)
+    if prior.state is not None or prior.error is not None:
+        which = f"run {prior.state.run_id}, phase {prior.state.phase}" if prior.state else prior.error
+        raise SandboxError(
+            f"a sandbox for stack {stack!r} already exists ({which}); "
+            f"run `gpufleet sandbox down --stack {stack}` first"
+        )
+    run_id = new_run_id()
+    base = state_path(stack, root).parent / f"run-{run_id}"
+    layout = plan_layout(stack, spec, run_id, base)  # InputError before anything is made
+    timings = Timings()
+    base.mkdir(parents=True, mode=0o755)
+    rec = Recorder(new_state(stack, run_id, base), root)
+    try:
+        _bring_up(layout, spec, opts, rec, timings, say)
+    except BaseException:
+        rec.update(phase="failed")
+        raise
+    rec.update(phase="up")
+    timings.mark("up")
+    return rec, timings
+
+
+def _record(rec: Recorder, started: Started) -> Started:
+    rec.add_process(started.record)
+    return started
+
+
+def _check_alive(started: list[Started]) -> None:
+    for s in started:
+        code = s.popen.poll()
+        if code is not None:
+            raise SandboxError(f"{s.record.name} exited with code {code} during bring-up")
+
+
+def _bring_up(
+    layout: Layout,
+    spec: StackSpec,
+    opts: UpOptions,
+    rec: Recorder,
+    timings: Timings,
+    say: Callable[[str], None],
+) -> None:
+    rec.update(
+        nodes=contract_nodes(layout),
+        head_netns=layout.head.netns,
+        spare_nodes=[n.name for n in layout.spare_nodes],
+        slurm_conf=str(layout.slurm_conf),
+        agent_token_file=str(layout.token_file),
+        checkpoint_dir=str(layout.checkpoint_dir),
+        training_events=str(layout.events_file),
+    )
+    say(
+        f"run {layout.run_id}: creating {len(layout.namespaces)} namespaces and {len(layout.bridges)} bridges"
+    )
+    network.create(layout, rec.add_names)
+    timings.mark("network")
+
+    agents.write_token(layout.token_file)
+    slurm.write_configs(layout, opts.gpufleet_bin)
+    layout.hosts_file.write_text(hosts_json(layout))
+    rules = opts.rule_files if opts.rule_files is not None else [prometheus.repo_rule_file()]
+    prom_conf = prometheus.write_config(layout, rules)
+
+    started: list[Started] = []
+    started.append(_record(rec, slurm.start_munged(layout)))
+    started.append(_record(rec, prometheus.start(layout, prom_conf, spec.monitoring.retention)))
+    fwd, port_file = prometheus.start_forwarder(layout)
+    started.append(_record(rec, fwd))
+    if opts.agents:
+        for n in layout.nodes:
+            started.append(_record(rec, agents.start_agent(layout, n.name)))
+    wait_for("munged's socket", lambda: layout.munge_socket.exists(), 10, 0.02)
+    started.append(_record(rec, slurm.start_slurmctld(layout)))
+    say("daemons starting: munged, slurmctld, prometheus" + (", node agents" if opts.agents else ""))
+
+    deadline = time.monotonic() + opts.timeout_s
+    if opts.agents:
+        token = layout.token_file.read_text().strip()
+        clients = {
+            n.name: agents.AgentClient(layout.agent_socket(n.name), token, timeout=1) for n in layout.nodes
+        }
+        try:
+
+            def agents_ready() -> bool:
+                _check_alive(started)
+                return all(c.healthy() for c in clients.values())
+
+            wait_for("node agents' /healthz", agents_ready, deadline - time.monotonic(), 0.1)
+        finally:
+            for c in clients.values():
+                c.close()
+        timings.mark("agents")
+    for n in layout.nodes:
+        started.append(_record(rec, slurm.start_slurmd(layout, n.name)))
+
+    names = [n.name for n in layout.nodes]
+
+    def nodes_idle() -> bool:
+        _check_alive(started)
+        return slurm.all_idle(slurm.node_states(layout.head.netns, layout.slurm_conf), names)
+
+    wait_for("every node idle in sinfo", nodes_idle, deadline - time.monotonic(), 0.2)
+    timings.mark("nodes_idle")
+    say(f"slurm: {len(names)} nodes idle")
+
+    port = prometheus.read_port(port_file, deadline)
+    if port is None:
+        raise SandboxError(
+            f"the Prometheus forwarder wrote no port; see {layout.path('prometheus', 'forward.log')}"
+        )
+    url = f"http://127.0.0.1:{port}"
+    client = prometheus.PrometheusClient(url, timeout=2)
+    try:
+        wait_for("Prometheus ready", client.ready, deadline - time.monotonic(), 0.2)
+    finally:
+        client.close()
+    rec.update(prometheus_url=url)
+    timings.mark("prometheus")
+
+    if opts.training:
+        job_id = workload.submit(layout, opts.python)
+        rec.update(training_job_name=workload.job_name(layout))
+        say(f"training job {job_id} submitted")
+
+        def training_progressing() -> bool:
+            _check_alive(started)
+            return workload.progressing(workload.read_progress(layout.events_file))
+
+        wait_for(
+            f"training progress in {layout.events_file}",
+            training_progressing,
+            deadline - time.monotonic(),
+            0.2,
+        )
+        timings.mark("training")

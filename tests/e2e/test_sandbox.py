@@ -1,0 +1,331 @@
+"""End-to-end: the real sandbox (namespaces, Slurm, Prometheus, node agents, PyTorch training).
+
+One sandbox is shared by the tests of this module (they run in file order and build on each
+other: the XID test drains the idle compute nodes so the fabric test can prove the job moves to the
+spare). Then `down` must leave nothing, also after `kill -9` of a half-way `up`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from gpufleet.core.sandbox_contract import SandboxState, read_state
+from gpufleet.sandbox.agents import AgentClient
+from gpufleet.sandbox.prometheus import PrometheusClient
+from gpufleet.sandbox.slurm import NodeState, parse_sinfo
+
+REPO = Path(__file__).resolve().parents[2]
+GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
+T = TypeVar("T")
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the sandbox needs root (network namespaces, veth links, Slurm daemons)"
+)
+
+
+def gpufleet(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
+    return subprocess.run(
+        [GPUFLEET, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+    )
+
+
+def wait_until(what: str, check: Callable[[], T | None], timeout_s: float, interval_s: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as e:
+            last = e
+        time.sleep(interval_s)
+    raise AssertionError(
+        f"timed out after {timeout_s} s waiting for {what}" + (f" (last error: {last})" if last else "")
+    )
+
+
+def leftovers(run_id: str, base_dir: str) -> dict[str, list[str]]:
+    """Everything on this machine that still names the run."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = [p.name for p in Path("/sys/class/net").iterdir() if run_id in p.name]
+    mounts = [line for line in Path("/proc/self/mounts").read_text().splitlines() if run_id in line]
+    procs = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if base_dir.encode() in cmd and state != "Z":
+            text = cmd.replace(b"\0", b" ").decode(errors="replace")
+            procs.append(f"{entry.name}: {text[:120]}")
+    return {
+        "namespaces": [line for line in netns.splitlines() if run_id in line],
+        "links": links,
+        "mounts": mounts,
+        "processes": procs,
+    }
+
+
+pytestmark = [pytest.mark.sandbox, needs_root, pytest.mark.timeout(600)]
+
+STACK = "sandbox"
+
+
+class Sandbox:
+    def __init__(self, root: Path, state: SandboxState, up_seconds: float) -> None:
+        self.root = root
+        self.state = state
+        self.up_seconds = up_seconds
+        self.prom = PrometheusClient(state.prometheus_url or "", timeout=5)
+        self.token = Path(state.agent_token_file or "").read_text().strip()
+
+    def slurm(self, *args: str) -> str:
+        res = subprocess.run(self.state.slurm_command(*args), capture_output=True, text=True, timeout=20)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    def nodes(self) -> dict[str, NodeState]:
+        return parse_sinfo(self.slurm("sinfo", "-h", "-N", "-o", "%N|%T|%E"))
+
+    def job(self) -> dict[str, str]:
+        """The training job as `scontrol show job` key=value pairs."""
+        out = self.slurm("scontrol", "-o", "show", "job")
+        for line in out.splitlines():
+            kv = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+            if kv.get("JobName") == self.state.training_job_name:
+                return kv
+        raise AssertionError(f"no job {self.state.training_job_name} in {out!r}")
+
+    def job_nodes(self) -> list[str]:
+        hosts = self.slurm("scontrol", "show", "hostnames", self.job()["NodeList"])
+        return sorted(hosts.split())
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in Path(self.state.training_events or "").read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def max_step(self) -> int:
+        return max((e["step"] for e in self.events() if isinstance(e.get("step"), int)), default=-1)
+
+    def agent(self, node: str) -> AgentClient:
+        sock = self.state.node(node).agent_socket
+        assert sock is not None
+        return AgentClient(sock, self.token)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory, sandbox_rule_files: list[Path]) -> Iterator[Sandbox]:
+    root = tmp_path_factory.mktemp("sbroot")
+    rules = sandbox_rule_files
+    t0 = time.monotonic()
+    res = gpufleet(root, "sandbox", "up", "--stack", STACK, *[a for r in rules for a in ("--rules", str(r))])
+    up_seconds = time.monotonic() - t0
+    try:
+        assert res.returncode == 0, f"sandbox up failed:\n{res.stdout}\n{res.stderr}"
+        sb = Sandbox(root, read_state(STACK, root), up_seconds)
+        yield sb
+        sb.prom.close()
+    finally:
+        gpufleet(root, "sandbox", "down", "--stack", STACK, timeout=120)  # idempotent safety net
+
+
+def test_up_gives_idle_nodes_live_targets_and_progressing_training(sandbox: Sandbox) -> None:
+    st = sandbox.state
+    assert st.phase == "up"
+    assert [n.name for n in st.nodes if n.role != "head"] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"]
+    assert st.spare_nodes == ["gpu-4"]
+    print(f"up took {sandbox.up_seconds:.1f} s")
+
+    nodes = sandbox.nodes()
+    job_nodes = sandbox.job_nodes()
+    assert len(job_nodes) == 2 and "gpu-4" not in job_nodes  # the spare is used last
+    for name, ns in nodes.items():
+        assert ns.responding, name
+        want = {"allocated", "mixed"} if name in job_nodes else {"idle"}
+        assert ns.state in want, f"{name}: {ns}"
+
+    def targets_up() -> list[dict[str, Any]] | None:
+        ts = sandbox.prom.targets()
+        jobs = {t["labels"]["job"] for t in ts}
+        return ts if all(t["health"] == "up" for t in ts) and "training" in jobs else None
+
+    targets = wait_until("every Prometheus target up (agents + training)", targets_up, 30)
+    agents = sorted(t["labels"]["node"] for t in targets if t["labels"]["job"] == "dcgm")
+    assert agents == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"]
+    assert all(
+        t["labels"]["Hostname"] == t["labels"]["node"] for t in targets if t["labels"]["job"] == "dcgm"
+    )
+    xid = sandbox.prom.query("DCGM_FI_DEV_XID_ERRORS")
+    assert len(xid) == 5 * 8  # 8 fake GPUs per node, dcgm-exporter's metric
+
+    s0 = sandbox.max_step()
+    wait_until("training steps advancing", lambda: sandbox.max_step() > s0, 20)
+
+
+def test_second_up_of_the_same_stack_is_refused(sandbox: Sandbox) -> None:
+    res = gpufleet(sandbox.root, "sandbox", "up", "--stack", STACK, timeout=60)
+    assert res.returncode != 0
+    assert "already exists" in res.stderr and sandbox.state.run_id in res.stderr
+    assert read_state(STACK, sandbox.root).run_id == sandbox.state.run_id  # untouched
+
+
+def test_xid79_drains_the_node_and_fires_the_catalog_alert(sandbox: Sandbox) -> None:
+    job_nodes = sandbox.job_nodes()
+    idle_compute = [n.name for n in sandbox.state.nodes if n.role == "compute" and n.name not in job_nodes]
+    assert len(idle_compute) == 2
+    for node in idle_compute:  # both idle compute nodes: the fabric test then needs the spare
+        client = sandbox.agent(node)
+        try:
+            client.inject({"gpu": 3, "field_id": 230, "value": 79, "kmsg": True})
+        finally:
+            client.close()
+    t_inject = time.time()
+
+    def drained() -> dict[str, NodeState] | None:
+        ns = sandbox.nodes()
+        ok = all(ns[n].state in ("drained", "draining") for n in idle_compute)
+        return ns if ok else None
+
+    ns = wait_until("both injected nodes drained", drained, 30)
+    for n in idle_compute:
+        assert "79" in ns[n].reason, f"{n}: drain reason does not name XID 79: {ns[n].reason!r}"
+    kern = Path(sandbox.state.node(idle_compute[0]).kernel_log or "").read_text()
+    assert "NVRM: Xid" in kern and "79" in kern
+
+    def firing() -> list[dict[str, Any]] | None:
+        alerts = [
+            a
+            for a in sandbox.prom.alerts()
+            if a["labels"].get("alertname") == "GpuFallenOffBus" and a["state"] == "firing"
+        ]
+        hosts = {a["labels"].get("Hostname") for a in alerts}
+        return alerts if set(idle_compute) <= hosts else None
+
+    alerts = wait_until("GpuFallenOffBus firing for both nodes", firing, 30)
+    assert all(a["labels"].get("gpu") == "3" for a in alerts)
+    print(f"drain + alert within {time.time() - t_inject:.1f} s")
+    # The training job was not on those nodes and keeps going.
+    s0 = sandbox.max_step()
+    wait_until("training still advancing", lambda: sandbox.max_step() > s0, 20)
+
+
+def test_fabric_link_down_moves_the_job_to_the_spare_from_its_checkpoint(sandbox: Sandbox) -> None:
+    from gpufleet.sandbox.training.checkpoint import CheckpointDir
+
+    job_before = sandbox.job()
+    restarts0 = int(job_before.get("Restarts", "0"))
+    nodes_before = sandbox.job_nodes()
+    victim = nodes_before[-1]
+    survivor = nodes_before[0]
+    ckpts = CheckpointDir(Path(sandbox.state.checkpoint_dir or ""))
+    wait_until("a first checkpoint", lambda: ckpts.keys(), 60)
+    peer = sandbox.state.node(victim).fabric[0].peer
+    t_cut = time.time()
+    subprocess.run(["ip", "link", "set", peer, "down"], check=True)
+    try:
+        # The collective stalls: no step is reported for a while after the cut.
+        time.sleep(3)
+        stalled_at = sandbox.max_step()
+        time.sleep(3)
+        assert sandbox.max_step() == stalled_at, "training kept stepping with a fabric link down"
+
+        def requeued_elsewhere() -> list[str] | None:
+            job = sandbox.job()
+            if int(job.get("Restarts", "0")) <= restarts0 or job.get("JobState") != "RUNNING":
+                return None
+            return sandbox.job_nodes()
+
+        nodes_after = wait_until("the job running again after a requeue", requeued_elsewhere, 120)
+        assert victim not in nodes_after
+        assert sorted(nodes_after) == sorted([survivor, "gpu-4"]), nodes_after
+        vstate = sandbox.nodes()[victim]
+        assert vstate.state in ("drained", "draining", "down"), vstate
+
+        wait_until("training past the pre-cut step", lambda: sandbox.max_step() > stalled_at, 90)
+        print(f"link down -> training past step {stalled_at} again in {time.time() - t_cut:.1f} s")
+    finally:
+        subprocess.run(["ip", "link", "set", peer, "up"], check=False)
+
+    events = sandbox.events()
+    resumes = [e for e in events if e.get("event") == "resume" and e.get("t", 0) > t_cut]
+    assert resumes, "the requeued job did not resume from a checkpoint"
+    resumed_from = resumes[0]["step"]
+    pre_cut_ckpts = [e["step"] for e in events if e.get("event") == "checkpoint" and e.get("t", 0) < t_cut]
+    assert resumed_from == max(pre_cut_ckpts), "resumed from an older checkpoint than the newest written"
+    # Steps of each incarnation only go up.
+    by_restart: dict[int, list[int]] = {}
+    for e in events:
+        if e.get("event") == "step" and e.get("rank") == 0:
+            by_restart.setdefault(int(e["restart"]), []).append(int(e["step"]))
+    for r, steps in by_restart.items():
+        assert steps == sorted(steps), f"steps went backwards in restart {r}"
+    # Every checkpoint on disk is intact (sha256 matches its manifest).
+    keys = ckpts.keys()
+    assert keys
+    for key in keys:
+        loaded = ckpts.load(key)
+        assert not isinstance(loaded, str), f"checkpoint {key.stem} invalid: {loaded}"
+
+
+def test_down_leaves_nothing_behind(sandbox: Sandbox) -> None:
+    st = sandbox.state
+    res = gpufleet(sandbox.root, "sandbox", "down", "--stack", STACK, timeout=120)
+    assert res.returncode == 0, res.stderr
+    left = leftovers(st.run_id, st.base_dir)
+    assert left == {"namespaces": [], "links": [], "mounts": [], "processes": []}, left
+    assert not Path(st.base_dir).exists()
+    res = gpufleet(sandbox.root, "sandbox", "down", "--stack", STACK, timeout=60)  # idempotent
+    assert res.returncode == 0 and "nothing to do" in res.stdout
+
+
+def test_down_after_kill_9_of_up_half_way(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    env_root = str(root)
+    up = subprocess.Popen(
+        [GPUFLEET, "sandbox", "up", "--stack", STACK, "--no-training"],
+        env={**os.environ, "GPUFLEET_SANDBOX_ROOT": env_root},
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    state_file = root / STACK / "state.json"
+
+    def half_way() -> SandboxState | None:
+        if not state_file.exists():
+            return None
+        st = read_state(STACK, root)
+        return st if any(p.name.startswith("agent@") for p in st.processes) else None
+
+    try:
+        st = wait_until("`up` half-way (daemons starting)", half_way, 60, 0.05)
+    finally:
+        up.send_signal(signal.SIGKILL)
+        up.wait(timeout=10)
+    st = read_state(STACK, root)
+    assert st.phase == "creating"
+    before = leftovers(st.run_id, st.base_dir)
+    assert before["namespaces"] and before["processes"], "nothing was running when up was killed"
+    res = gpufleet(root, "sandbox", "down", "--stack", STACK, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    left = leftovers(st.run_id, st.base_dir)
+    assert left == {"namespaces": [], "links": [], "mounts": [], "processes": []}, left
+    assert not state_file.exists()

@@ -1,0 +1,44 @@
+from gpufleet.chaos.guard import blast_radius, production_gate, takes_node_down
+
+
+def test_within_limit_and_spares_is_allowed() -> None:
+    assert blast_radius([], ["gpu-0"], total_nodes=5, spares=1, max_nodes_down=2) == []
+
+
+def test_more_than_max_nodes_down_is_refused() -> None:
+    reasons = blast_radius(["gpu-0", "gpu-1"], ["gpu-2"], 5, spares=3, max_nodes_down=2)
+    assert len(reasons) == 1
+    assert "maxNodesDown=2" in reasons[0] and "gpu-2" in reasons[0]
+
+
+def test_taking_the_last_spare_needs_explicit_opt_in() -> None:
+    refused = blast_radius(["gpu-0"], ["gpu-1"], 5, spares=1, max_nodes_down=2)
+    assert len(refused) == 1 and "last spare" in refused[0]
+    assert blast_radius(["gpu-0"], ["gpu-1"], 5, 1, 2, allow_spare_exhaustion=True) == []
+
+
+def test_opt_in_never_lifts_the_hard_limit() -> None:
+    reasons = blast_radius(["gpu-0", "gpu-1"], ["gpu-2"], 5, 1, 2, allow_spare_exhaustion=True)
+    assert len(reasons) == 1 and "maxNodesDown" in reasons[0]
+
+
+def test_a_node_already_down_is_not_counted_twice() -> None:
+    assert blast_radius(["gpu-0"], ["gpu-0"], 5, 1, 1) == []
+
+
+def test_never_every_node() -> None:
+    reasons = blast_radius(["a"], ["b"], total_nodes=2, spares=5, max_nodes_down=5)
+    assert reasons == ["refusing to take all 2 nodes down"]
+
+
+def test_production_needs_opt_in() -> None:
+    assert production_gate("production", False) is not None
+    assert production_gate("production", True) is None
+    assert production_gate("sandbox", False) is None
+
+
+def test_which_faults_take_a_node_down() -> None:
+    assert takes_node_down("dcgm-inject", "gpu-fatal")
+    assert not takes_node_down("dcgm-inject", "gpu-contained")
+    assert takes_node_down("link-down", None)
+    assert not takes_node_down("link-degrade", "fabric-degraded")

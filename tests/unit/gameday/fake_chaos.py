@@ -1,0 +1,44 @@
+"""A test double for the `chaos` CLI: replays a recorded journal instead of running an experiment.
+
+It records its argv (to assert the game-day passes --rollback-strategy=always) and, with
+FAKE_CHAOS_MODE=hang, waits for SIGUSR1 (chaostoolkit's "stop and play rollbacks") and then writes
+an interrupted journal, as the real CLI does. Bounded: never waits more than 30 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "journals"
+
+
+def main(argv: list[str]) -> int:
+    with Path(os.environ["FAKE_CHAOS_ARGV"]).open("a") as fh:
+        fh.write(json.dumps(argv) + "\n")
+    journal_path = Path(argv[argv.index("--journal-path") + 1])
+    experiment = Path(argv[-1])
+    mode = os.environ.get("FAKE_CHAOS_MODE", "replay")
+    if mode == "hang":
+        stopped = []
+        signal.signal(signal.SIGUSR1, lambda *_: stopped.append(True))
+        deadline = time.monotonic() + 30
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.05)
+        journal = json.loads((FIXTURES / f"{experiment.stem}.json").read_text())
+        journal["status"] = "interrupted"
+        journal["run"] = journal["run"][:1]
+        journal_path.write_text(json.dumps(journal))
+        return 1
+    if mode == "no-journal":
+        return 1
+    journal_path.write_text((FIXTURES / f"{experiment.stem}.json").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpufleet.core.errors import InputError
+from gpufleet.gameday import discover, parse_experiment, select
+from gpufleet.slo import Outcome
+
+FIXTURES = Path(__file__).parent / "fixtures" / "experiments"
+
+
+def test_default_suite_is_tagged_and_ordered() -> None:
+    suite = select(discover(FIXTURES), "sandbox", None)
+    # By (order, name): 10, 20, 90, then the default 100.
+    assert [e.name for e in suite] == ["gpu-xid-79", "node-crash", "budget-breach", "inject-fails"]
+    assert [e.name for e in select(discover(FIXTURES), "slurm", None)] == ["rollback-fails"]
+    assert select(discover(FIXTURES), "kubernetes", None) == []
+
+
+def test_named_experiments_keep_the_given_order() -> None:
+    suite = select(discover(FIXTURES), "sandbox", ["node-crash", "rollback-fails"])
+    assert [e.name for e in suite] == ["node-crash", "rollback-fails"]
+
+
+def test_unknown_names_list_what_exists() -> None:
+    with pytest.raises(InputError) as e:
+        select(discover(FIXTURES), "sandbox", ["gpu-xid-79", "nope"])
+    assert [p.path for p in e.value.problems] == ["nope"]
+    known = "known: budget-breach, gpu-xid-79, inject-fails, node-crash, rollback-fails"
+    assert known in e.value.problems[0].message
+
+
+def test_expectations_from_the_extension_entry() -> None:
+    breach = {e.name: e for e in discover(FIXTURES)}["budget-breach"]
+    assert breach.expect.outcome is Outcome.FAIL
+    assert breach.fault_class == "gpu-fatal"
+    assert breach.rollbacks == 1
+    assert breach.configuration["gpufleet_budget_override"] == {"recoverSeconds": 20}
+
+
+def test_bad_experiment_reports_every_problem() -> None:
+    doc = {
+        "title": "", "tags": "sandbox", "configuration": [], "rollbacks": {},
+        "extensions": [{"name": "gpufleet", "expect_outcome": "MAYBE", "expect_isolation": "yes",
+                        "expect_interruption": None, "order": "1", "colour": "red"}],
+    }
+    with pytest.raises(InputError) as e:
+        parse_experiment(Path("x.json"), doc)
+    assert [p.path for p in e.value.problems] == [
+        "title", "tags", "configuration", "rollbacks", "extensions[0].colour",
+        "extensions[0].expect_isolation", "extensions[0].expect_interruption",
+        "extensions[0].expect_outcome", "extensions[0].order",
+    ]
+
+
+def test_isolation_null_means_not_judged() -> None:
+    doc = {"title": "t", "extensions": [{"name": "gpufleet", "expect_isolation": None}]}
+    e = parse_experiment(Path("x.json"), doc)
+    assert e.expect.isolation_set is True
+    assert e.expect.isolation is None
+    assert parse_experiment(Path("y.json"), {"title": "t"}).expect.isolation_set is False
+
+
+def test_discover_collects_problems_of_all_files(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("{not json")
+    (tmp_path / "b.json").write_text(json.dumps({"title": 3}))
+    with pytest.raises(InputError) as e:
+        discover(tmp_path)
+    assert [p.path for p in e.value.problems] == ["a.json: line 1, column 2", "b.json: title"]

@@ -1,0 +1,77 @@
+"""PID + start-time bookkeeping and safe stopping (gpufleet.sandbox.processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from gpufleet.core.sandbox_contract import SandboxProcess
+from gpufleet.sandbox import processes
+
+
+def test_start_time_identifies_a_process_and_survives_exec(tmp_path: Path) -> None:
+    started = processes.spawn("sleeper", ["sleep", "30"], tmp_path / "log")
+    try:
+        rec = started.record
+        assert rec.start_time == processes.start_time(rec.pid)
+        assert processes.alive(rec)
+        # The same PID with another start time is a different process: never signalled.
+        impostor = SandboxProcess(name="x", pid=rec.pid, start_time=rec.start_time + 1)
+        assert not processes.alive(impostor)
+        assert not processes.signal_verified(impostor, 15)
+        assert processes.alive(rec)
+        assert processes.stop([rec], grace_s=2) == []
+        started.popen.wait(timeout=5)
+        assert not processes.alive(rec)
+    finally:
+        if started.popen.poll() is None:
+            started.popen.kill()
+            started.popen.wait()
+
+
+def test_stop_escalates_to_sigkill_for_a_process_ignoring_sigterm(tmp_path: Path) -> None:
+    code = (
+        "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) as p:
+        try:
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+            st = processes.start_time(p.pid)
+            assert st is not None
+            assert processes.stop_pids({p.pid: st}, grace_s=0.3) == []
+            assert p.wait(timeout=5) == -9
+        finally:
+            if p.poll() is None:
+                p.kill()
+
+
+def test_spawn_reports_an_immediate_failure(tmp_path: Path) -> None:
+    try:
+        processes.spawn("nothing", ["/nonexistent/binary"], tmp_path / "log")
+    except (RuntimeError, FileNotFoundError):
+        pass
+    else:
+        raise AssertionError("spawning a missing binary did not fail")
+
+
+def test_netns_argv_wraps_and_keeps_the_pid() -> None:
+    argv = processes.netns_argv("ns1", ["slurmd", "-D"], hostname="gpu-0")
+    assert argv[:4] == ["ip", "netns", "exec", "ns1"]
+    assert argv[4:7] == ["unshare", "--uts", "--"]
+    assert argv[-3:] == ["gpu-0", "slurmd", "-D"]
+    assert "exec" in argv[9]  # the shell exec()s: the PID stays the daemon's
+    assert processes.netns_argv(None, ["x"]) == ["x"]
+
+
+def test_pids_mentioning_finds_only_the_named_programs(tmp_path: Path) -> None:
+    marker = str(tmp_path / "run-feed01")
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
+    try:
+        found = processes.pids_mentioning(marker, frozenset({"python"}))
+        assert p.pid in found
+        assert p.pid not in processes.pids_mentioning(marker, frozenset({"munged"}))
+    finally:
+        p.kill()
+        p.wait()

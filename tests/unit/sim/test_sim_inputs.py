@@ -1,0 +1,174 @@
+"""Scenario files, game-day reports and the `gpufleet simulate` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from sim_testdata import fault, llama3_catalog, stack
+from typer.testing import CliRunner
+
+from gpufleet.catalog import Catalog
+from gpufleet.cli.main import app
+from gpufleet.core.errors import InputError
+from gpufleet.core.taxonomy import FaultClass
+from gpufleet.sim import load_report, load_scenario, parse_report, resolve
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_bad_scenario_names_the_file_and_every_path(tmp_path: Path) -> None:
+    f = _write(tmp_path, "bad.yaml", yaml.safe_dump({
+        "dayz": 3,
+        "rates": {"gpu-fatl": {"perMillionGpuHours": 1}, "node-crash": {"perMillionGpuHours": -1}},
+        "lemons": {"fraction": 1.5},
+        "repair": {"replace": [{"share": 0.5, "minHours": 1, "maxHours": 2}]},
+    }))
+    with pytest.raises(InputError) as ei:
+        load_scenario(f)
+    e = ei.value
+    assert e.file == str(f)
+    paths = {p.path for p in e.problems}
+    assert "dayz" in paths
+    assert any(p.startswith("rates.gpu-fatl") for p in paths)
+    assert "rates.node-crash.perMillionGpuHours" in paths
+    assert "lemons.fraction" in paths
+    assert "repair" in paths  # shares do not sum to 1
+    assert next(p for p in e.problems if p.path == "dayz").message == "unknown key"
+
+
+def test_scenario_yaml_syntax_error_has_a_line(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as ei:
+        load_scenario(_write(tmp_path, "s.yaml", "rates: [\n"))
+    assert ei.value.problems[0].path.startswith("line ")
+
+
+def test_example_scenarios_are_valid() -> None:
+    files = sorted((REPO / "scenarios").glob("*.yaml"))
+    assert files, "scenarios/*.yaml examples are missing"
+    for f in files:
+        sc = load_scenario(f)
+        assert sc.description, f"{f.name}: say what the scenario is for"
+
+
+def test_scenario_overrides_class_rate_and_keeps_the_split(tmp_path: Path) -> None:
+    cat = Catalog((fault("a", "gpu-fatal", "reset-gpu", 3.0, "A"),
+                   fault("b", "gpu-fatal", "replace", 1.0, "B"),
+                   fault("c", "node-crash", "replace", 2.0, "C")))
+    sc = load_scenario(_write(tmp_path, "s.yaml", yaml.safe_dump({
+        "description": "t", "rates": {"gpu-fatal": {"perMillionGpuHours": 8.0},
+                                      "storage-outage": {"perThousandNodeDays": 1.0}},
+        "checkpoint": {"intervalMinutes": 5, "writeSeconds": 0}, "spares": {"count": 0}})))
+    p = resolve(stack(), cat, sc)
+    per_m = {k.fault_id: k.per_node_hour / 8 * 1e6 for k in p.kinds}
+    assert per_m["a"] == pytest.approx(6.0) and per_m["b"] == pytest.approx(2.0)
+    assert per_m["c"] == pytest.approx(2.0)
+    assert per_m["scenario-storage-outage"] == pytest.approx(1.0 / 1000 / 24 / 8 * 1e6)
+    assert p.checkpoint_interval_seconds == 300 and p.checkpoint_write_seconds == 0  # a 0 stays 0
+    assert p.spares == 0
+
+
+REPORT = {
+    "suite": "weekly",
+    "experiments": [
+        {"name": "xid79-a", "fault_class": "gpu-fatal",
+         "measured": {"detect_seconds": 12, "isolate_seconds": 40, "recover_seconds": 200}},
+        {"name": "xid79-b", "faultClass": "gpu-fatal", "detectSeconds": 20, "isolateSeconds": 60,
+         "recoverSeconds": 260, "verdict": "pass"},
+        {"name": "crash", "fault_class": "node-crash", "measured": {"detect_seconds": 5,
+                                                                    "isolate_seconds": None}},
+        {"name": "aborted", "fault_class": "fabric-flap", "measured": {}},
+    ],
+}
+
+
+def test_report_gives_medians_per_class(tmp_path: Path) -> None:
+    m = load_report(_write(tmp_path, "r.json", json.dumps(REPORT)))
+    g = m[FaultClass.GPU_FATAL]
+    assert (g.detect_seconds, g.isolate_seconds, g.recover_seconds) == (16.0, 50.0, 230.0)
+    assert m[FaultClass.NODE_CRASH].isolate_seconds is None
+    assert FaultClass.FABRIC_FLAP not in m
+    p = resolve(stack(), llama3_catalog(), measured=m, report_file="r.json")
+    h = p.handling[FaultClass.GPU_FATAL]
+    assert (h.detect_seconds, h.isolate_seconds, h.restart_floor_seconds) == (16.0, 34.0, 180.0)
+    assert "r.json" in h.detect_source
+    assert p.handling[FaultClass.NODE_CRASH].detect_seconds == 5.0
+
+
+@pytest.mark.parametrize(("doc", "path", "words"), [
+    ({"runs": []}, "experiments", "experiments"),
+    ({"experiments": [{"fault_class": "gpu-fatl", "detect_seconds": 1}]}, "experiments[0].fault_class",
+     "unknown fault class"),
+    ({"experiments": [{"detect_seconds": 1}]}, "experiments[0].fault_class", "missing"),
+    ({"experiments": [{"fault_class": "gpu-fatal", "measured": {"detect_seconds": -3}}]},
+     "experiments[0].measured.detect_seconds", ">= 0"),
+    ({"experiments": [{"fault_class": "gpu-fatal", "detect_seconds": "fast"}]},
+     "experiments[0].detect_seconds", "number"),
+    ({"experiments": [{"fault_class": "gpu-fatal", "detect_seconds": 9, "isolate_seconds": 3}]},
+     "experiments[0]", "before"),
+    ({"experiments": [{"fault_class": "gpu-fatal"}]}, "experiments", "no experiment"),
+])
+def test_bad_reports_say_where(doc: object, path: str, words: str) -> None:
+    with pytest.raises(InputError) as ei:
+        parse_report(doc, "rep.json")
+    assert ei.value.file == "rep.json"
+    assert any(p.path == path and words in p.message for p in ei.value.problems), ei.value.problems
+
+
+def test_report_that_is_not_json(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as ei:
+        load_report(_write(tmp_path, "r.json", "{nope"))
+    assert ei.value.problems[0].message.startswith("invalid JSON")
+
+
+def _stack_file(tmp_path: Path) -> Path:
+    spec = stack(nodes=32, spares=2)
+    data = {"config": {f"gpufleet:{k}": v for k, v in
+                       spec.model_dump(mode="json", by_alias=True, exclude_none=True).items()}}
+    return _write(tmp_path, "Pulumi.t.yaml", yaml.safe_dump(data))
+
+
+def test_cli_bad_scenario_exits_2_with_file_and_path(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "bad.yaml", "lemons: {fraction: 2}\n")
+    res = CliRunner().invoke(app, ["simulate", "--stack", str(_stack_file(tmp_path)), "--scenario",
+                                   str(bad), "--runs", "2", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2, res.output
+    assert str(bad) in res.output and "lemons.fraction" in res.output
+
+
+def test_cli_writes_json_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    res = CliRunner().invoke(app, ["simulate", "--stack", str(_stack_file(tmp_path)), "--days", "10",
+                                   "--runs", "3", "--seed", "42", "--workers", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "ETTR" in res.output
+    doc = json.loads((out / "simulate.json").read_text())
+    assert doc["seed"] == 42 and doc["runs"] == 3
+    assert doc["config"]["job_nodes"] == 32 and doc["config"]["days"] == 10
+    assert 0 < doc["metrics"]["ettr"]["mean"] <= 1
+    for png in ("ettr_vs_checkpoint_interval.png", "ettr_vs_spares.png", "lost_by_cause.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_recommend(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    res = CliRunner().invoke(app, ["simulate", "--stack", str(_stack_file(tmp_path)), "--days", "10",
+                                   "--runs", "3", "--workers", "1", "--recommend", "--no-plots",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rec = json.loads((out / "simulate.json").read_text())["recommendation"]
+    assert rec["candidates"]
+    best = rec["best"]
+    if best is not None:
+        assert best["meets_slos"]
+        cheaper = [c for c in rec["candidates"] if c["meets_slos"]
+                   and c["gpu_hours_per_useful_gpu_hour"] < best["gpu_hours_per_useful_gpu_hour"]]
+        assert not cheaper
