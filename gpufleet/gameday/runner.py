@@ -117,12 +117,18 @@ def ensure_sandbox(opts: GamedayOptions, listener: Listener) -> tuple[bool, floa
     if status == "broken":
         subprocess.run(_gpufleet(opts, "sandbox", "down", "--stack", opts.stack),
                        timeout=opts.sandbox_timeout_s, check=False)
-    proc = subprocess.run(_gpufleet(opts, "sandbox", "up", "--stack", opts.stack),
-                          timeout=opts.sandbox_timeout_s, check=False)
+    up_argv = _gpufleet(opts, "sandbox", "up", "--stack", opts.stack, "--stacks-dir", str(opts.stacks_dir))
+    try:
+        proc = subprocess.run(up_argv, timeout=opts.sandbox_timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"`gpufleet sandbox up --stack {opts.stack}` did not finish in {opts.sandbox_timeout_s:g} s; "
+            f"clean up with `gpufleet sandbox down --stack {opts.stack}`"
+        ) from None
     if proc.returncode != 0:
         raise RuntimeError(
-            f"`gpufleet sandbox up --stack {opts.stack}` failed (exit {proc.returncode}); "
-            "see its output above, and `gpufleet sandbox down --stack {opts.stack}` to clean up"
+            f"`gpufleet sandbox up --stack {opts.stack}` failed (exit {proc.returncode}); see its output "
+            f"above, and `gpufleet sandbox down --stack {opts.stack}` to clean up"
         )
     seconds = time.monotonic() - t
     listener.sandbox(f"sandbox {opts.stack} up in {seconds:.1f} s")

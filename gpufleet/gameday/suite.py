@@ -148,7 +148,8 @@ def _expectations(
     if not isinstance(order, int) or isinstance(order, bool):
         problems.append(Problem(f"{at}.order", "must be an integer"))
         order = 100
-    return Expectations(iso, intr, outcome, isolation_set=base.isolation_set or "expect_isolation" in ext), order
+    iso_set = base.isolation_set or "expect_isolation" in ext
+    return Expectations(iso, intr, outcome, isolation_set=iso_set), order
 
 
 def load_experiment(path: Path) -> Experiment:

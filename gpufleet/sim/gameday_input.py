@@ -68,6 +68,10 @@ def parse_report(doc: Any, file: str) -> dict[FaultClass, Measured]:
             continue
         raw_cls = exp.get("fault_class", exp.get("faultClass"))
         if raw_cls is None:
+            measured = exp.get("measured")
+            if isinstance(measured, dict) and all(measured.get(k) is None for ks in _FIELDS.values()
+                                                  for k in ks):
+                continue  # an experiment that ran nothing classifiable (e.g. failed to start)
             problems.append(Problem(f"{where}.fault_class", "required key is missing"))
             continue
         try:

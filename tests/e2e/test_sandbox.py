@@ -200,17 +200,6 @@ def test_xid79_drains_the_node_and_fires_the_catalog_alert(sandbox: Sandbox) -> 
             client.close()
     t_inject = time.time()
 
-    def drained() -> dict[str, NodeState] | None:
-        ns = sandbox.nodes()
-        ok = all(ns[n].state in ("drained", "draining") for n in idle_compute)
-        return ns if ok else None
-
-    ns = wait_until("both injected nodes drained", drained, 30)
-    for n in idle_compute:
-        assert "79" in ns[n].reason, f"{n}: drain reason does not name XID 79: {ns[n].reason!r}"
-    kern = Path(sandbox.state.node(idle_compute[0]).kernel_log or "").read_text()
-    assert "NVRM: Xid" in kern and "79" in kern
-
     def firing() -> list[dict[str, Any]] | None:
         alerts = [
             a
@@ -222,6 +211,20 @@ def test_xid79_drains_the_node_and_fires_the_catalog_alert(sandbox: Sandbox) -> 
 
     alerts = wait_until("GpuFallenOffBus firing for both nodes", firing, 30)
     assert all(a["labels"].get("gpu") == "3" for a in alerts)
+    kern = Path(sandbox.state.node(idle_compute[0]).kernel_log or "").read_text()
+    assert "NVRM: Xid" in kern and "79" in kern
+
+    def drained() -> dict[str, NodeState] | None:
+        ns = sandbox.nodes()
+        ok = all(ns[n].state in ("drained", "draining") for n in idle_compute)
+        return ns if ok else None
+
+    health = subprocess.run([GPUFLEET, "node-health", "--help"], capture_output=True, text=True)
+    assert health.returncode == 0, "`gpufleet node-health` (the Slurm HealthCheckProgram) is not available"
+    ns = wait_until("both injected nodes drained", drained, 30)
+    for n in idle_compute:
+        assert "79" in ns[n].reason, f"{n}: drain reason does not name XID 79: {ns[n].reason!r}"
+
     print(f"drain + alert within {time.time() - t_inject:.1f} s")
     # The training job was not on those nodes and keeps going.
     s0 = sandbox.max_step()

@@ -14,7 +14,7 @@ backend against a local HTTP server that checks every request (docs/chaos.md).
 
 The client's `patch_node` picks `application/json-patch+json` for a dict body by default (the first
 JSON type in its list), which the API server rejects for an object body: every patch here names
-its content type.
+its content type, and so does every create (see JSON below).
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from gpufleet.chaos.ledger import Rollback
 from gpufleet.chaos.scheduler import NodeObs
 
 STRATEGIC = "application/strategic-merge-patch+json"
+# kubernetes 37's generated create_* methods send no Content-Type at all and ignore _content_type
+# (the API server answers 415): creates pass the header themselves.
+JSON = "application/json"
 SPARE_LABEL = "gpufleet.io/spare"
 FAULT_LABEL = "gpufleet.io/chaos-fault"
 DEFAULT_HOLD_SECONDS = 600
@@ -160,7 +163,13 @@ def rb_run_pod_and_cleanup(args: dict[str, Any]) -> None:
     api = core_api(args["conn"])
     ns = args["namespace"]
     if args.get("undo_pod"):
-        _call("create undo pod", api.create_namespaced_pod, ns, args["undo_pod"])
+        _call(
+            "create undo pod",
+            api.create_namespaced_pod,
+            ns,
+            args["undo_pod"],
+            _headers={"Content-Type": JSON},
+        )
     for name in args.get("delete", []):
         from kubernetes.client.exceptions import ApiException
 
@@ -256,6 +265,8 @@ class KubernetesBackend(Backend):
 
         api = self.api
         body = client.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
             metadata=client.V1ObjectMeta(name=pod, namespace=namespace),
             delete_options=None
             if grace_seconds is None
@@ -266,7 +277,17 @@ class KubernetesBackend(Backend):
             {"pod": pod, "namespace": namespace},
             {"grace_seconds": grace_seconds},
             Rollback("noop", {"why": "an evicted pod is recreated by its controller"}),
-            lambda: (_call("evict", api.create_namespaced_pod_eviction, pod, namespace, body), {})[1],
+            lambda: (
+                _call(
+                    "evict",
+                    api.create_namespaced_pod_eviction,
+                    pod,
+                    namespace,
+                    body,
+                    _headers={"Content-Type": JSON},
+                ),
+                {},
+            )[1],
             f"evict {namespace}/{pod} (policy/v1 Eviction)",
         )
 
@@ -304,7 +325,13 @@ class KubernetesBackend(Backend):
         api = self.api
 
         def apply() -> dict[str, Any]:
-            _call("create fault pod", api.create_namespaced_pod, self.namespace, pod)
+            _call(
+                "create fault pod",
+                api.create_namespaced_pod,
+                self.namespace,
+                pod,
+                _headers={"Content-Type": JSON},
+            )
             return {"pod": name, "created": time.time()}
 
         return Plan(kind, target, params, rb, apply, summary, {node} if down else set())

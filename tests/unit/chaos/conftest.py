@@ -37,14 +37,18 @@ class FakeApiServer:
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
                 path = self.path.split("?", 1)[0]
-                outer.requests.append({
-                    "method": self.command,
-                    "path": path,
-                    "query": self.path.partition("?")[2],
-                    "content_type": self.headers.get("Content-Type"),
-                    "body": json.loads(raw) if raw else None,
-                })
-                status, body = outer.responses.get((self.command, path), (404, {"kind": "Status", "code": 404}))
+                outer.requests.append(
+                    {
+                        "method": self.command,
+                        "path": path,
+                        "query": self.path.partition("?")[2],
+                        "content_type": self.headers.get("Content-Type"),
+                        "body": json.loads(raw) if raw else None,
+                    }
+                )
+                status, body = outer.responses.get(
+                    (self.command, path), (404, {"kind": "Status", "code": 404})
+                )
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -71,4 +75,5 @@ class FakeApiServer:
 def api_server() -> Iterator[FakeApiServer]:
     s = FakeApiServer()
     yield s
+    engine.new_run("unit")  # stop the scheduler watcher before its server goes away
     s.close()

@@ -12,8 +12,13 @@ from gpufleet.chaos.ledger import FaultRecord, Ledger, Rollback, revert_pending
 
 
 def _rec(i: int = 0, **kw: Any) -> FaultRecord:
-    return FaultRecord(kind="link-down", backend="sandbox", target={"node": f"gpu-{i}"},
-                       rollback=Rollback("test.touch", {"n": i}), **kw)
+    return FaultRecord(
+        kind="link-down",
+        backend="sandbox",
+        target={"node": f"gpu-{i}"},
+        rollback=Rollback("test.touch", {"n": i}),
+        **kw,
+    )
 
 
 def test_record_is_on_disk_before_apply_and_pending_until_reverted(tmp_path: Path) -> None:

@@ -182,3 +182,40 @@ def test_suite_result_and_exit_codes(experiment: Exp, facts: Facts, budgets: dic
     assert suite_result([unjudged, missed, met]) is Result.MISSED
     assert suite_result([]) is Result.UNJUDGED
     assert EXIT_CODES == {Result.MET: 0, Result.MISSED: 1, Result.UNJUDGED: 3}
+
+
+def test_deviation_by_the_budget_probe_is_judged_once(
+    experiment: Exp, facts: Facts, budgets: dict[str, Budget]
+) -> None:
+    f = facts("node-crash")
+    assert (f.deviated, f.deviated_by, f.deviated_by_budget) == (True, "recovery-within-budget", True)
+    r = run(experiment("node-crash"), f, budgets)
+    steady = next(c for c in r.checks if c.name == "steady-state")
+    assert steady.outcome is Outcome.PASS
+    assert steady.detail == "only the recovery-budget probe 'recovery-within-budget' deviated (judged above)"
+    assert r.result is Result.MISSED  # by the recover check
+
+
+def test_budget_probe_disagreeing_with_the_verdict_is_unknown(
+    experiment: Exp, facts: Facts, budgets: dict[str, Budget]
+) -> None:
+    f = dataclasses.replace(facts("gpu-xid-79"), deviated=True, deviated_by="recovery-within-budget",
+                            deviated_by_budget=True)
+    r = run(experiment("gpu-xid-79"), f, budgets)
+    assert (r.verdict, r.result) == (Outcome.PASS, Result.UNJUDGED)
+
+
+def test_deviation_by_another_probe_fails(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
+    f = dataclasses.replace(facts("gpu-xid-79"), deviated=True, deviated_by="training-progressing")
+    r = run(experiment("gpu-xid-79"), f, budgets)
+    steady = next(c for c in r.checks if c.name == "steady-state")
+    assert (steady.outcome, steady.detail) == (
+        Outcome.FAIL, "probe 'training-progressing' did not hold after the method (deviated)"
+    )
+    assert r.result is Result.MISSED
+
+
+def test_breach_journal_meets(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
+    f = facts("budget-breach")
+    assert f.deviated_by_budget is True
+    assert run(experiment("budget-breach"), f, budgets).result is Result.MET

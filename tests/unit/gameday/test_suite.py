@@ -70,3 +70,35 @@ def test_discover_collects_problems_of_all_files(tmp_path: Path) -> None:
     with pytest.raises(InputError) as e:
         discover(tmp_path)
     assert [p.path for p in e.value.problems] == ["a.json: line 1, column 2", "b.json: title"]
+
+
+def hypothesis(args: dict[str, object]) -> dict[str, object]:
+    return {"title": "h", "probes": [{"type": "probe", "name": "recovery-within-budget", "tolerance": True,
+                                      "provider": {"type": "python", "module": "m",
+                                                   "func": "recovery_within_budget", "arguments": args}}]}
+
+
+def test_expectations_from_the_budget_probe_and_tags() -> None:
+    doc = {"title": "t", "steady-state-hypothesis": hypothesis({"expect_isolation": False,
+                                                                "expect_interruption": True})}
+    e = parse_experiment(Path("x.json"), doc).expect
+    assert (e.isolation, e.isolation_set, e.interruption, e.outcome) == (False, True, True, Outcome.PASS)
+    doc = {"title": "t", "tags": ["sandbox", "expect-deviation"],
+           "steady-state-hypothesis": hypothesis({"expect_isolation": None})}
+    e = parse_experiment(Path("x.json"), doc).expect
+    assert (e.isolation, e.isolation_set, e.interruption, e.outcome) == (None, True, None, Outcome.FAIL)
+    # The gpufleet extension entry wins over both.
+    doc["extensions"] = [{"name": "gpufleet", "expect_outcome": "PASS", "expect_isolation": True}]
+    e = parse_experiment(Path("x.json"), doc).expect
+    assert (e.isolation, e.outcome) == (True, Outcome.PASS)
+
+
+def test_bad_budget_probe_arguments() -> None:
+    doc = {"title": "t", "steady-state-hypothesis": hypothesis({"expect_isolation": "no",
+                                                                "expect_interruption": 1})}
+    with pytest.raises(InputError) as e:
+        parse_experiment(Path("x.json"), doc)
+    assert [p.path for p in e.value.problems] == [
+        "steady-state-hypothesis.probes[0].provider.arguments.expect_isolation",
+        "steady-state-hypothesis.probes[0].provider.arguments.expect_interruption",
+    ]

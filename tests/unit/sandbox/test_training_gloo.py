@@ -26,7 +26,8 @@ def free_port() -> int:
 
 def launch(tmp: Path, *, job: int, restart: int, max_steps: int, metrics_port: int, rdv_port: int,
            step_sleep: float = 0.0, pg_timeout: float = 10.0) -> list[subprocess.Popen[bytes]]:
-    hosts = {n: {"mgmt_ip": "127.0.0.1", "fabric_ip": "127.0.0.1", "fabric_ifname": "lo"} for n in ("n0", "n1")}
+    lo = {"mgmt_ip": "127.0.0.1", "fabric_ip": "127.0.0.1", "fabric_ifname": "lo"}
+    hosts = {n: lo for n in ("n0", "n1")}
     (tmp / "hosts.json").write_text(json.dumps(hosts))
     procs = []
     for r in (0, 1):
@@ -34,15 +35,16 @@ def launch(tmp: Path, *, job: int, restart: int, max_steps: int, metrics_port: i
                "SLURM_LOCALID": "0", "SLURMD_NODENAME": f"n{r}", "SLURM_JOB_NODELIST": "n[0-1]",
                "SLURM_JOB_ID": str(job), "SLURM_RESTART_COUNT": str(restart), "SLURM_JOB_NAME": "t"}
         env.pop("GLOO_SOCKET_IFNAME", None)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "gpufleet.sandbox.training.train", "--base-dir", str(tmp),
-             "--checkpoint-dir", str(tmp / "ckpt"), "--events-file", str(tmp / "events.jsonl"),
-             "--file-sd-dir", str(tmp / "sd"), "--hosts-file", str(tmp / "hosts.json"),
-             "--checkpoint-every", "5", "--step-sleep", str(step_sleep), "--max-steps", str(max_steps),
-             "--pg-timeout", str(pg_timeout), "--metrics-port", str(metrics_port),
-             "--rendezvous-port", str(rdv_port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / f"rank{r}.err", "ab"),  # noqa: SIM115
-        ))
+        with open(tmp / f"rank{r}.err", "ab") as err:  # the child keeps its own descriptor
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "gpufleet.sandbox.training.train", "--base-dir", str(tmp),
+                 "--checkpoint-dir", str(tmp / "ckpt"), "--events-file", str(tmp / "events.jsonl"),
+                 "--file-sd-dir", str(tmp / "sd"), "--hosts-file", str(tmp / "hosts.json"),
+                 "--checkpoint-every", "5", "--step-sleep", str(step_sleep), "--max-steps", str(max_steps),
+                 "--pg-timeout", str(pg_timeout), "--metrics-port", str(metrics_port),
+                 "--rendezvous-port", str(rdv_port)],
+                env=env, stdout=subprocess.DEVNULL, stderr=err,
+            ))
     return procs
 
 
@@ -55,8 +57,6 @@ def wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> list
             if p.poll() is None:
                 p.kill()
                 p.wait(5)
-            if p.stderr:
-                p.stderr.close()
 
 
 def events(tmp: Path) -> list[dict[str, Any]]:
@@ -127,5 +127,6 @@ def test_fatal_gpu_fault_fails_the_rank_with_a_cuda_error(tmp_path: Path) -> Non
     assert rcs[1] == 1 and rcs[0] == 1  # rank 1 dies of its GPU; rank 0 then times out in gloo
     assert time.monotonic() - t0 < 60
     errs = {e["rank"]: e["message"] for e in events(tmp_path) if e["event"] == "error"}
-    assert errs[1] == "RuntimeError: CUDA error: unspecified launch failure (Xid 79: GPU has fallen off the bus)"
+    assert errs[1] == ("RuntimeError: CUDA error: unspecified launch failure "
+                       "(Xid 79: GPU has fallen off the bus)")
     assert "CUDA" not in errs[0]  # rank 0's own GPU is fine: it fails only because its peer is gone

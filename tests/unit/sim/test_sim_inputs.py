@@ -86,6 +86,9 @@ REPORT = {
         {"name": "crash", "fault_class": "node-crash", "measured": {"detect_seconds": 5,
                                                                     "isolate_seconds": None}},
         {"name": "aborted", "fault_class": "fabric-flap", "measured": {}},
+        # As gpufleet.gameday writes an experiment that never ran: class unknown, all null.
+        {"name": "inject-fails", "fault_class": None, "budget": {"detect_seconds": 60},
+         "measured": {"detect_seconds": None, "isolate_seconds": None, "recover_seconds": None}},
     ],
 }
 

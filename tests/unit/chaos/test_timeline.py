@@ -1,0 +1,125 @@
+"""Timeline building from recorded inputs, and its measurement by gpufleet.slo."""
+
+from gpufleet.chaos.ledger import FaultRecord, Rollback
+from gpufleet.chaos.scheduler import NodeObs, parse_sinfo, schedulable, transitions
+from gpufleet.chaos.timeline import build_timeline, unavailable_intervals, workload_facts
+from gpufleet.slo import Budget, EventKind, judge, measure
+
+T0 = 1000.0
+
+
+def _events() -> list[dict[str, object]]:
+    ev: list[dict[str, object]] = [{"t": T0 - 30, "event": "start", "step": None, "restart": 0}]
+    ev += [{"t": T0 - 20 + i, "event": "step", "step": 100 + 10 * i, "restart": 0} for i in range(21)]
+    ev += [{"t": T0 - 5, "event": "checkpoint", "step": 240, "restart": 0}]
+    # fault at T0; old incarnation's last step at T0 + 0; restart 1 starts at T0 + 25
+    ev += [
+        {"t": T0 + 25, "event": "start", "step": None, "restart": 1},
+        {"t": T0 + 27, "event": "resume", "step": 240, "restart": 1},
+        {"t": T0 + 28.5, "event": "step", "step": 241, "restart": 1},
+        {"t": T0 + 30, "event": "step", "step": 250, "restart": 1},
+    ]
+    return ev
+
+
+def test_workload_facts_after_a_restart() -> None:
+    f = workload_facts(_events(), T0, stall_seconds=3)
+    assert f.restarted
+    assert f.interrupted_at == T0  # last step of restart 0
+    assert f.resumed_at == T0 + 28.5  # first step of restart 1
+    assert f.steps_at_fault == 300
+    assert f.checkpoint_step_at_fault == 240
+    assert f.resumed_from_step == 240
+
+
+def test_workload_facts_stall_without_restart() -> None:
+    ev = [{"t": T0 - 1 + i, "event": "step", "step": i, "restart": 0} for i in range(3)]
+    ev += [{"t": T0 + 12, "event": "step", "step": 3, "restart": 0}]
+    f = workload_facts(ev, T0, stall_seconds=3)
+    assert (f.interrupted_at, f.resumed_at, f.restarted) == (T0 + 1, T0 + 12, False)
+
+
+def test_workload_not_interrupted() -> None:
+    ev = [{"t": T0 - 5 + i, "event": "step", "step": i, "restart": 0} for i in range(20)]
+    f = workload_facts(ev, T0, stall_seconds=3)
+    assert f.interrupted_at is None and f.resumed_at is None and f.steps_at_fault == 5
+
+
+def test_sinfo_parsing_and_states() -> None:
+    text = (
+        "gpu-0|idle|none|Unknown\n"
+        "gpu-1|drained|xid 79 on gpu 0|2026-01-01T00:00:05\n"
+        "gpu-2|down*|Not responding|2026-01-01T00:00:09\n"
+        "gpu-3|mixed|none|Unknown\n"
+    )
+    nodes = parse_sinfo(text)
+    assert {n: o.schedulable for n, o in nodes.items()} == {
+        "gpu-0": True,
+        "gpu-1": False,
+        "gpu-2": False,
+        "gpu-3": True,
+    }
+    assert nodes["gpu-1"].reason == "xid 79 on gpu 0" and nodes["gpu-0"].reason == ""
+    assert nodes["gpu-1"].reason_time is not None
+    assert not schedulable("idle*") and not schedulable("draining") and schedulable("allocated")
+
+
+def _obs(name: str, ok: bool, reason: str = "", rt: float | None = None) -> NodeObs:
+    return NodeObs(name, "idle" if ok else "drained", reason, rt, ok)
+
+
+def test_timeline_end_to_end_from_recorded_inputs() -> None:
+    samples = [
+        (T0 - 1, {"gpu-0": _obs("gpu-0", True), "gpu-1": _obs("gpu-1", True)}),
+        (
+            T0 + 6,
+            {"gpu-0": _obs("gpu-0", False, "GpuFallenOffBus xid 79", T0 + 5), "gpu-1": _obs("gpu-1", True)},
+        ),
+        (T0 + 50, {"gpu-0": _obs("gpu-0", True), "gpu-1": _obs("gpu-1", True)}),
+    ]
+    trans = transitions(samples)
+    assert [(t.node, t.schedulable) for t in trans] == [("gpu-0", False), ("gpu-0", True)]
+    rec = FaultRecord(
+        kind="dcgm-inject",
+        backend="sandbox",
+        target={"node": "gpu-0", "gpu": 0},
+        rollback=Rollback("sandbox.agent-clear"),
+        fault_id="gpu-xid-79",
+        at=T0,
+    )
+    tl = build_timeline(
+        "xid79",
+        "gpu-xid-79",
+        "gpu-fatal",
+        [rec],
+        {rec.id: T0 + 45},
+        (T0 - 1, T0 + 60),
+        "GpuFallenOffBus",
+        T0 + 3.0,
+        None,
+        {"gpu-0"},
+        {"gpu-0": True, "gpu-1": True},
+        trans,
+        workload_facts(_events(), T0, 3),
+        nodes_total=5,
+    )
+    kinds = [(e.kind, e.at) for e in tl.events]
+    assert (EventKind.INJECTED, T0) in kinds
+    assert (EventKind.DETECTED, T0 + 3.0) in kinds
+    assert (EventKind.ISOLATED, T0 + 5) in kinds  # Slurm's reason time, not the later poll
+    assert (EventKind.RESUMED, T0 + 28.5) in kinds
+    assert (EventKind.REVERTED, T0 + 45) in kinds
+    assert (EventKind.RETURNED, T0 + 50) in kinds
+    assert tl.nodes_unavailable == {"gpu-0": [(T0 + 5, T0 + 50)]} or tl.nodes_unavailable == {
+        "gpu-0": [(T0 + 6, T0 + 50)]
+    }
+    m = measure(tl)
+    assert m.time_to_detect == 3.0 and m.time_to_isolate == 5.0 and m.time_to_recover == 28.5
+    assert m.lost_steps == 60  # 300 at the fault, resumed from 240
+    assert judge(m, Budget(15, 15, 60)).outcome.value == "PASS"
+    assert judge(m, Budget(1, 1, 1)).outcome.value == "FAIL"
+
+
+def test_unavailable_intervals_open_at_the_end() -> None:
+    samples = [(0.0, {"a": _obs("a", True)}), (5.0, {"a": _obs("a", False)})]
+    assert unavailable_intervals({"a": True}, transitions(samples), (0, 10)) == {"a": [(5.0, None)]}
