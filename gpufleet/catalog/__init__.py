@@ -1,5 +1,6 @@
 """The fault catalog: data files with a typed loader, and the policies derived from them."""
 
+from gpufleet.catalog.dashboard import dashboard
 from gpufleet.catalog.load import DATA_DIR, Catalog, load_catalog, parse_catalog_file
 from gpufleet.catalog.model import Alert, Fault, HealthCheck, Injection, Rate, runbook_url
 from gpufleet.catalog.policy import (
@@ -10,9 +11,11 @@ from gpufleet.catalog.policy import (
     escalated_action,
     xid_policy,
 )
+from gpufleet.catalog.rules import RUNBOOK_BASE, rule_groups
 
 __all__ = [
     "DATA_DIR",
+    "RUNBOOK_BASE",
     "Alert",
     "Catalog",
     "Fault",
@@ -23,9 +26,11 @@ __all__ = [
     "Rate",
     "XidRule",
     "actionable",
+    "dashboard",
     "escalated_action",
     "load_catalog",
     "parse_catalog_file",
+    "rule_groups",
     "runbook_url",
     "xid_policy",
 ]

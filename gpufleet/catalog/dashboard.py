@@ -22,7 +22,8 @@ _FABRIC_DEV = '(ib|rdma|fab|enp).*'
 _ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
     ("GPU health", [
         ("XID events (per-XID counter, 10m)", "short", [
-            ('sum by (Hostname, xid) (increase(DCGM_EXP_XID_ERRORS_COUNT[10m])) > 0', "{{Hostname}} XID {{xid}}"),
+            ("sum by (Hostname, xid) (increase(DCGM_EXP_XID_ERRORS_COUNT[10m])) > 0",
+             "{{Hostname}} XID {{xid}}"),
         ]),
         ("Last XID per GPU (gauge; repeats invisible)", "short", [
             ("DCGM_FI_DEV_XID_ERRORS > 0", "{{Hostname}} GPU {{gpu}}"),

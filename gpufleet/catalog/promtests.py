@@ -135,7 +135,8 @@ def alert_tests(fault: Fault, fx: AlertFixture, label_sets: dict[str, str]) -> l
         {"eval_time": fmt_duration(onset - EVAL_INTERVAL_S), "alertname": name, "exp_alerts": []},
     ]
     if wait:
-        checks.append({"eval_time": fmt_duration(fire - EVAL_INTERVAL_S), "alertname": name, "exp_alerts": []})
+        pending = fmt_duration(fire - EVAL_INTERVAL_S)
+        checks.append({"eval_time": pending, "alertname": name, "exp_alerts": []})
     checks.append({"eval_time": fmt_duration(fire), "alertname": name, "exp_alerts": expected})
     for t in fx.also_at:
         if fx.value is not None:

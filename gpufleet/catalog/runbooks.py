@@ -90,7 +90,8 @@ _DOMAIN_DIAGNOSIS: dict[str, list[Step]] = {
         Step(run="squeue -j <jobid> -o '%i %T %M %N'", why="Slurm: state, run time and nodes of the job"),
         Step(run="sacct -j <jobid> --format=JobID,State,ExitCode,NodeList,Start,End",
              why="Slurm: exit codes of the job's steps"),
-        Step(run="kubectl get pods -l <job selector> -o wide", why="Kubernetes: pods of the job and their nodes"),
+        Step(run="kubectl get pods -l <job selector> -o wide",
+             why="Kubernetes: pods of the job and their nodes"),
     ],
 }
 
@@ -191,7 +192,7 @@ def runbook_files(catalog: Catalog, notes: Notes) -> dict[str, str]:
     """`runbooks/<AlertName>.md` for every alert plus `runbooks/README.md`, keyed by relative path."""
     no_notes, orphans = missing_notes(catalog, notes)
     problems = [Problem(f"faults.{i}", "no runbook notes for this alerting fault") for i in no_notes]
-    problems += [Problem(f"faults.{i}", "notes for a fault that has no alert in the catalog") for i in orphans]
+    problems += [Problem(f"faults.{i}", "notes for a fault without an alert") for i in orphans]
     if problems:
         raise InputError(str(NOTES_FILE), problems)
     out: dict[str, str] = {}
@@ -215,7 +216,8 @@ def index(catalog: Catalog) -> str:
         "| Alert | Severity | Fault | Class | Action |",
         "|---|---|---|---|---|",
     ]
-    for f in sorted((f for f in catalog if f.alert), key=lambda f: (domain_of(f, catalog), f.alert.name if f.alert else "")):
+    alerting = [f for f in catalog if f.alert is not None]
+    for f in sorted(alerting, key=lambda f: (domain_of(f, catalog), f.alert.name if f.alert else "")):
         assert f.alert is not None
         lines.append(f"| [{f.alert.name}]({f.alert.name}.md) | {f.severity.value} | `{f.id}` - {f.title} "
                      f"| `{f.fault_class.value}` | `{f.action.value}` |")

@@ -14,7 +14,8 @@ def load_path(path: Path) -> Catalog:
     """A catalog from a directory (every *.yaml) or from one file. Raises InputError."""
     if path.is_dir():
         return load_catalog(path)
-    entries: list[tuple[str, int, Fault]] = [(str(path), i, f) for i, f in enumerate(parse_catalog_file(path))]
+    faults = parse_catalog_file(path)
+    entries: list[tuple[str, int, Fault]] = [(str(path), i, f) for i, f in enumerate(faults)]
     for file, problems in cross_check(entries).items():
         raise InputError(file, problems)
     return Catalog(tuple(f for _, _, f in entries), {f.id: file for file, _, f in entries})

@@ -74,25 +74,30 @@ def workload_facts(events: list[dict[str, Any]], t0: float, stall_seconds: float
         and (restart0 is None or int(e.get("restart", 0)) > restart0)
     ]
     if restarts:
-        r = restarts[0]
-        rc = int(r.get("restart", 0))
-        # The "start" event carries no step; the "resume" event of the same incarnation names the
-        # checkpoint step it loaded (none: the job started from scratch).
+        first = restarts[0]
+        old = [e for e in steps if int(e.get("restart", 0)) == restart0 and float(e["t"]) < float(first["t"])]
+        # The first step of ANY later incarnation: a restart that fails again before its first step
+        # (e.g. requeued onto the same faulty node) does not count as resumed.
+        new = [
+            e
+            for e in steps
+            if float(e["t"]) > t0 and (restart0 is None or int(e.get("restart", 0)) > restart0)
+        ]
+        resumed = new[0] if new else None
+        rc = int(resumed.get("restart", 0)) if resumed else None
+        # The "start" event carries no step; the "resume" event of the incarnation that made progress
+        # names the checkpoint step it loaded (none: it started from scratch).
         resume = next(
             (
                 e
                 for e in events
-                if e.get("event") == "resume"
-                and int(e.get("restart", 0)) == rc
-                and float(e["t"]) >= float(r["t"])
+                if e.get("event") == "resume" and rc is not None and int(e.get("restart", 0)) == rc
             ),
             None,
         )
-        old = [e for e in steps if int(e.get("restart", 0)) != rc and float(e["t"]) < float(r["t"])]
-        new = [e for e in steps if int(e.get("restart", 0)) == rc and float(e["t"]) >= float(r["t"])]
         return WorkloadFacts(
             interrupted_at=float(old[-1]["t"]) if old else None,
-            resumed_at=float(new[0]["t"]) if new else None,
+            resumed_at=float(resumed["t"]) if resumed else None,
             steps_at_fault=max(int(old[-1]["step"]), steps_at_fault or 0) if old else steps_at_fault,
             checkpoint_step_at_fault=ckpt,
             resumed_from_step=int(resume["step"]) if resume and resume.get("step") is not None else None,

@@ -17,13 +17,17 @@ from gpufleet.core.taxonomy import FaultClass
 
 catalog_app = typer.Typer(help="Browse and validate the fault catalog.", no_args_is_help=True)
 
-DataDir = Annotated[Path, typer.Option("--data-dir", help="Catalog data directory (default: the built-in catalog).")]
+DataDir = Annotated[
+    Path, typer.Option("--data-dir", help="Catalog data directory (default: the built-in catalog).")
+]
 
 
 @catalog_app.command("list")
 @input_errors
 def list_faults(
-    fault_class: Annotated[FaultClass | None, typer.Option("--class", help="Only faults of this class.")] = None,
+    fault_class: Annotated[
+        FaultClass | None, typer.Option("--class", help="Only faults of this class.")
+    ] = None,
     data_dir: DataDir = DATA_DIR,
 ) -> None:
     """List the faults of the catalog."""
@@ -33,7 +37,8 @@ def list_faults(
     for col in ("id", "domain", "class", "severity", "XID", "alert", "action", "escalation"):
         table.add_column(col, no_wrap=col in ("id", "alert"))
     for f in faults:
-        esc = f"{f.escalation.repeats}x/{f.escalation.window_hours:g}h -> {f.escalation.to.value}" if f.escalation else ""
+        e = f.escalation
+        esc = f"{e.repeats}x/{e.window_hours:g}h -> {e.to.value}" if e else ""
         table.add_row(f.id, domain_of(f, catalog), f.fault_class.value, f.severity.value,
                       str(f.xid or ""), f.alert.name if f.alert else "(exempt)", f.action.value, esc)
     console.print(table)
@@ -47,8 +52,8 @@ def show(fault_id: Annotated[str, typer.Argument(help="Fault id, e.g. gpu-xid-79
     catalog = load_catalog(data_dir)
     try:
         f = catalog.get(fault_id)
-    except KeyError as e:
-        raise fail(str(e.args[0])) from None
+    except KeyError as missing:
+        raise fail(str(missing.args[0])) from None
     console.print(f"[bold]{f.id}[/] - {f.title}", highlight=False)
     rows: list[tuple[str, str]] = [
         ("class", f.fault_class.value), ("severity", f.severity.value), ("domain", domain_of(f, catalog)),

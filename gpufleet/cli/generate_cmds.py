@@ -16,7 +16,9 @@ from gpufleet.cli.common import console, err_console, input_errors
 
 @input_errors
 def generate(
-    check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 naming every drifted file.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 naming every drifted file.")
+    ] = False,
     root: Annotated[Path | None, typer.Option(help="Repository root (default: this checkout).")] = None,
     data_dir: Annotated[Path, typer.Option(help="Catalog data directory.", hidden=True)] = DATA_DIR,
 ) -> None:

@@ -145,7 +145,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory, sandbox_rule_files: list[P
         yield sb
         sb.prom.close()
     finally:
-        gpufleet(root, "sandbox", "down", "--stack", STACK, timeout=120)  # idempotent safety net
+        # Idempotent safety net; keeps the run directory (logs) when an earlier test failed.
+        gpufleet(root, "sandbox", "down", "--stack", STACK, "--keep-files", timeout=120)
 
 
 def test_up_gives_idle_nodes_live_targets_and_progressing_training(sandbox: Sandbox) -> None:

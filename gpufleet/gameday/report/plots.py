@@ -61,12 +61,17 @@ def timeline_png(r: ExperimentResult) -> str:
         if at is not None:
             ax.axvline(at, color=color, linewidth=2, label=f"{label} {at:+.1f} s")
     if r.budget is not None:
-        for value, label in ((r.budget.detect_seconds, "detect budget"),
-                             (r.budget.isolate_seconds, "isolate budget"),
-                             (r.budget.recover_seconds, "recover budget")):
+        # One dashed line per distinct budget value, labelled with every budget it carries.
+        labels: dict[float, list[str]] = {}
+        for value, label in ((r.budget.detect_seconds, "detect"), (r.budget.isolate_seconds, "isolate"),
+                             (r.budget.recover_seconds, "recover")):
             if value is not None:
-                ax.axvline(value, color="black", linestyle="--", linewidth=0.8)
-                ax.text(value, top, label, rotation=90, va="top", ha="right", fontsize=7)
+                labels.setdefault(value, []).append(label)
+        for value, names in labels.items():
+            ax.axvline(value, color="black", linestyle="--", linewidth=0.8)
+            ax.text(value, top, "/".join(names) + " budget", rotation=90, va="top", ha="right", fontsize=7)
+    if m.interrupted and not m.recovered:
+        ax.text(0.99, 0.05, "workload never resumed", transform=ax.transAxes, ha="right", color="#d62728")
     ax.set_xlim(tl.window_start - t0, tl.window_end - t0)
     ax.set_ylim(0, top)
     ax.set_yticks([i + 1 for i in range(len(nodes))], nodes)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.catalog import Catalog, Observation, OverrideSpec, actionable, escalated_action, load_catalog, xid_policy
+from gpufleet.catalog import (
+    Catalog,
+    Observation,
+    OverrideSpec,
+    actionable,
+    escalated_action,
+    load_catalog,
+    xid_policy,
+)
 from gpufleet.core.taxonomy import FaultClass, LadderAction
 
 

@@ -1,0 +1,210 @@
+"""Game-day benchmark: per experiment, detect / isolate / recover seconds (median of N runs of the
+suite), their ratio to the floor the configured intervals set (gpufleet.slo.floor_seconds,
+docs/slo.md), and the suite's wall time (the first run includes sandbox bring-up).
+
+    sudo .venv/bin/python benchmarks/gameday.py [--runs 3] [--experiments a,b] [--stack sandbox]
+
+Prints a table and writes benchmarks/results/gameday.json. Figures, not asserts: the issue's
+targets are printed next to the numbers (fatal GPU fault drained <= 15 s and resumed <= 60 s,
+node crash resumed <= 60 s, link down detected <= 15 s, each recovery within 1.5x of its floor,
+suite with bring-up <= 15 min on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpufleet.catalog import load_catalog
+from gpufleet.config import StackSpec, duration_seconds, load_named_stack
+from gpufleet.gameday import GamedayOptions, SuiteRun, run_gameday, summary_dict, write_report
+from gpufleet.gameday.runner import Listener, teardown_sandbox
+from gpufleet.slo import Floor, Intervals, floor_seconds
+
+REPO = Path(__file__).resolve().parents[1]
+# Slurm's scheduler pass in the sandbox (gpufleet/sandbox/templates/slurm.conf.j2:
+# SchedulerParameters=...,sched_interval=2; sandbox-notes.md pitfall 5).
+SANDBOX_SCHED_INTERVAL_S = 2.0
+RATIO_TARGET = 1.5
+SUITE_TARGET_S = 15 * 60
+
+
+class Printer(Listener):
+    def sandbox(self, message: str) -> None:
+        print(f"  sandbox: {message}", flush=True)
+
+    def experiment_done(self, index: int, result: Any) -> None:
+        print(f"  {result.name}: {result.result.value} ({result.wall_seconds:.0f} s)", flush=True)
+
+
+def intervals_for(stack: StackSpec, fault_id: str | None) -> Intervals:
+    """The configured intervals that bound one fault's detection and recovery."""
+    catalog = load_catalog()
+    fault = None
+    if fault_id:
+        try:
+            fault = catalog.get(fault_id)
+        except (KeyError, ValueError):
+            fault = None
+    sb = stack.sandbox
+    scrape = duration_seconds(sb.scrape_interval if sb else stack.monitoring.dcgm_scrape_interval)
+    rule_for = duration_seconds(fault.alert.for_) if fault and fault.alert else None
+    health = float(sb.slurm.health_check_interval) if sb and fault and fault.health_check else None
+    return Intervals(
+        scrape_seconds=scrape,
+        evaluation_seconds=duration_seconds(stack.monitoring.evaluation_interval),
+        rule_for_seconds=rule_for,
+        health_check_seconds=health,
+        slurmd_timeout_seconds=float(sb.slurm.slurmd_timeout) if sb else None,
+        message_timeout_seconds=float(sb.slurm.message_timeout) if sb else 0.0,
+        cred_expire_seconds=float(sb.slurm.cred_expire) if sb else 0.0,
+        scheduler_interval_seconds=SANDBOX_SCHED_INTERVAL_S if sb else 0.0,
+        process_group_timeout_seconds=float(sb.training.process_group_timeout_seconds) if sb else 0.0,
+        checkpoint_load_seconds=stack.storage.checkpoint.load_seconds,
+    )
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _ratio(measured: float | None, floor: float | None) -> float | None:
+    if measured is None or floor is None or floor <= 0:
+        return None
+    return measured / floor
+
+
+def aggregate(runs: list[SuiteRun], stack: StackSpec) -> list[dict[str, Any]]:
+    names = list(dict.fromkeys(r.name for run in runs for r in run.results))
+    out = []
+    for name in names:
+        results = [r for run in runs for r in run.results if r.name == name]
+        fault_class = next((r.fault_class for r in results if r.fault_class), None)
+        fault_id = next((r.fault_id for r in results if r.fault_id), None)
+        per = {
+            key: [getattr(r.measurement, attr) if r.measurement else None for r in results]
+            for key, attr in (("detect", "time_to_detect"), ("isolate", "time_to_isolate"),
+                              ("recover", "time_to_recover"))
+        }
+        med = {k: _median(v) for k, v in per.items()}
+        iv = intervals_for(stack, fault_id)
+        floor: Floor | None = floor_seconds(fault_class, iv) if fault_class else None
+        fl = {"detect": floor.detect, "isolate": floor.isolate, "recover": floor.recover} if floor else {}
+        out.append({
+            "name": name,
+            "fault_id": fault_id,
+            "fault_class": fault_class,
+            "runs": len(results),
+            "results": [r.result.value for r in results],
+            "samples_seconds": per,
+            "median_seconds": med,
+            "floor_seconds": fl,
+            "ratio_to_floor": {k: _ratio(med[k], fl.get(k)) for k in med},
+            "intervals": iv.__dict__,
+        })
+    return out
+
+
+def targets(rows: list[dict[str, Any]], suite_wall: float) -> list[dict[str, Any]]:
+    def row(cls: str) -> list[dict[str, Any]]:
+        return [r for r in rows if r["fault_class"] == cls]
+
+    checks: list[dict[str, Any]] = []
+    for r in row("gpu-fatal"):
+        checks.append({"target": f"{r['name']}: drained <= 15 s", "value": r["median_seconds"]["isolate"],
+                       "limit": 15.0})
+        checks.append({"target": f"{r['name']}: resumed <= 60 s", "value": r["median_seconds"]["recover"],
+                       "limit": 60.0})
+    for r in row("node-crash"):
+        checks.append({"target": f"{r['name']}: resumed <= 60 s", "value": r["median_seconds"]["recover"],
+                       "limit": 60.0})
+    for r in row("fabric-link-down"):
+        checks.append({"target": f"{r['name']}: detected <= 15 s", "value": r["median_seconds"]["detect"],
+                       "limit": 15.0})
+    for r in rows:
+        ratio = r["ratio_to_floor"]["recover"]
+        if ratio is not None:
+            checks.append({"target": f"{r['name']}: recovery <= {RATIO_TARGET}x floor", "value": ratio,
+                           "limit": RATIO_TARGET})
+    checks.append({"target": "suite incl. bring-up <= 15 min", "value": suite_wall, "limit": SUITE_TARGET_S})
+    for c in checks:
+        c["met"] = None if c["value"] is None else c["value"] <= c["limit"]
+    return checks
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--stack", default="sandbox")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--experiments", default="", help="comma-separated names; default: the sandbox suite")
+    ap.add_argument("--report-dir", type=Path, default=REPO / "reports" / "bench-gameday")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gameday.json")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per experiment")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("the sandbox game-day needs root", file=sys.stderr)
+        return 2
+    stack = load_named_stack(args.stack, REPO / "stacks")
+    names = tuple(n.strip() for n in args.experiments.split(",") if n.strip())
+    runs: list[SuiteRun] = []
+    t = time.monotonic()
+    opts = GamedayOptions(stack=args.stack, backend="sandbox", experiments=names,
+                          experiments_dir=REPO / "experiments", stacks_dir=REPO / "stacks",
+                          keep_sandbox=True, experiment_timeout_s=args.timeout)
+    try:
+        for i in range(args.runs):
+            print(f"run {i + 1}/{args.runs}", flush=True)
+            o = GamedayOptions(**{**opts.__dict__, "report_dir": args.report_dir / f"run-{i + 1}"})
+            run = run_gameday(o, Printer())
+            write_report(run, o.report_dir)
+            runs.append(run)
+    finally:
+        teardown_sandbox(opts, Printer())
+    rows = aggregate(runs, stack)
+    first_wall = runs[0].wall_seconds if runs else 0.0
+    checks = targets(rows, first_wall)
+    print(f"\n{'experiment':34} {'class':17} {'detect':>7} {'isolate':>7} {'recover':>7} "
+          f"{'floor':>6} {'ratio':>6}")
+    for r in rows:
+        m, fl = r["median_seconds"], r["floor_seconds"]
+        ratio = r["ratio_to_floor"]["recover"]
+        print(f"{r['name']:34} {r['fault_class'] or '-':17} {_fmt(m['detect']):>7} {_fmt(m['isolate']):>7} "
+              f"{_fmt(m['recover']):>7} {_fmt(fl.get('recover')):>6} {_fmt(ratio):>6}")
+    print(f"\nsuite wall time: {', '.join(f'{r.wall_seconds:.0f} s' for r in runs)} "
+          f"(first includes bring-up {runs[0].setup_seconds if runs else 0:.0f} s)")
+    for c in checks:
+        flag = {True: "met", False: "MISSED", None: "not measured"}[c["met"]]
+        print(f"  {c['target']}: {_fmt(c['value'])} ({flag})")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "gameday",
+        "stack": args.stack,
+        "runs": args.runs,
+        "machine": {
+            "cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+        },
+        "total_seconds": time.monotonic() - t,
+        "suite_wall_seconds": [r.wall_seconds for r in runs],
+        "setup_seconds": [r.setup_seconds for r in runs],
+        "experiments": rows,
+        "targets": checks,
+        "suites": [summary_dict(r)["counts"] for r in runs],
+    }, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
