@@ -47,6 +47,22 @@ def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e.get("event") == "step" and e.get("step") is not None]
 
 
+def _last_done_step(
+    events: list[dict[str, Any]], restart0: int | None, before: float, fallback: int | None
+) -> int | None:
+    """Last step the interrupted incarnation completed: step events are sampled (about one a second)
+    but a checkpoint proves its step was done, so the later of the two counts."""
+    done = [
+        int(e["step"])
+        for e in events
+        if e.get("event") in ("step", "checkpoint")
+        and e.get("step") is not None
+        and int(e.get("restart", 0)) == restart0
+        and float(e["t"]) < before
+    ]
+    return max(done) if done else fallback
+
+
 def workload_facts(events: list[dict[str, Any]], t0: float, stall_seconds: float) -> WorkloadFacts:
     """What the workload did around a fault at t0.
 
@@ -98,7 +114,7 @@ def workload_facts(events: list[dict[str, Any]], t0: float, stall_seconds: float
         return WorkloadFacts(
             interrupted_at=float(old[-1]["t"]) if old else None,
             resumed_at=float(resumed["t"]) if resumed else None,
-            steps_at_fault=max(int(old[-1]["step"]), steps_at_fault or 0) if old else steps_at_fault,
+            steps_at_fault=_last_done_step(events, restart0, float(first["t"]), steps_at_fault),
             checkpoint_step_at_fault=ckpt,
             resumed_from_step=int(resume["step"]) if resume and resume.get("step") is not None else None,
             restarted=True,

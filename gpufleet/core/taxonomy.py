@@ -21,6 +21,7 @@ class FaultClass(str, Enum):
     FABRIC_SWITCH_DOWN = "fabric-switch-down"
     STORAGE_OUTAGE = "storage-outage"
     STORAGE_DEGRADED = "storage-degraded"
+    WORKLOAD = "workload"  # the job itself fails (a software bug, a killed rank); hardware is fine
 
 
 class LadderAction(str, Enum):

@@ -37,6 +37,7 @@ ACTIVE_DETECT_SECONDS: dict[FaultClass, Sourced] = {
     FaultClass.FABRIC_SWITCH_DOWN: Sourced(60.0, f"{_BYTEROBUST}: switch down 60 s"),
     FaultClass.STORAGE_OUTAGE: Sourced(60.0, "assumed (no published figure; switch-down order)"),
     FaultClass.STORAGE_DEGRADED: Sourced(60.0, "assumed (no published figure; switch-down order)"),
+    FaultClass.WORKLOAD: Sourced(2.0, "assumed (the job's own exit is seen at once, as an OS fault 2 s)"),
 }
 
 # Passive detection: the surviving ranks wait for the collective watchdog.
@@ -114,4 +115,5 @@ CLASS_DEFAULT_ACTION: dict[FaultClass, str] = {
     FaultClass.FABRIC_SWITCH_DOWN: "none",
     FaultClass.STORAGE_OUTAGE: "none",
     FaultClass.STORAGE_DEGRADED: "restart-job",
+    FaultClass.WORKLOAD: "restart-job",
 }

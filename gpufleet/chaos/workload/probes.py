@@ -129,11 +129,13 @@ def recovery_timeline(
         reverted = {r.id: t for r in records if (t := led.reverted_at(r.id)) is not None}
         health = None
         for tr in watcher.transitions():
-            if tr.node in targets and not tr.schedulable and tr.at >= t0 and tr.reason:
+            # The scheduler noticing the node (not responding, or drained by the health check with
+            # a reason) is a detection in its own right.
+            if tr.node in targets and not tr.schedulable and tr.at >= t0:
                 rt = tr.reason_time
                 health = (
                     rt if rt is not None and t0 <= rt <= tr.at else tr.at,
-                    f"scheduler reason on {tr.node}: {tr.reason}",
+                    f"scheduler: {tr.node} {tr.state} {tr.reason}".strip(),
                 )
                 break
         total = (

@@ -35,8 +35,21 @@ def fake_chaos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An executable standing in for `chaos`; returns the file where it records its argv."""
     argv_log = tmp_path / "chaos-argv.jsonl"
     exe = tmp_path / "chaos"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE / 'fake_chaos.py'} \"$@\"\n")
+    fake = f"{sys.executable} {HERE / 'fake_chaos.py'}"
+    # "hang": trap SIGUSR1 in the shell (installed within milliseconds, before any Python start-up),
+    # then write the interrupted journal; bounded to 30 s.
+    exe.write_text(
+        "#!/bin/sh\n"
+        'if [ "$FAKE_CHAOS_MODE" = hang ]; then\n'
+        f"  trap 'FAKE_CHAOS_MODE=interrupted exec {fake} \"$@\"' USR1\n"
+        "  i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+        "  exit 1\n"
+        "fi\n"
+        f'exec {fake} "$@"\n'
+    )
     exe.chmod(0o755)
     monkeypatch.setenv("GPUFLEET_CHAOS_BIN", str(exe))
     monkeypatch.setenv("FAKE_CHAOS_ARGV", str(argv_log))
+    # Should anything reach `gpufleet chaos revert`, it may only see a private, empty ledger.
+    monkeypatch.setenv("GPUFLEET_LEDGER", str(tmp_path / "ledger.jsonl"))
     return argv_log

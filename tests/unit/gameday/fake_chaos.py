@@ -1,17 +1,16 @@
 """A test double for the `chaos` CLI: replays a recorded journal instead of running an experiment.
 
-It records its argv (to assert the game-day passes --rollback-strategy=always) and, with
-FAKE_CHAOS_MODE=hang, waits for SIGUSR1 (chaostoolkit's "stop and play rollbacks") and then writes
-an interrupted journal, as the real CLI does. Bounded: never waits more than 30 s.
+It records its argv (to assert the game-day passes --rollback-strategy=always). With
+FAKE_CHAOS_MODE=hang the shell wrapper (conftest.py) traps SIGUSR1 (chaostoolkit's "stop and play
+rollbacks") from its first milliseconds and then runs this script in mode "interrupted", which
+writes an interrupted journal, as the real CLI does.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import time
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "journals"
@@ -23,12 +22,7 @@ def main(argv: list[str]) -> int:
     journal_path = Path(argv[argv.index("--journal-path") + 1])
     experiment = Path(argv[-1])
     mode = os.environ.get("FAKE_CHAOS_MODE", "replay")
-    if mode == "hang":
-        stopped = []
-        signal.signal(signal.SIGUSR1, lambda *_: stopped.append(True))
-        deadline = time.monotonic() + 30
-        while not stopped and time.monotonic() < deadline:
-            time.sleep(0.05)
+    if mode == "interrupted":
         journal = json.loads((FIXTURES / f"{experiment.stem}.json").read_text())
         journal["status"] = "interrupted"
         journal["run"] = journal["run"][:1]

@@ -20,6 +20,8 @@ STACKS = HERE.parents[2] / "stacks"
 
 
 def options(tmp_path: Path, *names: str, **kw: object) -> GamedayOptions:
+    # Never the real `gpufleet chaos revert` from a unit test: it would touch the host's ledger.
+    kw.setdefault("revert_argv", ("true",))
     return GamedayOptions(
         stack="sandbox", backend="slurm", experiments=names, report_dir=tmp_path / "report",
         experiments_dir=EXPERIMENTS, stacks_dir=STACKS, settle_s=0.0, **kw,  # type: ignore[arg-type]

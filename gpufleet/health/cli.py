@@ -1,0 +1,230 @@
+"""`gpufleet node-health` / `python -m gpufleet.health`: check this node, print a verdict that fits
+node-problem-detector's custom-plugin contract (exit 0 OK, 1 problem, 2 unknown; one line on
+stdout), and, as Slurm's HealthCheckProgram (whose exit code Slurm ignores), drain the node itself.
+
+`python -m gpufleet.health` imports only what the check needs (no CLI framework), so it starts fast
+enough to run every few seconds from slurmd (docs/node-agent.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from gpufleet.catalog import Catalog, OverrideSpec, XidRule, load_catalog, xid_policy
+from gpufleet.core.errors import InputError
+from gpufleet.health import sources as S
+from gpufleet.health.decide import Verdict, describe, drain_argv, drain_reason, evaluate
+from gpufleet.health.observe import GpuReading, LinkReading, Observations, XidSeen, merge_xids
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpufleet node-health", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--node", default=os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+                   help="node name (default: $SLURMD_NODENAME, else the hostname)")
+    p.add_argument("--format", choices=["npd", "text", "json"], default="npd")
+    p.add_argument("--stack", help="apply this stack's remediation.xidOverrides to the XID policy")
+    p.add_argument("--stacks-dir", default="stacks", type=Path)
+    p.add_argument("--slurm-drain", action="store_true",
+                   help="drain this node in Slurm for faults whose action isolates the node")
+    p.add_argument("--scontrol", default=shutil.which("scontrol") or "/usr/bin/scontrol")
+    p.add_argument("--kernel-log", type=Path, help="kern.log to read (default: dmesg; sandbox: the agent's)")
+    p.add_argument("--fabric-ifnames", default="", help="fabric interfaces (default: sandbox agent's, "
+                   "else InfiniBand ports under /sys/class/infiniband)")
+    p.add_argument("--checkpoint-mount", type=Path, help="check that this mount answers a stat in time")
+    p.add_argument("--lock-file", type=Path, help="one check at a time per node (default under /run/lock)")
+    sb = p.add_argument_group("sandbox")
+    sb.add_argument("--sandbox", action="store_true", help="read the sandbox node agent instead of DCGM/NVML")
+    sb.add_argument("--agent-socket", type=Path)
+    sb.add_argument("--token-file", type=Path)
+    return p
+
+
+# --------------------------------------------------------------------------- gathering
+
+
+def _ifnames(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _links(names: list[str], unknown: list[str]) -> tuple[LinkReading, ...] | None:
+    links = S.read_links_sysfs(names)
+    if names and all(link.state == "absent" for link in links):
+        # None of the node's ports exists here: we are in the wrong network namespace (or /sys
+        # was not remounted for it), not looking at a node whose every port vanished.
+        unknown.append(f"fabric interfaces {','.join(names)} not visible in this network namespace")
+        return None
+    return tuple(links)
+
+
+def gather_sandbox(args: argparse.Namespace, now: float) -> Observations:
+    unknown: list[str] = []
+    if args.agent_socket is None or args.token_file is None:
+        raise ValueError("--sandbox needs --agent-socket and --token-file")
+    try:
+        doc = S.agent_state(args.agent_socket, S.read_token(args.token_file))
+    except S.SourceError as e:
+        return Observations(args.node, now, None, (), None, unknown=(str(e),))
+    gpus, pci, events = S.agent_readings(doc)
+    xids: list[XidSeen] = list(events)
+    klog = args.kernel_log or (Path(doc["kernel_log"]) if doc.get("kernel_log") else None)
+    if klog is not None:
+        try:
+            xids = merge_xids(events, S.read_kernel_log(klog, pci, now))
+        except S.SourceError as e:
+            unknown.append(str(e))
+    names = _ifnames(args.fabric_ifnames) or [str(f["ifname"]) for f in doc.get("fabric", [])]
+    links = _links(names, unknown)
+    return _with_mount(args, Observations(args.node, now, tuple(gpus), tuple(xids), links,
+                                          unknown=tuple(unknown)))
+
+
+def gather_real(args: argparse.Namespace, now: float) -> Observations:
+    unknown: list[str] = []
+    gpus: list[GpuReading] | None = None
+    pci: dict[str, int] = {}
+    try:
+        gpus, pci = S.read_nvml()
+    except S.SourceError as e:
+        nvml_err = str(e)
+    else:
+        nvml_err = ""
+    try:
+        gpus = S.read_dcgm()  # DCGM has more fields; NVML still gave the PCI map
+    except S.SourceError as e:
+        if gpus is None:
+            unknown.append(f"no GPU source: {e}; {nvml_err}")
+    try:
+        xids = S.read_kernel_log(args.kernel_log, pci, now) if args.kernel_log else S.read_dmesg(pci, now)
+    except S.SourceError as e:
+        xids = []
+        unknown.append(str(e))
+    names = _ifnames(args.fabric_ifnames)
+    links: tuple[LinkReading, ...] | None
+    links = _links(names, unknown) if names else tuple(S.read_links_infiniband())
+    readings = None if gpus is None else tuple(gpus)
+    obs = Observations(args.node, now, readings, tuple(xids), links, unknown=tuple(unknown))
+    return _with_mount(args, obs)
+
+
+def _with_mount(args: argparse.Namespace, obs: Observations) -> Observations:
+    if args.checkpoint_mount is None:
+        return obs
+    path = str(args.checkpoint_mount)
+    try:
+        took = S.stat_latency(args.checkpoint_mount, timeout=30.0)
+    except S.SourceError as e:
+        return dataclasses.replace(obs, mount_seconds=float("inf"), mount_path=path,
+                                   unknown=(*obs.unknown, str(e)))
+    return dataclasses.replace(obs, mount_seconds=took, mount_path=path)
+
+
+def policy(catalog: Catalog, stack: str | None, stacks_dir: Path) -> dict[int, XidRule]:
+    overrides: dict[int, OverrideSpec] = {}
+    if stack:
+        from gpufleet.config.load import load_named_stack
+
+        spec = load_named_stack(stack, stacks_dir)
+        overrides = {x: OverrideSpec(o.action, o.reason, o.fault_class)
+                     for x, o in spec.remediation.xid_overrides.items()}
+    table, problems = xid_policy(catalog, overrides)
+    if problems:
+        raise InputError(f"stack {stack}", problems)
+    return table
+
+
+# --------------------------------------------------------------------------- output
+
+
+def render(verdict: Verdict, fmt: str, node: str, drained: dict[str, Any] | None) -> str:
+    if fmt == "npd":
+        return f"{verdict.message}\n"
+    if fmt == "json":
+        doc = {
+            "node": node, "status": verdict.status, "exit_code": verdict.exit_code,
+            "message": verdict.message,
+            "findings": [
+                {"fault_id": f.fault_id, "title": f.title, "action": f.action.value, "gpu": f.gpu,
+                 "device": f.device, "xid": f.xid, "at": f.at, "detail": f.detail,
+                 "isolates_node": f.action.isolates_node}
+                for f in verdict.findings
+            ],
+            "unknown": list(verdict.unknown), "drain": drained,
+        }
+        return json.dumps(doc, sort_keys=True) + "\n"
+    lines = [f"{node}: {verdict.status.upper()}"]
+    lines += [f"  {'!' if f.action.isolates_node else '-'} {describe(f)}  [{f.detail}]"
+              for f in verdict.findings]
+    lines += [f"  ? {u}" for u in verdict.unknown]
+    if drained:
+        lines.append(f"  drain: {drained}")
+    return "\n".join(lines) + "\n"
+
+
+def _lock(path: Path) -> IO[str] | None:
+    try:
+        fh = open(path, "a")  # noqa: SIM115 - held until the process exits
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        return None
+    return fh
+
+
+def default_lock(node: str) -> Path:
+    d = Path("/run/lock") if os.access("/run/lock", os.W_OK) else Path(tempfile.gettempdir())
+    return d / f"gpufleet-node-health-{node}.lock"
+
+
+def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
+    args = build_parser().parse_args(argv)
+    if args.sandbox and (args.agent_socket is None or args.token_file is None):
+        out.write("UNKNOWN: --sandbox needs --agent-socket and --token-file\n")
+        return 2
+    lock = _lock(args.lock_file or default_lock(args.node))
+    if lock is None:
+        # Slurm starts a new check every interval even if the last one still runs: never pile up.
+        out.write("cannot check: another node-health check of this node is running\n")
+        return 2
+    try:
+        catalog = load_catalog()
+        table = policy(catalog, args.stack, args.stacks_dir)
+    except InputError as e:
+        out.write(f"cannot check: {e.file}: " + "; ".join(str(p) for p in e.problems) + "\n")
+        return 2
+    now = time.time()
+    obs = gather_sandbox(args, now) if args.sandbox else gather_real(args, now)
+    verdict = evaluate(obs, catalog, table)
+    drained: dict[str, Any] | None = None
+    target = verdict.drain
+    if args.slurm_drain and target is not None:
+        argv_ = drain_argv(args.scontrol, args.node, target)
+        try:
+            res = subprocess.run(argv_, capture_output=True, text=True, timeout=S.CMD_TIMEOUT_S, check=False)
+            drained = {"reason": drain_reason(target), "rc": res.returncode, "stderr": res.stderr.strip()}
+        except (OSError, subprocess.TimeoutExpired) as e:
+            drained = {"reason": drain_reason(target), "rc": None, "stderr": str(e)}
+        if drained["rc"] != 0:
+            print(f"gpufleet node-health: drain failed: {drained['stderr']}", file=sys.stderr)
+    out.write(render(verdict, args.format, args.node, drained))
+    return verdict.exit_code
+
+
+def main() -> None:
+    raise SystemExit(run())
