@@ -65,7 +65,9 @@ class Verdict:
     def drain(self) -> Finding | None:
         """The finding a drain names: the highest rung on the ladder, earliest first."""
         iso = [f for f in self.findings if f.action.isolates_node]
-        return min(iso, key=lambda f: (-f.action.rank, f.at if f.at is not None else float("inf"))) if iso else None
+        if not iso:
+            return None
+        return min(iso, key=lambda f: (-f.action.rank, f.at if f.at is not None else float("inf")))
 
 
 def _key(x: XidSeen, rule: XidRule | None) -> str:
