@@ -26,7 +26,7 @@ from chaoslib.types import Configuration, Experiment, Journal, Secrets
 
 from gpufleet.chaos import engine
 
-logger = logging.getLogger("gpufleet.chaos")
+logger = logging.getLogger("chaostoolkit")
 
 _previous: dict[int, Any] = {}
 _configuration: dict[str, Any] = {}

@@ -24,7 +24,7 @@ from gpufleet.chaos.watch import SchedulerWatcher
 from gpufleet.config import StackSpec, load_named_stack
 from gpufleet.core.errors import InputError
 
-logger = logging.getLogger("gpufleet.chaos")
+logger = logging.getLogger("chaostoolkit")
 
 
 @dataclass

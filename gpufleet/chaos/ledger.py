@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("gpufleet.chaos")
+logger = logging.getLogger("chaostoolkit")
 
 # One lock for appends from the method, background flappers and signal handlers. Re-entrant: a
 # signal handler runs on the main thread between bytecodes and may append while the main thread

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from gpufleet.chaos.scheduler import NodeObs, Transition, transitions
 
-logger = logging.getLogger("gpufleet.chaos")
+logger = logging.getLogger("chaostoolkit")
 
 
 class SchedulerWatcher:

@@ -176,7 +176,7 @@ def render(verdict: Verdict, fmt: str, node: str, drained: dict[str, Any] | None
 
 def _lock(path: Path) -> IO[str] | None:
     try:
-        fh = open(path, "a")  # noqa: SIM115 - held until the process exits
+        fh = open(path, "a")  # noqa: SIM115 - held for the whole check, closed by run()
     except OSError:
         return None
     try:
@@ -202,6 +202,13 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
         # Slurm starts a new check every interval even if the last one still runs: never pile up.
         out.write("cannot check: another node-health check of this node is running\n")
         return 2
+    try:
+        return _check(args, out)
+    finally:
+        lock.close()  # releases the flock
+
+
+def _check(args: argparse.Namespace, out: IO[str]) -> int:
     try:
         catalog = load_catalog()
         table = policy(catalog, args.stack, args.stacks_dir)

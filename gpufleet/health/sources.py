@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -111,6 +112,14 @@ def stat_latency(path: Path, timeout: float) -> float:
 def agent_state(socket_path: Path, token: str, timeout: float = 3.0) -> dict[str, Any]:
     import httpx
 
+    # Probe the socket first with a socket we close ourselves (a failed connect inside the HTTP
+    # client leaves its socket to the garbage collector).
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(timeout)
+        try:
+            probe.connect(str(socket_path))
+        except OSError as e:
+            raise SourceError(f"node agent at {socket_path} unreachable: {e.strerror or e}") from None
     try:
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path)), base_url="http://agent",
                           headers={"Authorization": f"Bearer {token}"}, timeout=timeout) as c:

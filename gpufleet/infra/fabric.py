@@ -66,14 +66,29 @@ def nic_cluster_policy_spec(fabric: FabricSpec) -> dict[str, Any]:
     """The NicClusterPolicy for an InfiniBand or RoCE fabric in the declared mode."""
     link = "infiniband" if fabric.kind is FabricKind.INFINIBAND else "ether"
     spec: dict[str, Any] = {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-15b3.present",
-                                   "operator": "In", "values": ["true"]}]}]}},
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "feature.node.kubernetes.io/pci-15b3.present",
+                                "operator": "In",
+                                "values": ["true"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        },
         "ofedDriver": {
             **image_fields(DOCA_DRIVER),
             # Reloading the NIC driver drops every RDMA connection on the node: one node at a time.
-            "upgradePolicy": {"autoUpgrade": True, "maxParallelUpgrades": 1,
-                              "drain": {"enable": True, "force": False, "timeoutSeconds": 600}},
+            "upgradePolicy": {
+                "autoUpgrade": True,
+                "maxParallelUpgrades": 1,
+                "drain": {"enable": True, "force": False, "timeoutSeconds": 600},
+            },
         },
         "secondaryNetwork": {
             "multus": image_fields(MULTUS),
@@ -83,17 +98,29 @@ def nic_cluster_policy_spec(fabric: FabricSpec) -> dict[str, Any]:
     }
     if fabric.mode is FabricMode.RDMA_SHARED:
         resource = (rdma_resource(fabric) or "").removeprefix("rdma/")
-        config = {"configList": [{
-            "resourceName": resource,
-            "rdmaHcaMax": 63,  # pods sharing the HCAs per node; the plugin's documented example
-            "selectors": {"vendors": [MELLANOX_VENDOR_ID], "linkTypes": [link]},
-        }]}
-        spec["rdmaSharedDevicePlugin"] = {**image_fields(RDMA_SHARED_DEVICE_PLUGIN), "config": json.dumps(config)}
+        config = {
+            "configList": [
+                {
+                    "resourceName": resource,
+                    "rdmaHcaMax": 63,  # pods sharing the HCAs per node; the plugin's documented example
+                    "selectors": {"vendors": [MELLANOX_VENDOR_ID], "linkTypes": [link]},
+                }
+            ]
+        }
+        spec["rdmaSharedDevicePlugin"] = {
+            **image_fields(RDMA_SHARED_DEVICE_PLUGIN),
+            "config": json.dumps(config),
+        }
     elif fabric.mode is FabricMode.SRIOV:
-        config = {"resourceList": [{
-            "resourcePrefix": "nvidia.com", "resourceName": "hostdev",
-            "selectors": {"vendors": [MELLANOX_VENDOR_ID], "isRdma": True},
-        }]}
+        config = {
+            "resourceList": [
+                {
+                    "resourcePrefix": "nvidia.com",
+                    "resourceName": "hostdev",
+                    "selectors": {"vendors": [MELLANOX_VENDOR_ID], "isRdma": True},
+                }
+            ]
+        }
         spec["sriovDevicePlugin"] = {**image_fields(SRIOV_DEVICE_PLUGIN), "config": json.dumps(config)}
     elif fabric.mode is FabricMode.IPOIB:
         spec["secondaryNetwork"]["ipoib"] = image_fields(IPOIB_CNI)
@@ -104,14 +131,27 @@ def network_crs(fabric: FabricSpec) -> list[tuple[str, str, dict[str, Any]]]:
     """(kind, name, spec) of the secondary networks of the mode: one HostDeviceNetwork for SR-IOV,
     one IPoIBNetwork per rail for IPoIB (each rail its own subnet); none for the shared plugin."""
     if fabric.mode is FabricMode.SRIOV:
-        return [("HostDeviceNetwork", "hostdev-net", {
-            "networkNamespace": TRAINING_NAMESPACE, "resourceName": "nvidia.com/hostdev", "ipam": rail_ipam(0)})]
+        return [
+            (
+                "HostDeviceNetwork",
+                "hostdev-net",
+                {
+                    "networkNamespace": TRAINING_NAMESPACE,
+                    "resourceName": "nvidia.com/hostdev",
+                    "ipam": rail_ipam(0),
+                },
+            )
+        ]
     if fabric.mode is FabricMode.IPOIB:
         # IPoIB netdevs are named ib<N> by the kernel's default naming on most hosts.
-        return [(
-            "IPoIBNetwork", f"ipoib-rail-{r}",
-            {"networkNamespace": TRAINING_NAMESPACE, "master": f"ib{r}", "ipam": rail_ipam(r)},
-        ) for r in range(fabric.rails_per_node)]
+        return [
+            (
+                "IPoIBNetwork",
+                f"ipoib-rail-{r}",
+                {"networkNamespace": TRAINING_NAMESPACE, "master": f"ib{r}", "ipam": rail_ipam(r)},
+            )
+            for r in range(fabric.rails_per_node)
+        ]
     return []
 
 
@@ -124,9 +164,13 @@ class Fabric(pulumi.ComponentResource):
         self.nic_cluster_policy: k8s.apiextensions.CustomResource | None = None
         if fabric.kind in (FabricKind.INFINIBAND, FabricKind.ROCE):
             self.network_operator = helm_release(
-                f"{name}-network-operator", "network-operator",
-                {"nfd": {"enabled": True}, "sriovNetworkOperator": {"enabled": False},
-                 "operator": {"tolerations": args.tolerations}},
+                f"{name}-network-operator",
+                "network-operator",
+                {
+                    "nfd": {"enabled": True},
+                    "sriovNetworkOperator": {"enabled": False},
+                    "operator": {"tolerations": args.tolerations},
+                },
                 self,
             )
             self.nic_cluster_policy = k8s.apiextensions.CustomResource(
@@ -148,7 +192,10 @@ class Fabric(pulumi.ComponentResource):
                 )
         else:
             self.efa_plugin = helm_release(
-                f"{name}-efa-device-plugin", "aws-efa-k8s-device-plugin", {"tolerations": args.tolerations}, self
+                f"{name}-efa-device-plugin",
+                "aws-efa-k8s-device-plugin",
+                {"tolerations": args.tolerations},
+                self,
             )
         self.environments: dict[str, dict[str, str]] = {}
         for vendor in sorted(args.vendors, key=lambda v: v.value):
@@ -156,8 +203,11 @@ class Fabric(pulumi.ComponentResource):
             self.environments[vendor.value] = env
             k8s.core.v1.ConfigMap(
                 f"{name}-collective-env-{vendor.value}",
-                metadata={"name": f"collective-env-{vendor.value}", "namespace": args.namespace,
-                          "labels": {**MANAGED_BY, "gpufleet.io/vendor": vendor.value}},
+                metadata={
+                    "name": f"collective-env-{vendor.value}",
+                    "namespace": args.namespace,
+                    "labels": {**MANAGED_BY, "gpufleet.io/vendor": vendor.value},
+                },
                 data=env,
                 opts=child(self),
             )

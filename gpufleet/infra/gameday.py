@@ -44,8 +44,11 @@ def rules_allow(rules: list[dict[str, Any]], verb: str, resource: str, group: st
     evaluates a PolicyRule."""
     for r in rules:
         groups, resources, verbs = r.get("apiGroups", []), r.get("resources", []), r.get("verbs", [])
-        if (group in groups or "*" in groups) and (resource in resources or "*" in resources) and (
-                verb in verbs or "*" in verbs):
+        if (
+            (group in groups or "*" in groups)
+            and (resource in resources or "*" in resources)
+            and (verb in verbs or "*" in verbs)
+        ):
             return True
     return False
 
@@ -74,33 +77,52 @@ def cronjob_spec(spec: StackSpec, stack_name: str, service_account: str, config_
         "startingDeadlineSeconds": 3600,
         "successfulJobsHistoryLimit": 3,
         "failedJobsHistoryLimit": 5,
-        "jobTemplate": {"spec": {
-            "backoffLimit": 0,  # a failed game-day is a finding, not something to retry blindly
-            "template": {"spec": {
-                "serviceAccountName": service_account,
-                "restartPolicy": "Never",
-                "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {
-                    "type": "RuntimeDefault"}},
-                "containers": [{
-                    "name": "gameday",
-                    "image": gd.image,
-                    "workingDir": WORKDIR,
-                    "command": ["gpufleet", "gameday", "--stack", stack_name, "--backend", "kubernetes"],
-                    "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                        "capabilities": {"drop": ["ALL"]}},
-                    "volumeMounts": [
-                        {"name": "stack", "mountPath": f"{WORKDIR}/stacks", "readOnly": True},
-                        {"name": "reports", "mountPath": f"{WORKDIR}/reports"},
-                        {"name": "tmp", "mountPath": "/tmp"},
-                    ],
-                }],
-                "volumes": [
-                    {"name": "stack", "configMap": {"name": config_map}},
-                    {"name": "reports", "emptyDir": {}},
-                    {"name": "tmp", "emptyDir": {}},
-                ],
-            }},
-        }},
+        "jobTemplate": {
+            "spec": {
+                "backoffLimit": 0,  # a failed game-day is a finding, not something to retry blindly
+                "template": {
+                    "spec": {
+                        "serviceAccountName": service_account,
+                        "restartPolicy": "Never",
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": 65532,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "containers": [
+                            {
+                                "name": "gameday",
+                                "image": gd.image,
+                                "workingDir": WORKDIR,
+                                "command": [
+                                    "gpufleet",
+                                    "gameday",
+                                    "--stack",
+                                    stack_name,
+                                    "--backend",
+                                    "kubernetes",
+                                ],
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                                "volumeMounts": [
+                                    {"name": "stack", "mountPath": f"{WORKDIR}/stacks", "readOnly": True},
+                                    {"name": "reports", "mountPath": f"{WORKDIR}/reports"},
+                                    {"name": "tmp", "mountPath": "/tmp"},
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "stack", "configMap": {"name": config_map}},
+                            {"name": "reports", "emptyDir": {}},
+                            {"name": "tmp", "emptyDir": {}},
+                        ],
+                    }
+                },
+            }
+        },
     }
 
 
@@ -108,21 +130,29 @@ class GamedaySchedule(pulumi.ComponentResource):
     def __init__(self, name: str, args: GamedayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:gameday:GamedaySchedule", name, None, opts)
         gd = args.spec.gameday
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": gd.namespace, "labels": MANAGED_BY},
-                                   opts=child(self))
+        ns = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata={"name": gd.namespace, "labels": MANAGED_BY}, opts=child(self)
+        )
         namespace = ns.metadata.apply(lambda m: m.name)
         sa = k8s.core.v1.ServiceAccount(
-            f"{name}-sa", metadata={"name": "gpufleet-gameday", "namespace": namespace, "labels": MANAGED_BY},
+            f"{name}-sa",
+            metadata={"name": "gpufleet-gameday", "namespace": namespace, "labels": MANAGED_BY},
             opts=child(self),
         )
         self.role = k8s.rbac.v1.ClusterRole(
-            f"{name}-role", metadata={"name": "gpufleet-gameday", "labels": MANAGED_BY},
+            f"{name}-role",
+            metadata={"name": "gpufleet-gameday", "labels": MANAGED_BY},
             rules=gameday_rbac_rules(),  # type: ignore[arg-type]
             opts=child(self),
         )
         k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-binding", metadata={"name": "gpufleet-gameday", "labels": MANAGED_BY},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpufleet-gameday"},
+            f"{name}-binding",
+            metadata={"name": "gpufleet-gameday", "labels": MANAGED_BY},
+            role_ref={
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "gpufleet-gameday",
+            },
             subjects=[{"kind": "ServiceAccount", "name": "gpufleet-gameday", "namespace": gd.namespace}],
             opts=child(self, [self.role, sa]),
         )

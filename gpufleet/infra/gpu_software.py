@@ -74,8 +74,11 @@ def amd_device_config_spec() -> dict[str, Any]:
 
 def ascend_daemonset_spec(tolerations: list[dict[str, str]]) -> dict[str, Any]:
     labels = {"app": "ascend-device-plugin"}
-    host = [("device-plugin", "/var/lib/kubelet/device-plugins"), ("log", "/var/log/mindx-dl/devicePlugin"),
-            ("driver", "/usr/local/Ascend/driver")]
+    host = [
+        ("device-plugin", "/var/lib/kubelet/device-plugins"),
+        ("log", "/var/log/mindx-dl/devicePlugin"),
+        ("driver", "/usr/local/Ascend/driver"),
+    ]
     return {
         "selector": {"matchLabels": labels},
         "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
@@ -85,13 +88,19 @@ def ascend_daemonset_spec(tolerations: list[dict[str, str]]) -> dict[str, Any]:
                 "nodeSelector": {"accelerator": "huawei-Ascend910"},
                 "tolerations": tolerations,
                 "priorityClassName": "system-node-critical",
-                "containers": [{
-                    "name": "device-plugin",
-                    "image": ASCEND_DEVICE_PLUGIN_IMAGE,
-                    "command": ["/bin/bash", "-c", "device-plugin -useAscendDocker=false -volcanoType=true"],
-                    "securityContext": {"privileged": True},
-                    "volumeMounts": [{"name": n, "mountPath": p} for n, p in host],
-                }],
+                "containers": [
+                    {
+                        "name": "device-plugin",
+                        "image": ASCEND_DEVICE_PLUGIN_IMAGE,
+                        "command": [
+                            "/bin/bash",
+                            "-c",
+                            "device-plugin -useAscendDocker=false -volcanoType=true",
+                        ],
+                        "securityContext": {"privileged": True},
+                        "volumeMounts": [{"name": n, "mountPath": p} for n, p in host],
+                    }
+                ],
                 "volumes": [{"name": n, "hostPath": {"path": p}} for n, p in host],
             },
         },
@@ -105,7 +114,9 @@ class GpuSoftware(pulumi.ComponentResource):
         super().__init__("gpufleet:gpu:GpuSoftware", name, None, opts)
         installed: list[str] = []
         if Vendor.NVIDIA in args.vendors:
-            self.gpu_operator = helm_release(f"{name}-gpu-operator", "gpu-operator", gpu_operator_values(args), self)
+            self.gpu_operator = helm_release(
+                f"{name}-gpu-operator", "gpu-operator", gpu_operator_values(args), self
+            )
             installed.append("gpu-operator")
         if Vendor.AMD in args.vendors:
             self.amd_operator = helm_release(f"{name}-amd-gpu-operator", "amd-gpu-operator", {}, self)

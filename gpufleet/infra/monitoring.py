@@ -44,8 +44,11 @@ def alertmanager_config(mon: MonitoringSpec) -> dict[str, Any]:
             "receiver": "null",
             "group_by": ["alertname", "Hostname"],
             "routes": [
-                {"receiver": r.receiver, "matchers": [f'severity="{r.severity}"'],
-                 "repeat_interval": r.repeat_interval}
+                {
+                    "receiver": r.receiver,
+                    "matchers": [f'severity="{r.severity}"'],
+                    "repeat_interval": r.repeat_interval,
+                }
                 for r in mon.alert_routes
             ],
         },
@@ -55,19 +58,27 @@ def alertmanager_config(mon: MonitoringSpec) -> dict[str, Any]:
 
 def prometheus_stack_values(mon: MonitoringSpec) -> dict[str, Any]:
     return {
-        "prometheus": {"prometheusSpec": {
-            "retention": mon.retention,
-            "scrapeInterval": mon.scrape_interval,
-            "evaluationInterval": mon.evaluation_interval,
-            "ruleSelectorNilUsesHelmValues": False,
-            "serviceMonitorSelectorNilUsesHelmValues": False,
-            "podMonitorSelectorNilUsesHelmValues": False,
-        }},
+        "prometheus": {
+            "prometheusSpec": {
+                "retention": mon.retention,
+                "scrapeInterval": mon.scrape_interval,
+                "evaluationInterval": mon.evaluation_interval,
+                "ruleSelectorNilUsesHelmValues": False,
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
+            }
+        },
         "alertmanager": {"config": alertmanager_config(mon)},
         "grafana": {
             "enabled": mon.grafana,
-            "sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1",
-                                       "searchNamespace": "ALL"}},
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": "grafana_dashboard",
+                    "labelValue": "1",
+                    "searchNamespace": "ALL",
+                }
+            },
         },
     }
 
@@ -83,7 +94,10 @@ class Monitoring(pulumi.ComponentResource):
         super().__init__("gpufleet:monitoring:Monitoring", name, None, opts)
         ns = CHARTS["kube-prometheus-stack"].namespace
         self.prometheus_stack = helm_release(
-            f"{name}-kube-prometheus-stack", "kube-prometheus-stack", prometheus_stack_values(args.monitoring), self
+            f"{name}-kube-prometheus-stack",
+            "kube-prometheus-stack",
+            prometheus_stack_values(args.monitoring),
+            self,
         )
         for group in args.rule_groups:
             obj = rule_resource_name(str(group["name"]))
@@ -98,7 +112,11 @@ class Monitoring(pulumi.ComponentResource):
         if args.dashboard is not None and args.monitoring.grafana:
             k8s.core.v1.ConfigMap(
                 f"{name}-dashboard",
-                metadata={"name": "gpufleet-dashboard", "namespace": ns, "labels": {**MANAGED_BY, **DASHBOARD_LABEL}},
+                metadata={
+                    "name": "gpufleet-dashboard",
+                    "namespace": ns,
+                    "labels": {**MANAGED_BY, **DASHBOARD_LABEL},
+                },
                 data={"gpufleet.json": json.dumps(args.dashboard, sort_keys=True)},
                 opts=child(self, [self.prometheus_stack]),
             )

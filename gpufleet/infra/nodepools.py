@@ -47,8 +47,11 @@ def karpenter_node_pool_spec(pool: NodePool, prov: KarpenterProvisioning, class_
             "spec": {
                 "nodeClassRef": {"group": group, "kind": prov.node_class, "name": class_name},
                 "requirements": [
-                    {"key": "node.kubernetes.io/instance-type", "operator": "In",
-                     "values": list(prov.instance_types)},
+                    {
+                        "key": "node.kubernetes.io/instance-type",
+                        "operator": "In",
+                        "values": list(prov.instance_types),
+                    },
                     {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [prov.capacity_type]},
                 ],
                 "taints": [t.as_dict() for t in pool_taints(pool)],
@@ -91,9 +94,12 @@ class GpuNodePool(pulumi.ComponentResource):
         pool = args.pool
         self.patches: list[k8s.core.v1.NodePatch] = []
         if owns_nodes(pool):
-            node_spec = k8s.core.v1.NodeSpecPatchArgs(taints=[
-                k8s.core.v1.TaintPatchArgs(key=t.key, value=t.value, effect=t.effect) for t in pool_taints(pool)
-            ])
+            node_spec = k8s.core.v1.NodeSpecPatchArgs(
+                taints=[
+                    k8s.core.v1.TaintPatchArgs(key=t.key, value=t.value, effect=t.effect)
+                    for t in pool_taints(pool)
+                ]
+            )
             for index, node in enumerate(pool.node_names()):
                 self.patches.append(
                     k8s.core.v1.NodePatch(
@@ -107,8 +113,11 @@ class GpuNodePool(pulumi.ComponentResource):
             prov = pool.provisioning
             assert isinstance(prov, KarpenterProvisioning)
             class_name = f"{pool.name}-gpu"
-            node_class_spec = ec2_node_class_spec(pool, prov, args.cluster_name) if (
-                prov.node_class == "EC2NodeClass") else {}
+            node_class_spec = (
+                ec2_node_class_spec(pool, prov, args.cluster_name)
+                if (prov.node_class == "EC2NodeClass")
+                else {}
+            )
             self.node_class = k8s.apiextensions.CustomResource(
                 f"{name}-class",
                 api_version=NODE_CLASS_API[prov.node_class],

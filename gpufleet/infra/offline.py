@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,8 +87,15 @@ class OfflinePreview:
             "byComponent": dict(sorted(self.by_component().items())),
             "outputs": self.outputs,
             "resources": [
-                {"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent_urn, "custom": r.custom,
-                 "secretInputs": list(r.secret_paths), "inputs": r.inputs}
+                {
+                    "type": r.type,
+                    "name": r.name,
+                    "urn": r.urn,
+                    "parent": r.parent_urn,
+                    "custom": r.custom,
+                    "secretInputs": list(r.secret_paths),
+                    "inputs": r.inputs,
+                }
                 for r in self.resources
             ],
         }
@@ -129,29 +137,42 @@ class _RecordingMonitor(MockMonitor):
         self.lock = threading.Lock()
         self.declared: list[DeclaredResource] = []
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (the gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:
         self.recorder.local.inputs = {}
         response = super().RegisterResource(request)
         if request.type != _STACK_TYPE:
             found: list[str] = []
             inputs = redact(self.recorder.local.inputs, "", found)
-            res = DeclaredResource(request.type, request.name, response.urn, request.parent,
-                                   bool(request.custom), inputs, tuple(found))
+            res = DeclaredResource(
+                request.type,
+                request.name,
+                response.urn,
+                request.parent,
+                bool(request.custom),
+                inputs,
+                tuple(found),
+            )
             with self.lock:
                 self.declared.append(res)
         return response
 
 
-def run_offline(spec: StackSpec, stack_name: str) -> OfflinePreview:
-    """Build the stack's Platform under the mock runtime; every registration is awaited."""
+def record_program(program: Callable[[], object], stack_name: str) -> list[DeclaredResource]:
+    """Run `program` under the mock runtime and return every resource it registered, sorted by
+    URN. Every registration is awaited before this returns."""
     mocks = _RecordingMocks()
     monitor = _RecordingMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name, preview=False, monitor=monitor)
+    pulumi.runtime.test(program)()
+    return sorted(monitor.declared, key=lambda r: r.urn)
+
+
+def run_offline(spec: StackSpec, stack_name: str) -> OfflinePreview:
+    """Build the stack's Platform under the mock runtime and record what it declares."""
     built: list[Platform] = []
 
     def program() -> None:
         built.append(Platform(stack_name, PlatformArgs(spec, stack_name)))
 
-    pulumi.runtime.test(program)()
-    resources = sorted(monitor.declared, key=lambda r: r.urn)
+    resources = record_program(program, stack_name)
     return OfflinePreview(stack_name, resources, built[0].outputs if built else {})

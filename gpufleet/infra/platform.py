@@ -6,6 +6,7 @@ the mock runtime) both build from a validated StackSpec; neither passes anything
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,14 @@ class PlatformArgs:
     stack_name: str  # the Pulumi stack (the game-day CronJob passes it to `gpufleet gameday`)
 
 
+@functools.cache
+def catalog_outputs() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The alert rule groups and the dashboard generated from the fault catalog. The catalog is
+    package data, fixed for the life of the process, so it is parsed once per process."""
+    catalog = load_catalog()
+    return rule_groups(catalog), dashboard(catalog)
+
+
 def vendors(spec: StackSpec) -> frozenset[Vendor]:
     return frozenset(accelerator_spec(p.accelerator).vendor for p in spec.node_pools)
 
@@ -60,8 +69,10 @@ def stack_outputs(spec: StackSpec, alerts: int) -> dict[str, Any]:
         "gpusByPool": {p.name: p.total_gpus for p in spec.node_pools},
         "peakBf16Pflops": round(spec.peak_bf16_pflops, 3),
         "fabric": {
-            "kind": spec.fabric.kind.value, "mode": spec.fabric.mode.value,
-            "railsPerNode": spec.fabric.rails_per_node, "linkSpeedGbps": spec.fabric.link_speed_gbps,
+            "kind": spec.fabric.kind.value,
+            "mode": spec.fabric.mode.value,
+            "railsPerNode": spec.fabric.rails_per_node,
+            "linkSpeedGbps": spec.fabric.link_speed_gbps,
             "rdmaResource": rdma_resource(spec.fabric),
         },
         "ncclEnv": {v.value: collective_environment(spec.fabric, v) for v in sorted(vendors(spec), key=str)},
@@ -82,8 +93,9 @@ class Platform(pulumi.ComponentResource):
         super().__init__("gpufleet:platform:Platform", name, None, opts)
         spec = args.spec
         tolerations = gpu_tolerations(spec)
-        ns = k8s.core.v1.Namespace(f"{name}-system", metadata={"name": SYSTEM_NAMESPACE, "labels": MANAGED_BY},
-                                   opts=child(self))
+        ns = k8s.core.v1.Namespace(
+            f"{name}-system", metadata={"name": SYSTEM_NAMESPACE, "labels": MANAGED_BY}, opts=child(self)
+        )
         system_ns = ns.metadata.apply(lambda m: m.name)
         sub = pulumi.ResourceOptions(parent=self)
 
@@ -91,16 +103,29 @@ class Platform(pulumi.ComponentResource):
             GpuNodePool(f"{name}-pool-{p.name}", GpuNodePoolArgs(p, spec.cluster.name), sub)
             for p in spec.node_pools
         ]
-        self.gpu = GpuSoftware(f"{name}-gpu", GpuSoftwareArgs(
-            vendors(spec), spec.fabric.kind, spec.monitoring.dcgm_scrape_interval, tolerations), sub)
-        self.fabric = Fabric(f"{name}-fabric", FabricArgs(spec.fabric, vendors(spec), system_ns, tolerations), sub)
+        self.gpu = GpuSoftware(
+            f"{name}-gpu",
+            GpuSoftwareArgs(
+                vendors(spec), spec.fabric.kind, spec.monitoring.dcgm_scrape_interval, tolerations
+            ),
+            sub,
+        )
+        self.fabric = Fabric(
+            f"{name}-fabric", FabricArgs(spec.fabric, vendors(spec), system_ns, tolerations), sub
+        )
         self.storage = Storage(f"{name}-storage", StorageArgs(spec.storage), sub)
-        catalog = load_catalog()
-        groups = rule_groups(catalog)
-        self.monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(
-            spec.monitoring, groups, dashboard(catalog) if spec.monitoring.grafana else None), sub)
-        self.scheduler = Scheduler(f"{name}-scheduler", SchedulerArgs(spec.scheduler, list(spec.node_pools)), sub)
-        self.healing = SelfHealing(f"{name}-healing", SelfHealingArgs(spec.remediation, spec.slos, tolerations), sub)
+        groups, board = catalog_outputs()
+        self.monitoring = Monitoring(
+            f"{name}-monitoring",
+            MonitoringArgs(spec.monitoring, groups, board if spec.monitoring.grafana else None),
+            sub,
+        )
+        self.scheduler = Scheduler(
+            f"{name}-scheduler", SchedulerArgs(spec.scheduler, list(spec.node_pools)), sub
+        )
+        self.healing = SelfHealing(
+            f"{name}-healing", SelfHealingArgs(spec.remediation, spec.slos, tolerations), sub
+        )
         self.gameday = GamedaySchedule(f"{name}-gameday", GamedayArgs(spec, args.stack_name), sub)
 
         self.outputs = stack_outputs(spec, alert_count(groups))

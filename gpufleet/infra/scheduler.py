@@ -64,8 +64,13 @@ def hypernodes(pools: list[NodePool]) -> list[tuple[str, int, list[dict[str, Any
         groups = leaf_groups(pool)
         for leaf, nodes in groups.items():
             out.append((leaf, 1, [{"type": "Node", "selector": {"exactMatch": {"name": n}}} for n in nodes]))
-        out.append((pool.name, 2, [{"type": "HyperNode", "selector": {"exactMatch": {"name": leaf}}}
-                                   for leaf in groups]))
+        out.append(
+            (
+                pool.name,
+                2,
+                [{"type": "HyperNode", "selector": {"exactMatch": {"name": leaf}}} for leaf in groups],
+            )
+        )
     return out
 
 
@@ -97,15 +102,19 @@ def cluster_queue_spec(queue: Queue, pools: list[NodePool]) -> dict[str, Any]:
 
 def slurm_values(spec: SchedulerSpec, pools: list[NodePool]) -> dict[str, Any]:
     """Slinky `slurm` chart values: a NodeSet per pool on that pool's nodes, a partition per queue."""
-    nodesets = [{
-        "name": p.name,
-        "replicas": p.nodes,
-        "nodeSelector": {POOL_LABEL: p.name},
-        "tolerations": [t.toleration() for t in pool_taints(p)],
-        "resources": {"limits": {accelerator_spec(p.accelerator).resource_name: p.gpus_per_node}},
-    } for p in pools]
-    partitions = [{"name": q.name, "nodesets": [p.name for p in pools], "config": "State=UP"}
-                  for q in spec.queues]
+    nodesets = [
+        {
+            "name": p.name,
+            "replicas": p.nodes,
+            "nodeSelector": {POOL_LABEL: p.name},
+            "tolerations": [t.toleration() for t in pool_taints(p)],
+            "resources": {"limits": {accelerator_spec(p.accelerator).resource_name: p.gpus_per_node}},
+        }
+        for p in pools
+    ]
+    partitions = [
+        {"name": q.name, "nodesets": [p.name for p in pools], "config": "State=UP"} for q in spec.queues
+    ]
     return {"compute": {"nodesets": nodesets, "partitions": partitions}}
 
 
@@ -114,57 +123,93 @@ class Scheduler(pulumi.ComponentResource):
         super().__init__("gpufleet:scheduler:Scheduler", name, None, opts)
         spec, pools = args.scheduler, args.pools
         if spec.kind is SchedulerKind.VOLCANO:
-            self.release = helm_release(f"{name}-volcano", "volcano", {"custom": {"scheduler_log_level": 2}}, self)
+            self.release = helm_release(
+                f"{name}-volcano", "volcano", {"custom": {"scheduler_log_level": 2}}, self
+            )
             resource = gpu_resource(pools)
             for q in spec.queues:
                 k8s.apiextensions.CustomResource(
-                    f"{name}-queue-{q.name}", api_version="scheduling.volcano.sh/v1beta1", kind="Queue",
-                    metadata={"name": q.name, "labels": MANAGED_BY}, spec=volcano_queue_spec(q, resource),
+                    f"{name}-queue-{q.name}",
+                    api_version="scheduling.volcano.sh/v1beta1",
+                    kind="Queue",
+                    metadata={"name": q.name, "labels": MANAGED_BY},
+                    spec=volcano_queue_spec(q, resource),
                     opts=child(self, [self.release]),
                 )
             for hn, tier, members in hypernodes(pools):
                 k8s.apiextensions.CustomResource(
-                    f"{name}-hypernode-{hn}", api_version="topology.volcano.sh/v1alpha1", kind="HyperNode",
-                    metadata={"name": hn, "labels": MANAGED_BY}, spec={"tier": tier, "members": members},
+                    f"{name}-hypernode-{hn}",
+                    api_version="topology.volcano.sh/v1alpha1",
+                    kind="HyperNode",
+                    metadata={"name": hn, "labels": MANAGED_BY},
+                    spec={"tier": tier, "members": members},
                     opts=child(self, [self.release]),
                 )
         elif spec.kind is SchedulerKind.KUEUE:
             self.release = helm_release(
-                f"{name}-kueue", "kueue",
-                {"managerConfig": {"controllerManagerConfigYaml": "waitForPodsReady:\n  enable: true\n"
-                                   "  timeout: 10m\n  blockAdmission: true\n"}},
+                f"{name}-kueue",
+                "kueue",
+                {
+                    "managerConfig": {
+                        "controllerManagerConfigYaml": "waitForPodsReady:\n  enable: true\n"
+                        "  timeout: 10m\n  blockAdmission: true\n"
+                    }
+                },
                 self,
             )
             topology = any(owns_nodes(p) for p in pools)
             if topology:
                 k8s.apiextensions.CustomResource(
-                    f"{name}-topology", api_version="kueue.x-k8s.io/v1alpha1", kind="Topology",
+                    f"{name}-topology",
+                    api_version="kueue.x-k8s.io/v1alpha1",
+                    kind="Topology",
                     metadata={"name": TOPOLOGY_NAME, "labels": MANAGED_BY},
-                    spec={"levels": [{"nodeLabel": HYPERNODE_LABEL}, {"nodeLabel": LEAF_LABEL},
-                                     {"nodeLabel": RACK_LABEL}, {"nodeLabel": "kubernetes.io/hostname"}]},
+                    spec={
+                        "levels": [
+                            {"nodeLabel": HYPERNODE_LABEL},
+                            {"nodeLabel": LEAF_LABEL},
+                            {"nodeLabel": RACK_LABEL},
+                            {"nodeLabel": "kubernetes.io/hostname"},
+                        ]
+                    },
                     opts=child(self, [self.release]),
                 )
             for p in pools:
                 k8s.apiextensions.CustomResource(
-                    f"{name}-flavor-{p.name}", api_version="kueue.x-k8s.io/v1beta1", kind="ResourceFlavor",
+                    f"{name}-flavor-{p.name}",
+                    api_version="kueue.x-k8s.io/v1beta1",
+                    kind="ResourceFlavor",
                     metadata={"name": p.name, "labels": MANAGED_BY},
                     spec=resource_flavor_spec(p, topology and owns_nodes(p)),
                     opts=child(self, [self.release]),
                 )
             for q in spec.queues:
                 cq = k8s.apiextensions.CustomResource(
-                    f"{name}-clusterqueue-{q.name}", api_version="kueue.x-k8s.io/v1beta1", kind="ClusterQueue",
-                    metadata={"name": q.name, "labels": MANAGED_BY}, spec=cluster_queue_spec(q, pools),
+                    f"{name}-clusterqueue-{q.name}",
+                    api_version="kueue.x-k8s.io/v1beta1",
+                    kind="ClusterQueue",
+                    metadata={"name": q.name, "labels": MANAGED_BY},
+                    spec=cluster_queue_spec(q, pools),
                     opts=child(self, [self.release]),
                 )
                 k8s.apiextensions.CustomResource(
-                    f"{name}-localqueue-{q.name}", api_version="kueue.x-k8s.io/v1beta1", kind="LocalQueue",
+                    f"{name}-localqueue-{q.name}",
+                    api_version="kueue.x-k8s.io/v1beta1",
+                    kind="LocalQueue",
                     metadata={"name": q.name, "namespace": QUEUE_NAMESPACE, "labels": MANAGED_BY},
-                    spec={"clusterQueue": q.name}, opts=child(self, [cq]),
+                    spec={"clusterQueue": q.name},
+                    opts=child(self, [cq]),
                 )
         else:
             self.operator = helm_release(f"{name}-slurm-operator", "slurm-operator", {}, self)
-            self.release = helm_release(f"{name}-slurm", "slurm", slurm_values(spec, pools), self, [self.operator])
+            self.release = helm_release(
+                f"{name}-slurm", "slurm", slurm_values(spec, pools), self, [self.operator]
+            )
         self.kind = spec.kind.value
-        self.register_outputs({"kind": self.kind, "queues": [q.name for q in spec.queues],
-                               "namespace": CHARTS[self.kind if self.kind != "slurm" else "slurm"].namespace})
+        self.register_outputs(
+            {
+                "kind": self.kind,
+                "queues": [q.name for q in spec.queues],
+                "namespace": CHARTS[self.kind if self.kind != "slurm" else "slurm"].namespace,
+            }
+        )

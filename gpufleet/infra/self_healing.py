@@ -47,24 +47,36 @@ def npd_plugin_config(slos: SloSpec) -> dict[str, Any]:
     timeout = f"{max(5, interval - 5)}s"
     return {
         "plugin": "custom",
-        "pluginConfig": {"invoke_interval": f"{interval}s", "timeout": timeout,
-                         "max_output_length": 200, "concurrency": 1},
+        "pluginConfig": {
+            "invoke_interval": f"{interval}s",
+            "timeout": timeout,
+            "max_output_length": 200,
+            "concurrency": 1,
+        },
         "source": "gpufleet-node-health",
         "metricsReporting": True,
-        "conditions": [{"type": CONDITION, "reason": "GpuFleetHealthy",
-                        "message": "gpufleet node-health checks pass"}],
-        "rules": [{
-            "type": "permanent", "condition": CONDITION, "reason": "GpuFleetCheckFailed",
-            "path": f"{GPUFLEET_HOST_DIR}/gpufleet", "args": ["node-health", "--format", "npd"],
-            "timeout": timeout,
-        }],
+        "conditions": [
+            {"type": CONDITION, "reason": "GpuFleetHealthy", "message": "gpufleet node-health checks pass"}
+        ],
+        "rules": [
+            {
+                "type": "permanent",
+                "condition": CONDITION,
+                "reason": "GpuFleetCheckFailed",
+                "path": f"{GPUFLEET_HOST_DIR}/gpufleet",
+                "args": ["node-health", "--format", "npd"],
+                "timeout": timeout,
+            }
+        ],
     }
 
 
 def npd_values(args: SelfHealingArgs) -> dict[str, Any]:
     return {
         "settings": {
-            "custom_monitor_definitions": {PLUGIN_FILE: json.dumps(npd_plugin_config(args.slos), sort_keys=True)},
+            "custom_monitor_definitions": {
+                PLUGIN_FILE: json.dumps(npd_plugin_config(args.slos), sort_keys=True)
+            },
             "custom_plugin_monitors": [f"/custom-config/{PLUGIN_FILE}"],
         },
         "extraVolumes": [{"name": "gpufleet", "hostPath": {"path": GPUFLEET_HOST_DIR}}],
@@ -85,21 +97,26 @@ def nvsentinel_values(rem: RemediationSpec, tolerations: list[dict[str, str]]) -
             "faultRemediation": {"enabled": drain},
             "tolerations": tolerations,
         },
-        "fault-quarantine": {"circuitBreaker": {
-            "enabled": True,
-            # A whole percent, rounded up so a small share never becomes 0 (which would block all).
-            "percentage": max(1, math.ceil(breaker.max_quarantined_share * 100)),
-            "duration": f"{round(breaker.window_minutes * 60)}s",
-        }},
+        "fault-quarantine": {
+            "circuitBreaker": {
+                "enabled": True,
+                # A whole percent, rounded up so a small share never becomes 0 (which would block all).
+                "percentage": max(1, math.ceil(breaker.max_quarantined_share * 100)),
+                "duration": f"{round(breaker.window_minutes * 60)}s",
+            }
+        },
     }
 
 
 class SelfHealing(pulumi.ComponentResource):
     def __init__(self, name: str, args: SelfHealingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:healing:SelfHealing", name, None, opts)
-        self.npd = helm_release(f"{name}-node-problem-detector", "node-problem-detector", npd_values(args), self)
+        self.npd = helm_release(
+            f"{name}-node-problem-detector", "node-problem-detector", npd_values(args), self
+        )
         self.nvsentinel = helm_release(
             f"{name}-nvsentinel", "nvsentinel", nvsentinel_values(args.remediation, args.tolerations), self
         )
-        self.register_outputs({"mode": args.remediation.mode,
-                               "checkIntervalSeconds": health_check_interval_seconds(args.slos)})
+        self.register_outputs(
+            {"mode": args.remediation.mode, "checkIntervalSeconds": health_check_interval_seconds(args.slos)}
+        )

@@ -58,14 +58,27 @@ def juicefs_storage_class_parameters(js: JuiceFsSpec, namespace: str) -> dict[st
 
 
 def ceph_cluster_spec(ceph: CephSpec) -> dict[str, Any]:
-    storage: dict[str, Any] = {"useAllNodes": not ceph.osd_node_selector, "useAllDevices": False,
-                               "deviceFilter": ceph.osd_devices_filter}
+    storage: dict[str, Any] = {
+        "useAllNodes": not ceph.osd_node_selector,
+        "useAllDevices": False,
+        "deviceFilter": ceph.osd_devices_filter,
+    }
     placement: dict[str, Any] = {}
     if ceph.osd_node_selector:
-        placement["osd"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": k, "operator": "In", "values": [v]} for k, v in sorted(ceph.osd_node_selector.items())
-            ]}]}}}
+        placement["osd"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": k, "operator": "In", "values": [v]}
+                                for k, v in sorted(ceph.osd_node_selector.items())
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
         storage["useAllNodes"] = True  # every node the placement admits; OSDs land only there
     return {
         "cephVersion": {"image": CEPH_IMAGE},
@@ -101,25 +114,34 @@ class Storage(pulumi.ComponentResource):
         classes: list[str] = []
         if st.ceph is not None:
             ns = CHARTS["rook-ceph"].namespace
-            self.rook = helm_release(f"{name}-rook-ceph", "rook-ceph", {"monitoring": {"enabled": True}}, self)
+            self.rook = helm_release(
+                f"{name}-rook-ceph", "rook-ceph", {"monitoring": {"enabled": True}}, self
+            )
             self.ceph_cluster = k8s.apiextensions.CustomResource(
-                f"{name}-ceph-cluster", api_version="ceph.rook.io/v1", kind="CephCluster",
+                f"{name}-ceph-cluster",
+                api_version="ceph.rook.io/v1",
+                kind="CephCluster",
                 metadata={"name": "rook-ceph", "namespace": ns, "labels": MANAGED_BY},
-                spec=ceph_cluster_spec(st.ceph), opts=child(self, [self.rook]),
+                spec=ceph_cluster_spec(st.ceph),
+                opts=child(self, [self.rook]),
             )
             for pool in st.ceph.pools:
                 k8s.apiextensions.CustomResource(
-                    f"{name}-pool-{pool.name}", api_version="ceph.rook.io/v1", kind="CephBlockPool",
+                    f"{name}-pool-{pool.name}",
+                    api_version="ceph.rook.io/v1",
+                    kind="CephBlockPool",
                     metadata={"name": pool.name, "namespace": ns, "labels": MANAGED_BY},
                     spec={"failureDomain": pool.failure_domain, "replicated": {"size": pool.replicas}},
                     opts=child(self, [self.ceph_cluster]),
                 )
             if st.ceph.object_store is not None:
                 k8s.apiextensions.CustomResource(
-                    f"{name}-object-store-{st.ceph.object_store}", api_version="ceph.rook.io/v1",
+                    f"{name}-object-store-{st.ceph.object_store}",
+                    api_version="ceph.rook.io/v1",
                     kind="CephObjectStore",
                     metadata={"name": st.ceph.object_store, "namespace": ns, "labels": MANAGED_BY},
-                    spec=ceph_object_store_spec(st.ceph), opts=child(self, [self.ceph_cluster]),
+                    spec=ceph_object_store_spec(st.ceph),
+                    opts=child(self, [self.ceph_cluster]),
                 )
         if st.juicefs is not None:
             js = st.juicefs
@@ -129,8 +151,11 @@ class Storage(pulumi.ComponentResource):
             )
             self.juicefs_secret = k8s.core.v1.Secret(
                 f"{name}-juicefs-secret",
-                metadata={"name": juicefs_secret_name(js), "namespace": ns,
-                          "labels": {**MANAGED_BY, "juicefs.com/validate-secret": "true"}},
+                metadata={
+                    "name": juicefs_secret_name(js),
+                    "namespace": ns,
+                    "labels": {**MANAGED_BY, "juicefs.com/validate-secret": "true"},
+                },
                 string_data=juicefs_secret_data(js),
                 opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["data", "stringData"]),
             )

@@ -26,7 +26,7 @@ from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
 from gpufleet.core.sandbox_contract import SandboxNode, SandboxState, read_state, state_path, write_state
 
-logger = logging.getLogger("gpufleet.chaos")
+logger = logging.getLogger("chaostoolkit")
 AGENT_TIMEOUT_S = 5.0
 
 # In-process stop switches of running flappers, so a rollback (or the control) stops them at once.
@@ -86,6 +86,10 @@ def rb_link_up(args: dict[str, Any]) -> None:
         logger.warning("link %s is gone (sandbox down?): nothing to bring up", peer)
         return
     sysops.run(["ip", "link", "set", peer, "up"])
+    if args.get("node"):
+        # The health check drained the node for the link; with the link back, return it to service
+        # (the sandbox has no remediator to do it).
+        _resume_node(list(args.get("slurm_prefix") or []), args["node"])
 
 
 def _netns_exists(ns: str) -> bool:
@@ -431,7 +435,7 @@ class SandboxBackend(Backend):
             "link-down",
             {"node": node, "rail": rail, "link": peer},
             {},
-            Rollback("sandbox.link-up", {"peer": peer}),
+            Rollback("sandbox.link-up", {"peer": peer, "node": node, "slurm_prefix": self._slurm_prefix()}),
             lambda: (sysops.run(["ip", "link", "set", peer, "down"]), {})[1],
             f"ip link set {peer} down (rail {rail} of {node}, cable pull)",
             {node},
@@ -468,7 +472,10 @@ class SandboxBackend(Backend):
             "link-flap",
             {"node": node, "rail": rail, "link": peer},
             {"period_seconds": period_seconds, "count": count},
-            Rollback("sandbox.link-up", {"peer": peer, "flap_id": flap_id}),
+            Rollback(
+                "sandbox.link-up",
+                {"peer": peer, "flap_id": flap_id, "node": node, "slurm_prefix": self._slurm_prefix()},
+            ),
             lambda: {},
             f"flap {peer} {count} times, period {period_seconds:g} s",
             set(),

@@ -34,7 +34,7 @@ def cluster_healthy(configuration: Configuration = None, secrets: Secrets = None
     if bad or critical:
         import logging
 
-        logging.getLogger("gpufleet.chaos").warning(
+        logging.getLogger("chaostoolkit").warning(
             "cluster not healthy: unschedulable %s, critical alerts firing %s", bad, critical
         )
     return not bad and not critical
@@ -61,5 +61,5 @@ def blast_radius_allows(
     if reasons:
         import logging
 
-        logging.getLogger("gpufleet.chaos").info("blast-radius guard would refuse: %s", "; ".join(reasons))
+        logging.getLogger("chaostoolkit").info("blast-radius guard would refuse: %s", "; ".join(reasons))
     return not reasons

@@ -16,7 +16,7 @@ from gpufleet.slo import Budget, EventKind, Timeline, judge, measure
 
 __all__ = ["capacity_during_fault", "recovery_timeline", "recovery_within_budget", "training_progressing"]
 
-logger = logging.getLogger("gpufleet.chaos")
+logger = logging.getLogger("chaostoolkit")
 WAIT_CONDITIONS = ("detected", "isolated", "interrupted", "resumed", "returned")
 
 

@@ -114,7 +114,7 @@ class Trainer:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", me["fabric_ifname"])
         master = self.hosts[self.info.master_node]["fabric_ip"]
         port = rendezvous_port(self.args.rendezvous_port, self.info.restart)
-        store = dist.TCPStore(  # type: ignore[attr-defined]
+        store = dist.TCPStore(  # type: ignore[attr-defined,unused-ignore]
             master, port, self.info.world_size, is_master=self.info.rank == 0,
             timeout=timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=True,
         )

@@ -78,7 +78,7 @@ def test_train_checkpoint_restart_resume(tmp_path: Path) -> None:
     assert sd[0]["targets"] == [f"127.0.0.1:{mport}"]
 
     # The "requeued" incarnation resumes from step 10 and scrapes show its progress.
-    procs = launch(tmp_path, job=7, restart=1, max_steps=40, metrics_port=mport, rdv_port=free_port(),
+    procs = launch(tmp_path, job=7, restart=1, max_steps=25, metrics_port=mport, rdv_port=free_port(),
                    step_sleep=0.1)
     scraped = ""
     deadline = time.monotonic() + 90
@@ -103,13 +103,15 @@ def test_train_checkpoint_restart_resume(tmp_path: Path) -> None:
     assert resume["step"] == 10 and resume["checkpoint"] == "ckpt-0000000007-000000-000000010"
     first = next(e for e in ev if e["event"] == "step")
     assert first["step"] == 11
-    assert [e["step"] for e in ev if e["event"] == "checkpoint"] == [15, 20, 25, 30, 35, 40]
+    assert [e["step"] for e in ev if e["event"] == "checkpoint"] == [15, 20, 25]
     names = sorted(p.name for p in (tmp_path / "ckpt").glob("*.json"))
-    assert names == [f"ckpt-0000000007-000001-0000000{s}.json" for s in (30, 35, 40)]  # keep 3
+    assert names == [f"ckpt-0000000007-000001-0000000{s}.json" for s in (15, 20, 25)]  # keep 3
     assert sorted(p.name for p in (tmp_path / "ckpt" / "fence").iterdir()) == [
         "gen-0000000007-000000", "gen-0000000007-000001"]
-    # Step events are throttled (at most ~1/s after the first): far fewer than steps.
-    assert len([e for e in ev if e["event"] == "step"]) < 15
+    # Step events are throttled: the first, then at most one per second.
+    steps = [e for e in ev if e["event"] == "step"]
+    span = steps[-1]["t"] - steps[0]["t"]
+    assert len(steps) <= 2 + span and len(steps) < 15
 
 
 def test_fatal_gpu_fault_fails_the_rank_with_a_cuda_error(tmp_path: Path) -> None:

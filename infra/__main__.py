@@ -1,0 +1,61 @@
+"""Pulumi entry point: `pulumi preview/up -s <stack>` runs this.
+
+The only place that reads `pulumi.Config` (STYLE.md point 5). It collects the `gpufleet:` keys of
+the selected stack, validates them into a StackSpec with the same parser `gpufleet validate` uses
+(all problems at once, with paths), and builds the Platform. Pulumi hands `secure:` values over
+decrypted; the components wrap them again as Pulumi secrets, so they stay encrypted in the state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+from pulumi.runtime.config import CONFIG, get_config_env
+
+from gpufleet.config import StackSpec, parse_stack
+from gpufleet.config.load import NAMESPACE
+from gpufleet.core.errors import InputError
+from gpufleet.infra import Platform, PlatformArgs
+
+
+def configured_keys() -> set[str]:
+    """Every `gpufleet:` key set on the stack (the engine passes them to the program)."""
+    keys = set(CONFIG.get()) | set(get_config_env())
+    return {k.split(":", 1)[1] for k in keys if k.startswith(f"{NAMESPACE}:")}
+
+
+def read_stack_config() -> dict[str, Any]:
+    config = pulumi.Config(NAMESPACE)
+    known = {f.alias or name for name, f in StackSpec.model_fields.items()}
+    data: dict[str, Any] = {}
+    for key in sorted(configured_keys() | known):
+        try:
+            value = config.get_object(key)
+        except pulumi.ConfigTypeError:
+            value = config.get(key)  # a plain scalar: the model reports what is wrong with it
+        if value is not None:
+            data[key] = value
+    return data
+
+
+def main() -> None:
+    stack = pulumi.get_stack()
+    file = f"stacks/Pulumi.{stack}.yaml"
+    try:
+        spec = parse_stack(read_stack_config(), file)
+    except InputError as e:
+        # Same lines `gpufleet validate` prints; the Pulumi engine shows them as the error.
+        raise pulumi.RunError(e.render()) from None
+    if spec.sandbox is not None and spec.cluster.environment.value == "sandbox":
+        pulumi.log.warn(
+            "this is the sandbox stack: its node patches address nodes named "
+            f"{', '.join(p.node_names()[0] for p in spec.node_pools)}... (a small dev cluster such as kind)"
+        )
+    platform = Platform(stack, PlatformArgs(spec, stack))
+    for name, value in platform.outputs.items():
+        pulumi.export(name, value)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The invariants of a gpufleet platform, as plain functions over a resource's type and inputs.
+
+Each function returns the violations it finds (an empty list when the resource is fine), so it is
+tested directly with fake inputs and wrapped into pulumi-policy policies by `__main__.py` for real
+`pulumi preview --policy-pack policypack` runs. The same invariants are asserted on the program's
+output by tests/unit/infra under Pulumi's mock runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gpufleet.config import Vendor, all_specs
+from gpufleet.infra.gameday import rules_allow
+
+RELEASE_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
+NIC_POLICY_TYPE = "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy"
+NODE_PATCH_TYPE = "kubernetes:core/v1:NodePatch"
+KARPENTER_POOL_TYPE = "kubernetes:karpenter.sh/v1:NodePool"
+CONFIG_MAP_TYPE = "kubernetes:core/v1:ConfigMap"
+ROLE_TYPES = (
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+    "kubernetes:rbac.authorization.k8s.io/v1:Role",
+)
+STORAGE_CLASS_TYPE = "kubernetes:storage.k8s.io/v1:StorageClass"
+GAMEDAY_ROLE = "gpufleet-gameday"
+
+# A version that floats: empty, a wildcard, a range, or a moving tag.
+_FLOATING = re.compile(r"^$|[*^~<>=| x]|latest|\.x(\.|$)", re.IGNORECASE)
+# Keys whose values are credentials (JuiceFS Secret keys, common names in chart values).
+_CREDENTIAL_KEY = re.compile(
+    r"(^|[-_.])(metaurl|access-?key|secret-?key|password|token|apikey)$", re.IGNORECASE
+)
+
+
+def _dig(props: Mapping[str, Any], *path: str) -> Any:
+    cur: Any = props
+    for p in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(p)
+    return cur
+
+
+def chart_pinned(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """Every Helm release names an exact chart version."""
+    if resource_type not in RELEASE_TYPES:
+        return []
+    version = str(props.get("version") or "")
+    if _FLOATING.search(version):
+        return [
+            f"chart {props.get('chart')!r} has no exact version ({version or 'none'}): pin it in "
+            "gpufleet/infra/charts.py"
+        ]
+    return []
+
+
+def nic_policy_not_a_hook(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """The NicClusterPolicy is an ordinary CR: a Helm hook is deleted and recreated on upgrade,
+    tearing RDMA down on every node."""
+    if resource_type != NIC_POLICY_TYPE:
+        return []
+    annotations = _dig(props, "metadata", "annotations") or {}
+    hooks = [k for k in annotations if str(k).startswith("helm.sh/hook")]
+    return (
+        [f"NicClusterPolicy carries Helm hook annotations {hooks}: apply it as a plain CR"] if hooks else []
+    )
+
+
+def _gpu_vendor_of(labels: Mapping[str, Any]) -> tuple[str, dict[str, str], str] | None:
+    """(vendor, expected labels, GPU resource) if the labels mark a GPU node of some vendor: the
+    accelerator whose labels all match, else the first one whose marker label is present."""
+    candidates = [s for s in all_specs() if next(iter(s.node_labels)) in labels]
+    if not candidates:
+        return None
+    exact = [s for s in candidates if all(labels.get(k) == v for k, v in s.node_labels.items())]
+    spec = (exact or candidates)[0]
+    return spec.vendor.value, spec.node_labels, spec.resource_name
+
+
+def gpu_node_tainted_and_labelled(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A GPU node (a NodePatch, or the template of a Karpenter NodePool) carries its vendor's
+    labels and a NoSchedule/NoExecute taint keyed by the GPU resource, so CPU pods stay off it."""
+    if resource_type == NODE_PATCH_TYPE:
+        labels = _dig(props, "metadata", "labels") or {}
+        taints = _dig(props, "spec", "taints") or []
+    elif resource_type == KARPENTER_POOL_TYPE:
+        labels = _dig(props, "spec", "template", "metadata", "labels") or {}
+        taints = _dig(props, "spec", "template", "spec", "taints") or []
+    else:
+        return []
+    if "gpufleet.io/pool" not in labels:
+        return []  # not a GPU pool node of ours
+    found = _gpu_vendor_of(labels)
+    if found is None:
+        return [
+            "GPU pool node has no vendor GPU labels (nvidia.com/gpu.present, "
+            "feature.node.kubernetes.io/amd-gpu or accelerator)"
+        ]
+    vendor, expected, resource = found
+    out = [f"{vendor} GPU node lacks label {k}={v}" for k, v in expected.items() if labels.get(k) != v]
+    if vendor == Vendor.NVIDIA.value and "nvidia.com/gpu.count" not in labels:
+        out.append("NVIDIA GPU node lacks label nvidia.com/gpu.count")
+    if not any(t.get("key") == resource and t.get("effect") in ("NoSchedule", "NoExecute") for t in taints):
+        out.append(f"{vendor} GPU node is not tainted {resource}:NoSchedule")
+    return out
+
+
+def _credential_paths(value: Any, path: str = "") -> Iterable[str]:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if _CREDENTIAL_KEY.search(str(k)) and isinstance(v, str) and v:
+                yield sub
+            else:
+                yield from _credential_paths(v, sub)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _credential_paths(v, f"{path}[{i}]")
+
+
+def credentials_only_in_secrets(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """Credentials (metaurl, access/secret keys, passwords, tokens) appear only in Secrets, never
+    in ConfigMaps, StorageClass parameters or Helm values, where anyone who can read the object
+    (or the Helm release Secret's values) reads them."""
+    if resource_type in (CONFIG_MAP_TYPE, STORAGE_CLASS_TYPE):
+        target: Any = {"data": props.get("data"), "parameters": props.get("parameters")}
+    elif resource_type in RELEASE_TYPES:
+        target = props.get("values")
+    else:
+        return []
+    return [
+        f"credential in plain text at {p}: keep it in a Secret (a stack `secure:` value)"
+        for p in _credential_paths(target)
+    ]
+
+
+def gameday_role_least_privilege(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """The game-day's role can cordon/taint nodes and evict pods, and cannot read Secrets."""
+    if resource_type not in ROLE_TYPES or _dig(props, "metadata", "name") != GAMEDAY_ROLE:
+        return []
+    rules = props.get("rules") or []
+    out = [
+        f"game-day role can {v} secrets" for v in ("get", "list", "watch") if rules_allow(rules, v, "secrets")
+    ]
+    out += [
+        f"game-day role lacks {v} on {r}"
+        for v, r in (("patch", "nodes"), ("create", "pods/eviction"), ("get", "pods"))
+        if not rules_allow(rules, v, r)
+    ]
+    return out
+
+
+def nccl_env_matches_fabric(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Stack-wide: the collective environment ConfigMaps fit the fabric the stack installs
+    (RoCE needs the GID index, InfiniBand/RoCE need the HCA list, EFA needs libfabric's provider or
+    NCCL silently falls back to TCP)."""
+    nic = next((p for t, p in resources if t == NIC_POLICY_TYPE), None)
+    efa = any(t in RELEASE_TYPES and p.get("name") == "aws-efa-k8s-device-plugin" for t, p in resources)
+    roce = nic is not None and '"ether"' in json.dumps(nic.get("spec", {}))
+    out = []
+    for t, p in resources:
+        if t != CONFIG_MAP_TYPE or not str(_dig(p, "metadata", "name") or "").startswith("collective-env-"):
+            continue
+        env = p.get("data") or {}
+        name = _dig(p, "metadata", "name")
+        if name == "collective-env-huawei":
+            continue  # HCCL: its own variable names
+        if efa and env.get("FI_PROVIDER") != "efa":
+            out.append(f"{name}: EFA fabric without FI_PROVIDER=efa (NCCL would fall back to TCP)")
+        if nic is not None and not env.get("NCCL_IB_HCA"):
+            out.append(f"{name}: RDMA fabric without NCCL_IB_HCA")
+        if roce and not env.get("NCCL_IB_GID_INDEX"):
+            out.append(f"{name}: RoCE fabric without NCCL_IB_GID_INDEX")
+    if (
+        nic is None
+        and not efa
+        and any(t in RELEASE_TYPES and p.get("name") == "network-operator" for t, p in resources)
+    ):
+        out.append("network-operator installed without a NicClusterPolicy (the chart no longer creates it)")
+    return out
+
+
+RESOURCE_POLICIES = {
+    "chart-pinned": chart_pinned,
+    "nic-cluster-policy-not-a-hook": nic_policy_not_a_hook,
+    "gpu-node-tainted-and-labelled": gpu_node_tainted_and_labelled,
+    "credentials-only-in-secrets": credentials_only_in_secrets,
+    "gameday-role-least-privilege": gameday_role_least_privilege,
+}

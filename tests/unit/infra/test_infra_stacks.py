@@ -1,0 +1,184 @@
+"""Every shipped stack, run through the Pulumi program under the mock runtime: the invariants the
+policy pack also states for real `pulumi preview` runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import STACK_NAMES, load_policies, shipped
+
+from gpufleet.config import FabricKind, FabricMode, SchedulerKind, accelerator_spec, collective_environment
+from gpufleet.infra.charts import CHARTS
+from gpufleet.infra.gameday import rules_allow
+from gpufleet.infra.offline import SECRET_MARK
+from gpufleet.infra.placement import POOL_LABEL, ROLE_LABEL, TOPOLOGY_LABELS, leaf_groups, owns_nodes
+from gpufleet.infra.platform import vendors
+
+NODE_PATCH = "kubernetes:core/v1:NodePatch"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+NIC_POLICY = "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy"
+
+
+def test_all_six_issue_stacks_are_shipped() -> None:
+    assert {"sandbox", "h200-ib", "b200-roce", "mi300x-roce", "ascend-910b-roce", "scale-10k"} <= set(STACK_NAMES)
+
+
+def test_scale_stack_is_at_scale() -> None:
+    spec, _ = shipped("scale-10k")
+    assert spec.total_nodes >= 1250 and spec.total_gpus >= 10_000
+
+
+def test_every_gpu_node_is_labelled_and_tainted(stack) -> None:
+    _, spec, view = stack
+    patches = {r.inputs["metadata"]["name"]: r.inputs for r in view.of_type(NODE_PATCH)}
+    expected_nodes = sum(p.total_nodes for p in spec.node_pools if owns_nodes(p))
+    assert len(patches) == expected_nodes
+    for pool in spec.node_pools:
+        acc = accelerator_spec(pool.accelerator)
+        names = pool.node_names()
+        for index, node in enumerate(names):
+            patch = patches[node]
+            labels = patch["metadata"]["labels"]
+            for k, v in acc.node_labels.items():
+                assert labels[k] == v, (node, k)
+            assert labels[POOL_LABEL] == pool.name
+            assert labels[ROLE_LABEL] == ("spare" if index >= pool.nodes else "compute")
+            assert set(TOPOLOGY_LABELS) <= set(labels)
+            for k, v in pool.labels.items():
+                assert labels[k] == v
+            taints = patch["spec"]["taints"]
+            assert any(t["key"] == acc.resource_name and t["effect"] == "NoSchedule" for t in taints), node
+            for declared in pool.taints:
+                assert {"key": declared.key, "effect": declared.effect.value} .items() <= next(
+                    t for t in taints if t["key"] == declared.key
+                ).items()
+        # Racks and leaf groups follow the declared topology: no leaf holds more than nodesPerLeaf.
+        tors = [patches[n]["metadata"]["labels"]["volcano.sh/tor"] for n in names]
+        assert max(tors.count(t) for t in set(tors)) <= pool.topology.nodes_per_leaf
+
+
+def test_nccl_environment_matches_the_fabric(stack) -> None:
+    _, spec, view = stack
+    maps = {
+        r.inputs["metadata"]["name"]: r.inputs["data"]
+        for r in view.of_type("kubernetes:core/v1:ConfigMap")
+        if r.inputs["metadata"]["name"].startswith("collective-env-")
+    }
+    assert set(maps) == {f"collective-env-{v.value}" for v in vendors(spec)}
+    for vendor in vendors(spec):
+        env = maps[f"collective-env-{vendor.value}"]
+        assert env == collective_environment(spec.fabric, vendor)
+        assert view.outputs["ncclEnv"][vendor.value] == env
+        if vendor.value == "huawei":
+            assert env["HCCL_SOCKET_IFNAME"] == spec.fabric.mgmt_interface
+            continue
+        assert env["NCCL_SOCKET_IFNAME"] == spec.fabric.mgmt_interface
+        if spec.fabric.kind is FabricKind.ROCE:
+            assert env["NCCL_IB_GID_INDEX"] == str(spec.fabric.gid_index)
+        if spec.fabric.kind in (FabricKind.ROCE, FabricKind.INFINIBAND):
+            assert env["NCCL_IB_HCA"]
+        if spec.fabric.kind is FabricKind.INFINIBAND:
+            assert "NCCL_IB_GID_INDEX" not in env
+
+
+def test_secrets_are_secret(stack) -> None:
+    _, spec, view = stack
+    secrets = view.of_type("kubernetes:core/v1:Secret")
+    if spec.storage.juicefs is None:
+        assert secrets == []
+        return
+    (secret,) = secrets
+    # The mock monitor received the credentials wrapped as Pulumi secrets.
+    assert secret.secret_paths and all(p.startswith("stringData") for p in secret.secret_paths)
+    assert secret.inputs["stringData"] == SECRET_MARK
+    # No ciphertext or credential appears in any other resource's inputs.
+    dump = json.dumps([r.inputs for r in view.resources if r is not secret])
+    js = spec.storage.juicefs
+    for s in (js.meta_url, js.access_key, js.secret_key):
+        if s is not None and s.secure:
+            assert s.secure not in dump
+
+
+def test_no_chart_is_unpinned(stack) -> None:
+    _, _, view = stack
+    releases = view.of_type(RELEASE)
+    assert releases
+    for r in releases:
+        ref = CHARTS[r.inputs["name"]]
+        assert r.inputs["version"] == ref.version and r.inputs["chart"] == ref.chart
+        assert load_policies().chart_pinned(RELEASE, r.inputs) == []
+
+
+def test_gameday_cronjob_runs_under_a_role_that_cannot_read_secrets(stack) -> None:
+    name, spec, view = stack
+    (role,) = view.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    rules = role.inputs["rules"]
+    for verb in ("get", "list", "watch"):
+        assert not rules_allow(rules, verb, "secrets")
+    assert rules_allow(rules, "patch", "nodes") and rules_allow(rules, "list", "nodes")
+    assert rules_allow(rules, "create", "pods/eviction") and rules_allow(rules, "get", "pods")
+    assert not rules_allow(rules, "delete", "nodes")
+    assert view.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role") == []
+    (binding,) = view.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    assert binding.inputs["roleRef"]["name"] == role.inputs["metadata"]["name"]
+    (cron,) = view.of_type("kubernetes:batch/v1:CronJob")
+    pod = cron.inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert cron.inputs["spec"]["schedule"] == spec.gameday.schedule
+    assert pod["serviceAccountName"] == binding.inputs["subjects"][0]["name"]
+    assert pod["containers"][0]["command"] == ["gpufleet", "gameday", "--stack", name, "--backend", "kubernetes"]
+
+
+def test_nic_cluster_policy_is_a_cr_not_a_hook(stack) -> None:
+    _, spec, view = stack
+    policies = view.of_type(NIC_POLICY)
+    if spec.fabric.kind is FabricKind.EFA:
+        assert policies == []
+        return
+    (policy,) = policies
+    assert policy.custom and policy.inputs["metadata"]["name"] == "nic-cluster-policy"
+    assert not any(k.startswith("helm.sh/hook") for k in policy.inputs["metadata"].get("annotations", {}))
+    # Not rendered by the chart either: the Network Operator release carries no CR values.
+    (operator,) = [r for r in view.of_type(RELEASE) if r.inputs["name"] == "network-operator"]
+    assert "nicClusterPolicy" not in json.dumps(operator.inputs["values"])
+    section = {
+        FabricMode.RDMA_SHARED: "rdmaSharedDevicePlugin",
+        FabricMode.SRIOV: "sriovDevicePlugin",
+        FabricMode.IPOIB: "secondaryNetwork",
+    }[spec.fabric.mode]
+    assert section in policy.inputs["spec"]
+
+
+def test_resource_counts_grow_only_with_nodes(stack) -> None:
+    _, spec, view = stack
+    counts = view.by_type()
+    named = [p for p in spec.node_pools if owns_nodes(p)]
+    assert counts[NODE_PATCH] == sum(p.total_nodes for p in named)
+    hypernodes = counts.get("kubernetes:topology.volcano.sh/v1alpha1:HyperNode", 0)
+    if spec.scheduler.kind is SchedulerKind.VOLCANO:
+        assert hypernodes == sum(len(leaf_groups(p)) + 1 for p in named)
+    else:
+        assert hypernodes == 0
+    # Everything else is per stack (charts, CRs, RBAC, rules): a few dozen at most, at any scale.
+    assert len(view.custom()) - counts[NODE_PATCH] - hypernodes <= 45
+    # Every resource sits inside a component.
+    assert all(view.component_of(r) is not None for r in view.custom())
+
+
+def test_outputs_carry_capacity_and_slos(stack) -> None:
+    _, spec, view = stack
+    out = view.outputs
+    assert out["gpus"] == spec.total_gpus and out["nodes"] == spec.total_nodes
+    assert out["peakBf16Pflops"] == pytest.approx(spec.peak_bf16_pflops, abs=1e-3)
+    assert out["slos"] == spec.slos.model_dump(mode="json", by_alias=True)
+    assert out["fabric"]["kind"] == spec.fabric.kind.value
+    assert out["alerts"] > 0
+
+
+def test_policy_pack_passes_on_the_program_output(stack) -> None:
+    _, _, view = stack
+    policies = load_policies()
+    for r in view.custom():
+        for name, check in policies.RESOURCE_POLICIES.items():
+            assert check(r.type, r.inputs) == [], (name, r.urn)
+    assert policies.nccl_env_matches_fabric([(r.type, r.inputs) for r in view.custom()]) == []
