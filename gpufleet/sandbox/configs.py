@@ -45,6 +45,7 @@ def _context(layout: Layout, gpufleet_bin: Path) -> dict[str, Any]:
         "slurm_conf": str(layout.slurm_conf),
         "token_file": str(layout.token_file),
         "gpufleet": str(gpufleet_bin),
+        "python": str(gpufleet_bin.parent / "python"),
         "slurmctld_port": SLURMCTLD_PORT,
         "slurmd_port": SLURMD_PORT,
         "cpus_per_node": CPUS_PER_NODE,

@@ -43,19 +43,34 @@ def training_progressing(
         path = b.workload_events()
         if path is None:
             raise ActivityFailed("the backend names no training events file")
-        now = time.time()
-        steps = [
-            e for e in read_jsonl(path) if e.get("event") == "step" and float(e["t"]) >= now - window_seconds
-        ]
-        if len(steps) < 2:
-            rate = 0.0
-        else:
-            span = max(float(steps[-1]["t"]) - float(steps[0]["t"]), 1e-6)
-            rate = (int(steps[-1]["step"]) - int(steps[0]["step"])) / max(span, window_seconds / 2)
+        rate = _event_step_rate(path, window_seconds)
     else:
         raise InvalidActivity("source must be events or prometheus")
     logger.info("training step rate %.2f/s (threshold %.2f/s)", rate, min_steps_per_second)
     return rate >= min_steps_per_second
+
+
+def _event_step_rate(path: str, window_seconds: float) -> float:
+    """Steps per second of the current incarnation over the last `window_seconds`. Steps are logged
+    about once a second per rank, so right after a restart there is too little to judge: wait (at most
+    one more window) until the incarnation has spanned half a window."""
+    deadline = time.monotonic() + window_seconds
+    while True:
+        now = time.time()
+        steps = [
+            e for e in read_jsonl(path) if e.get("event") == "step" and float(e["t"]) >= now - window_seconds
+        ]
+        if steps:
+            last = int(steps[-1].get("restart", 0))
+            steps = [e for e in steps if int(e.get("restart", 0)) == last]
+        span = float(steps[-1]["t"]) - float(steps[0]["t"]) if len(steps) >= 2 else 0.0
+        stale = not steps or now - float(steps[-1]["t"]) > window_seconds / 2
+        if (span >= window_seconds / 2 and not stale) or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    if len(steps) < 2 or stale or span <= 0:
+        return 0.0
+    return (int(steps[-1]["step"]) - int(steps[0]["step"])) / span
 
 
 def _run_records(ctx: engine.Context) -> list[Any]:

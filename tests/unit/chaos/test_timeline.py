@@ -126,14 +126,18 @@ def test_unavailable_intervals_open_at_the_end() -> None:
 
 
 def test_a_restart_that_fails_before_its_first_step_is_not_a_resume() -> None:
-    ev: list[dict[str, object]] = [{"t": T0 - 1, "event": "step", "step": 50, "restart": 0},
-                                   {"t": T0 - 0.5, "event": "checkpoint", "step": 52, "restart": 0}]
-    ev += [{"t": T0 + 20, "event": "start", "step": None, "restart": 1},
-           {"t": T0 + 40, "event": "resume", "step": 52, "restart": 1},
-           {"t": T0 + 41, "event": "error", "step": 52, "restart": 1},  # requeued onto the faulty node
-           {"t": T0 + 70, "event": "start", "step": None, "restart": 2},
-           {"t": T0 + 90, "event": "resume", "step": 52, "restart": 2},
-           {"t": T0 + 91, "event": "step", "step": 53, "restart": 2}]
+    ev: list[dict[str, object]] = [
+        {"t": T0 - 1, "event": "step", "step": 50, "restart": 0},
+        {"t": T0 - 0.5, "event": "checkpoint", "step": 52, "restart": 0},
+    ]
+    ev += [
+        {"t": T0 + 20, "event": "start", "step": None, "restart": 1},
+        {"t": T0 + 40, "event": "resume", "step": 52, "restart": 1},
+        {"t": T0 + 41, "event": "error", "step": 52, "restart": 1},  # requeued onto the faulty node
+        {"t": T0 + 70, "event": "start", "step": None, "restart": 2},
+        {"t": T0 + 90, "event": "resume", "step": 52, "restart": 2},
+        {"t": T0 + 91, "event": "step", "step": 53, "restart": 2},
+    ]
     f = workload_facts(ev, T0, stall_seconds=3)
     assert f.resumed_at == T0 + 91 and f.resumed_from_step == 52
     assert f.steps_at_fault == 52  # the checkpoint proves step 52 was done; the last step event said 50
