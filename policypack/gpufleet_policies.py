@@ -8,7 +8,6 @@ output by tests/unit/infra under Pulumi's mock runtime.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -157,29 +156,35 @@ def gameday_role_least_privilege(resource_type: str, props: Mapping[str, Any]) -
 def nccl_env_matches_fabric(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
     """Stack-wide: the collective environment ConfigMaps fit the fabric the stack installs
     (RoCE needs the GID index, InfiniBand/RoCE need the HCA list, EFA needs libfabric's provider or
-    NCCL silently falls back to TCP)."""
-    nic = next((p for t, p in resources if t == NIC_POLICY_TYPE), None)
+    NCCL silently falls back to TCP). The fabric is read from the ConfigMap's `gpufleet.io/fabric`
+    label and cross-checked with what is installed (NicClusterPolicy, EFA device plugin)."""
+    nic = any(t == NIC_POLICY_TYPE for t, _ in resources)
     efa = any(t in RELEASE_TYPES and p.get("name") == "aws-efa-k8s-device-plugin" for t, p in resources)
-    roce = nic is not None and '"ether"' in json.dumps(nic.get("spec", {}))
     out = []
     for t, p in resources:
-        if t != CONFIG_MAP_TYPE or not str(_dig(p, "metadata", "name") or "").startswith("collective-env-"):
+        name = str(_dig(p, "metadata", "name") or "")
+        if t != CONFIG_MAP_TYPE or not name.startswith("collective-env-"):
             continue
         env = p.get("data") or {}
-        name = _dig(p, "metadata", "name")
+        fabric = (_dig(p, "metadata", "labels") or {}).get("gpufleet.io/fabric")
+        if fabric not in ("infiniband", "roce", "efa"):
+            out.append(f"{name}: no gpufleet.io/fabric label (infiniband|roce|efa)")
+            continue
+        if (fabric == "efa") != efa:
+            out.append(
+                f"{name}: fabric {fabric} but the EFA device plugin is {'' if efa else 'not '}installed"
+            )
+        if fabric in ("infiniband", "roce") and not nic:
+            out.append(f"{name}: fabric {fabric} without a NicClusterPolicy")
         if name == "collective-env-huawei":
             continue  # HCCL: its own variable names
-        if efa and env.get("FI_PROVIDER") != "efa":
+        if fabric == "efa" and env.get("FI_PROVIDER") != "efa":
             out.append(f"{name}: EFA fabric without FI_PROVIDER=efa (NCCL would fall back to TCP)")
-        if nic is not None and not env.get("NCCL_IB_HCA"):
+        if fabric in ("infiniband", "roce") and not env.get("NCCL_IB_HCA"):
             out.append(f"{name}: RDMA fabric without NCCL_IB_HCA")
-        if roce and not env.get("NCCL_IB_GID_INDEX"):
+        if fabric == "roce" and not env.get("NCCL_IB_GID_INDEX"):
             out.append(f"{name}: RoCE fabric without NCCL_IB_GID_INDEX")
-    if (
-        nic is None
-        and not efa
-        and any(t in RELEASE_TYPES and p.get("name") == "network-operator" for t, p in resources)
-    ):
+    if not nic and any(t in RELEASE_TYPES and p.get("name") == "network-operator" for t, p in resources):
         out.append("network-operator installed without a NicClusterPolicy (the chart no longer creates it)")
     return out
 

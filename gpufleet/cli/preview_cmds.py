@@ -45,7 +45,9 @@ def summary_rows(view: OfflinePreview) -> list[tuple[str, str]]:
 
 
 def slo_rows(slos: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = [(k, str(slos[k])) for k in ("availability", "maxJobInterruptionShare", "ettr") if k in slos]
+    rows: list[tuple[str, str]] = [
+        (k, str(slos[k])) for k in ("availability", "maxJobInterruptionShare", "ettr") if k in slos
+    ]
     for fault_class, b in sorted(slos.get("budgets", {}).items()):
         iso = b.get("isolateSeconds")
         rows.append(

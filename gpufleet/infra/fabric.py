@@ -206,7 +206,11 @@ class Fabric(pulumi.ComponentResource):
                 metadata={
                     "name": f"collective-env-{vendor.value}",
                     "namespace": args.namespace,
-                    "labels": {**MANAGED_BY, "gpufleet.io/vendor": vendor.value},
+                    "labels": {
+                        **MANAGED_BY,
+                        "gpufleet.io/vendor": vendor.value,
+                        "gpufleet.io/fabric": fabric.kind.value,
+                    },
                 },
                 data=env,
                 opts=child(self),

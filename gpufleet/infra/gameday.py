@@ -142,7 +142,7 @@ class GamedaySchedule(pulumi.ComponentResource):
         self.role = k8s.rbac.v1.ClusterRole(
             f"{name}-role",
             metadata={"name": "gpufleet-gameday", "labels": MANAGED_BY},
-            rules=gameday_rbac_rules(),  # type: ignore[arg-type]
+            rules=gameday_rbac_rules(),
             opts=child(self),
         )
         k8s.rbac.v1.ClusterRoleBinding(
@@ -165,7 +165,7 @@ class GamedaySchedule(pulumi.ComponentResource):
         self.cronjob = k8s.batch.v1.CronJob(
             f"{name}-cronjob",
             metadata={"name": "gpufleet-gameday", "namespace": namespace, "labels": MANAGED_BY},
-            spec=cronjob_spec(args.spec, args.stack_name, "gpufleet-gameday", "gpufleet-stack"),  # type: ignore[arg-type]
+            spec=cronjob_spec(args.spec, args.stack_name, "gpufleet-gameday", "gpufleet-stack"),
             opts=child(self, [sa, cm]),
         )
         self.register_outputs({"schedule": gd.schedule, "namespace": gd.namespace})

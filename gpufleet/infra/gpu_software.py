@@ -133,7 +133,7 @@ class GpuSoftware(pulumi.ComponentResource):
             self.ascend_plugin = k8s.apps.v1.DaemonSet(
                 f"{name}-ascend-device-plugin",
                 metadata={"name": "ascend-device-plugin", "namespace": "kube-system", "labels": MANAGED_BY},
-                spec=ascend_daemonset_spec(args.tolerations),  # type: ignore[arg-type]
+                spec=ascend_daemonset_spec(args.tolerations),
                 opts=child(self),
             )
             installed.append("ascend-device-plugin")

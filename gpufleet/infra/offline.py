@@ -139,7 +139,7 @@ class _RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         self.recorder.local.inputs = {}
-        response = super().RegisterResource(request)
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         if request.type != _STACK_TYPE:
             found: list[str] = []
             inputs = redact(self.recorder.local.inputs, "", found)
@@ -163,7 +163,7 @@ def record_program(program: Callable[[], object], stack_name: str) -> list[Decla
     mocks = _RecordingMocks()
     monitor = _RecordingMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name, preview=False, monitor=monitor)
-    pulumi.runtime.test(program)()
+    pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
     return sorted(monitor.declared, key=lambda r: r.urn)
 
 

@@ -51,12 +51,10 @@ def core_api(conn: dict[str, Any]) -> Any:
         cfg.host = conn["host"]
         return client.CoreV1Api(client.ApiClient(cfg))
     try:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=conn.get("kubeconfig"), context=conn.get("context")
-        )
+        config.load_kube_config(config_file=conn.get("kubeconfig"), context=conn.get("context"))
     except Exception:
         try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            config.load_incluster_config()
         except Exception as e:
             raise ActivityFailed(f"no Kubernetes credentials (kubeconfig or in-cluster): {e}") from None
     return client.CoreV1Api()

@@ -21,7 +21,9 @@ NIC_POLICY = "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy"
 
 
 def test_all_six_issue_stacks_are_shipped() -> None:
-    assert {"sandbox", "h200-ib", "b200-roce", "mi300x-roce", "ascend-910b-roce", "scale-10k"} <= set(STACK_NAMES)
+    assert {"sandbox", "h200-ib", "b200-roce", "mi300x-roce", "ascend-910b-roce", "scale-10k"} <= set(
+        STACK_NAMES
+    )
 
 
 def test_scale_stack_is_at_scale() -> None:
@@ -50,7 +52,7 @@ def test_every_gpu_node_is_labelled_and_tainted(stack) -> None:
             taints = patch["spec"]["taints"]
             assert any(t["key"] == acc.resource_name and t["effect"] == "NoSchedule" for t in taints), node
             for declared in pool.taints:
-                assert {"key": declared.key, "effect": declared.effect.value} .items() <= next(
+                assert {"key": declared.key, "effect": declared.effect.value}.items() <= next(
                     t for t in taints if t["key"] == declared.key
                 ).items()
         # Racks and leaf groups follow the declared topology: no leaf holds more than nodesPerLeaf.
@@ -126,7 +128,14 @@ def test_gameday_cronjob_runs_under_a_role_that_cannot_read_secrets(stack) -> No
     pod = cron.inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert cron.inputs["spec"]["schedule"] == spec.gameday.schedule
     assert pod["serviceAccountName"] == binding.inputs["subjects"][0]["name"]
-    assert pod["containers"][0]["command"] == ["gpufleet", "gameday", "--stack", name, "--backend", "kubernetes"]
+    assert pod["containers"][0]["command"] == [
+        "gpufleet",
+        "gameday",
+        "--stack",
+        name,
+        "--backend",
+        "kubernetes",
+    ]
 
 
 def test_nic_cluster_policy_is_a_cr_not_a_hook(stack) -> None:
