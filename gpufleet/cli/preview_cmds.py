@@ -61,7 +61,7 @@ def slo_rows(slos: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _table(title: str, headers: tuple[str, str], rows: list[tuple[str, str]]) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", show_header=any(headers))
     table.add_column(headers[0])
     table.add_column(headers[1], overflow="fold")
     for a, b in rows:

@@ -38,7 +38,7 @@ def flap_link(
     rail: int = 0,
     period_seconds: float = 4.0,
     count: int = 5,
-    fault_id: str = "fabric-port-down",
+    fault_id: str = "fabric-link-flap",
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def degrade_link(
     rail: int = 0,
     loss_percent: float | None = None,
     rate_mbit: float | None = None,
-    fault_id: str = "fabric-port-down",
+    fault_id: str = "fabric-link-degraded",
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
