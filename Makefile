@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: venv
-	$(BIN)/ruff check gpufleet infra tests benchmarks
+	$(BIN)/ruff check gpufleet infra policypack tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/gpufleet generate --check

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from gpufleet.catalog.model import Fault
 from gpufleet.core.errors import InputError, Problem, format_path
 from gpufleet.core.taxonomy import FaultClass
+from gpufleet.core.yamlio import safe_load
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -61,7 +62,7 @@ def _problems(exc: ValidationError, prefix: list[str | int]) -> list[Problem]:
 def parse_catalog_file(path: Path) -> list[Fault]:
     """Parse one catalog file (`faults: [...]`); raises InputError with every problem."""
     try:
-        doc: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc: Any = safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
     except yaml.YAMLError as e:

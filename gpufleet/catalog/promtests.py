@@ -22,6 +22,7 @@ from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.model import Fault
 from gpufleet.catalog.rules import DOMAINS, RULES_FILE, alert_rule, domain_of
 from gpufleet.core.errors import InputError, Problem, format_path
+from gpufleet.core.yamlio import safe_load
 
 FIXTURES_FILE = Path(__file__).parent / "notes" / "alert_tests.yaml"
 TESTS_DIR = "monitoring/tests"
@@ -77,7 +78,7 @@ class Fixtures(_M):
 
 def load_fixtures(path: Path = FIXTURES_FILE) -> Fixtures:
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = safe_load(path.read_text(encoding="utf-8"))
         return Fixtures.model_validate(doc)
     except OSError as e:
         raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None

@@ -17,6 +17,7 @@ from gpufleet.catalog.model import Fault
 from gpufleet.catalog.rules import domain_of
 from gpufleet.core.errors import InputError, Problem, format_path
 from gpufleet.core.taxonomy import LadderAction
+from gpufleet.core.yamlio import safe_load
 
 NOTES_FILE = Path(__file__).parent / "notes" / "runbooks.yaml"
 RUNBOOKS_DIR = "runbooks"
@@ -47,7 +48,7 @@ class Notes(_M):
 
 def load_notes(path: Path = NOTES_FILE) -> Notes:
     try:
-        return Notes.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+        return Notes.model_validate(safe_load(path.read_text(encoding="utf-8")))
     except OSError as e:
         raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
     except yaml.YAMLError as e:

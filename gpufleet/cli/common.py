@@ -33,7 +33,9 @@ def input_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except InputError as e:
             err_console.print(f"[bold red]invalid input[/] {e.file}", highlight=False)
             for p in e.problems:
-                err_console.print(f"  {e.file}: {p.path}: {p.message}", highlight=False, markup=False, soft_wrap=True)
+                err_console.print(
+                    f"  {e.file}: {p.path}: {p.message}", highlight=False, markup=False, soft_wrap=True
+                )
             raise typer.Exit(InputError.exit_code) from None
 
     return wrapper

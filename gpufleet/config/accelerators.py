@@ -17,16 +17,16 @@ Kubernetes label values follow gpu-feature-discovery (`nvidia.com/gpu.product`, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Vendor(str, Enum):
+class Vendor(StrEnum):
     NVIDIA = "nvidia"
     AMD = "amd"
     HUAWEI = "huawei"
 
 
-class AcceleratorModel(str, Enum):
+class AcceleratorModel(StrEnum):
     H100_SXM = "nvidia-h100-sxm"
     H200_SXM = "nvidia-h200-sxm"
     B200 = "nvidia-b200"

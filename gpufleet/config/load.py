@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from gpufleet.config.model import StackSpec
 from gpufleet.core.errors import InputError, Problem, format_path
+from gpufleet.core.yamlio import safe_load
 
 NAMESPACE = "gpufleet"
 
@@ -62,7 +63,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as e:
         raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
     try:
-        return yaml.safe_load(text)
+        return safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
@@ -107,6 +108,8 @@ def stack_path(name: str, stacks_dir: Path | str = "stacks") -> Path:
 def load_named_stack(name: str, stacks_dir: Path | str = "stacks") -> StackSpec:
     path = stack_path(name, stacks_dir)
     if not path.exists():
-        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in Path(stacks_dir).glob("Pulumi.*.yaml"))
-        raise InputError(str(path), [Problem("(file)", f"no such stack; known stacks: {', '.join(known) or 'none'}")])
+        known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml")
+                       for p in Path(stacks_dir).glob("Pulumi.*.yaml"))
+        problem = Problem("(file)", f"no such stack; known stacks: {', '.join(known) or 'none'}")
+        raise InputError(str(path), [problem])
     return load_stack(path)

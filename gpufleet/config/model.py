@@ -8,7 +8,7 @@ values stay opaque.
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -76,7 +76,7 @@ class Secret(BaseModel):
 # --------------------------------------------------------------------------- cluster
 
 
-class Environment(str, Enum):
+class Environment(StrEnum):
     SANDBOX = "sandbox"
     STAGING = "staging"
     PRODUCTION = "production"
@@ -91,7 +91,7 @@ class ClusterSpec(Model):
 # --------------------------------------------------------------------------- node pools
 
 
-class TaintEffect(str, Enum):
+class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"
     NO_EXECUTE = "NoExecute"
@@ -160,7 +160,7 @@ class Topology(Model):
         return self
 
 
-class SpareMode(str, Enum):
+class SpareMode(StrEnum):
     WARM = "warm"  # powered, health-checked, joins a job at once
     COLD = "cold"  # must be provisioned/booted first
 
@@ -222,13 +222,13 @@ class NodePool(Model):
 # --------------------------------------------------------------------------- fabric
 
 
-class FabricKind(str, Enum):
+class FabricKind(StrEnum):
     INFINIBAND = "infiniband"
     ROCE = "roce"
     EFA = "efa"
 
 
-class FabricMode(str, Enum):
+class FabricMode(StrEnum):
     RDMA_SHARED = "rdma-shared"  # Network Operator's RDMA shared device plugin
     SRIOV = "sriov"  # SR-IOV VFs per pod
     IPOIB = "ipoib"  # IP over InfiniBand secondary network
@@ -361,7 +361,7 @@ class MonitoringSpec(Model):
 # --------------------------------------------------------------------------- scheduler
 
 
-class SchedulerKind(str, Enum):
+class SchedulerKind(StrEnum):
     VOLCANO = "volcano"
     KUEUE = "kueue"
     SLURM = "slurm"

@@ -3,10 +3,10 @@ action) and the SLO maths. Kept here so those three stay independent of each oth
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class FaultClass(str, Enum):
+class FaultClass(StrEnum):
     """Fault classes: the unit in which detection policy and recovery budgets are declared."""
 
     GPU_FATAL = "gpu-fatal"  # the GPU must be isolated (XID 48, 64, 79, 95, 119 ...)
@@ -24,7 +24,7 @@ class FaultClass(str, Enum):
     WORKLOAD = "workload"  # the job itself fails (a software bug, a killed rank); hardware is fine
 
 
-class LadderAction(str, Enum):
+class LadderAction(StrEnum):
     """The remediation ladder seen in production remediators, mildest first
     (gpu-faults.md: restart app -> reset GPU -> reboot node -> replace/RMA)."""
 
@@ -44,7 +44,7 @@ class LadderAction(str, Enum):
         return self.rank >= LadderAction.RESET_GPU.rank
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     CRITICAL = "critical"
     WARNING = "warning"
     INFO = "info"

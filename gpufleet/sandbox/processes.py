@@ -47,6 +47,15 @@ def netns_argv(netns: str | None, argv: Sequence[str], hostname: str | None = No
     return out
 
 
+# What a daemon started without an explicit environment gets: enough to find its programs and the
+# venv's Python packages, nothing of the caller's session (the state file records it verbatim).
+_INHERITED_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "VIRTUAL_ENV", "TZ")
+
+
+def base_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+
+
 @dataclass
 class Started:
     record: SandboxProcess
@@ -60,24 +69,39 @@ def spawn(
     netns: str | None = None,
     hostname: str | None = None,
     env: dict[str, str] | None = None,
+    node: str | None = None,
 ) -> Started:
-    """Start a daemon in its own session (it outlives `up`), output appended to `log`."""
+    """Start a daemon in its own session (it outlives `up`), output appended to `log`.
+
+    The record carries the exact argv (namespace wrappers included), environment and node, so a
+    chaos rollback can start the same daemon again after killing it (SandboxProcess contract)."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    full_argv = netns_argv(netns, argv, hostname)
+    full_env = dict(env) if env is not None else base_env()
     with open(log, "ab") as out, open(os.devnull, "rb") as devnull:
         popen = subprocess.Popen(
-            netns_argv(netns, argv, hostname),
+            full_argv,
             stdin=devnull,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            env=env,
+            env=full_env,
         )
     st = start_time(popen.pid)
     if st is None:
         popen.wait(timeout=5)
         raise RuntimeError(f"{name} exited at once with code {popen.returncode}; see {log}")
-    return Started(SandboxProcess(name=name, pid=popen.pid, start_time=st, netns=netns), popen)
+    record = SandboxProcess(
+        name=name,
+        pid=popen.pid,
+        start_time=st,
+        netns=netns,
+        argv=full_argv,
+        env=full_env,
+        node=node if node is not None else hostname,
+    )
+    return Started(record, popen)
 
 
 def signal_verified(p: SandboxProcess, sig: int) -> bool:

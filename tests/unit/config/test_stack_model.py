@@ -126,7 +126,9 @@ def fabric(**kw: Any) -> FabricSpec:
          {"HCCL_SOCKET_IFNAME": "bond0", "HCCL_RDMA_TC": "424"}, {"NCCL_IB_HCA"}),
     ],
 )
-def test_collective_environment(fab: FabricSpec, vendor: Vendor, must: dict[str, str], must_not: set[str]) -> None:
+def test_collective_environment(
+    fab: FabricSpec, vendor: Vendor, must: dict[str, str], must_not: set[str]
+) -> None:
     env = collective_environment(fab, vendor)
     assert {k: env.get(k) for k in must} == must
     assert not must_not & env.keys()
@@ -155,7 +157,8 @@ def test_accelerator_table_is_complete_and_sane() -> None:
         assert "/" in spec.resource_name
     assert accelerator_spec(AcceleratorModel.MI300X).resource_name == "amd.com/gpu"
     assert accelerator_spec(AcceleratorModel.ASCEND_910B).node_labels["accelerator"] == "huawei-Ascend910"
-    assert accelerator_spec(AcceleratorModel.H100_SXM).node_labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    h100 = accelerator_spec(AcceleratorModel.H100_SXM)
+    assert h100.node_labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
 
 
 def test_stack_file_with_other_namespaces(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pulumi
 import pytest
-from conftest import load_policies, variant
+from infra_testdata import load_policies, variant
 
 from gpufleet.config import Secret, collective_environment
 from gpufleet.config.model import RemediationSpec, SloSpec
@@ -146,7 +146,7 @@ def test_sriov_mode_declares_a_host_device_network() -> None:
 
 
 def spec_and_view(name: str) -> tuple[Any, Any]:
-    from conftest import shipped
+    from infra_testdata import shipped
 
     return shipped(name)
 

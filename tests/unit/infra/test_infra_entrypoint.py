@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
-from conftest import ROOT
+from infra_testdata import ROOT
 
 from gpufleet.infra.offline import SECRET_MARK, record_program
 

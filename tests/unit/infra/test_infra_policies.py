@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from conftest import load_policies
+from infra_testdata import load_policies
 
 P = load_policies()
 RELEASE = "kubernetes:helm.sh/v3:Release"

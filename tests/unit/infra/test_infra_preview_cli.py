@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import ROOT, shipped
+from infra_testdata import ROOT, shipped
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app

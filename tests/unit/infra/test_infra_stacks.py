@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import STACK_NAMES, load_policies, shipped
+from infra_testdata import STACK_NAMES, load_policies, shipped
 
 from gpufleet.config import FabricKind, FabricMode, SchedulerKind, accelerator_spec, collective_environment
 from gpufleet.infra.charts import CHARTS

@@ -75,3 +75,40 @@ def test_pids_mentioning_finds_only_the_named_programs(tmp_path: Path) -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_spawn_records_how_to_start_the_daemon_again(tmp_path: Path) -> None:
+    """argv (wrappers included), env and node land in the record: a chaos node-crash rollback
+    restarts the daemon from them instead of re-reading /proc."""
+    started = processes.spawn("sleeper@n1", ["sleep", "30"], tmp_path / "log", env={"A": "1"}, node="n1")
+    try:
+        rec = started.record
+        assert rec.argv == ["sleep", "30"]
+        assert rec.env == {"A": "1"}
+        assert rec.node == "n1"
+        environ = Path(f"/proc/{rec.pid}/environ").read_bytes().split(b"\0")
+        assert [e for e in environ if e] == [b"A=1"]  # what is recorded is what it got
+    finally:
+        started.popen.kill()
+        started.popen.wait()
+    assert processes.netns_argv("ns1", ["x"], "h") == [
+        "ip",
+        "netns",
+        "exec",
+        "ns1",
+        "unshare",
+        "--uts",
+        "--",
+        "sh",
+        "-c",
+        'hostname "$0" && exec "$@"',
+        "h",
+        "x",
+    ]
+    default = processes.spawn("s2", ["sleep", "30"], tmp_path / "log2", hostname=None)
+    try:
+        assert set(default.record.env) <= set(processes._INHERITED_ENV)
+        assert "PATH" in default.record.env and default.record.node is None
+    finally:
+        default.popen.kill()
+        default.popen.wait()
