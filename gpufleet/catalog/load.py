@@ -8,13 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from gpufleet.catalog.model import Fault
-from gpufleet.core.errors import InputError, Problem, format_path
+from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inputs import problems_from_validation, read_yaml
 from gpufleet.core.taxonomy import FaultClass
-from gpufleet.core.yamlio import safe_load
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -47,28 +46,9 @@ class Catalog:
         return [f for f in self.faults if f.fault_class is cls]
 
 
-def _problems(exc: ValidationError, prefix: list[str | int]) -> list[Problem]:
-    out = []
-    for err in exc.errors(include_url=False, include_input=False):
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        out.append(Problem(format_path([*prefix, *err["loc"]]), msg))
-    return out
-
-
 def parse_catalog_file(path: Path) -> list[Fault]:
     """Parse one catalog file (`faults: [...]`); raises InputError with every problem."""
-    try:
-        doc: Any = safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
-        raise InputError(str(path), [Problem(where, f"invalid YAML: {getattr(e, 'problem', e)}")]) from None
+    doc: Any = read_yaml(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("faults"), list):
         raise InputError(str(path), [Problem("faults", "a catalog file needs a top-level `faults:` list")])
     extra = sorted(set(doc) - {"faults"})
@@ -78,7 +58,7 @@ def parse_catalog_file(path: Path) -> list[Fault]:
         try:
             faults.append(Fault.model_validate(entry))
         except ValidationError as e:
-            problems += _problems(e, ["faults", i])
+            problems += problems_from_validation(e, ["faults", i])
     if problems:
         raise InputError(str(path), problems)
     return faults

@@ -14,15 +14,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.model import Fault
 from gpufleet.catalog.rules import DOMAINS, RULES_FILE, alert_rule, domain_of
-from gpufleet.core.errors import InputError, Problem, format_path
-from gpufleet.core.yamlio import safe_load
+from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inputs import load_yaml_model
 
 FIXTURES_FILE = Path(__file__).parent / "notes" / "alert_tests.yaml"
 TESTS_DIR = "monitoring/tests"
@@ -77,18 +76,7 @@ class Fixtures(_M):
 
 
 def load_fixtures(path: Path = FIXTURES_FILE) -> Fixtures:
-    try:
-        doc = safe_load(path.read_text(encoding="utf-8"))
-        return Fixtures.model_validate(doc)
-    except OSError as e:
-        raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
-    except yaml.YAMLError as e:
-        raise InputError(str(path), [Problem("(file)", f"invalid YAML: {e}")]) from None
-    except ValidationError as e:
-        raise InputError(str(path), [
-            Problem(format_path(list(err["loc"])), str(err["msg"]))
-            for err in e.errors(include_url=False, include_input=False)
-        ]) from None
+    return load_yaml_model(path, Fixtures)
 
 
 def render(template: str, labels: dict[str, str], value: str | None) -> str:

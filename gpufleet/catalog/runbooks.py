@@ -9,15 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import jinja2
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.model import Fault
 from gpufleet.catalog.rules import domain_of
-from gpufleet.core.errors import InputError, Problem, format_path
+from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inputs import load_yaml_model
 from gpufleet.core.taxonomy import LadderAction
-from gpufleet.core.yamlio import safe_load
 
 NOTES_FILE = Path(__file__).parent / "notes" / "runbooks.yaml"
 RUNBOOKS_DIR = "runbooks"
@@ -47,17 +46,7 @@ class Notes(_M):
 
 
 def load_notes(path: Path = NOTES_FILE) -> Notes:
-    try:
-        return Notes.model_validate(safe_load(path.read_text(encoding="utf-8")))
-    except OSError as e:
-        raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
-    except yaml.YAMLError as e:
-        raise InputError(str(path), [Problem("(file)", f"invalid YAML: {e}")]) from None
-    except ValidationError as e:
-        raise InputError(str(path), [
-            Problem(format_path(list(err["loc"])), str(err["msg"]))
-            for err in e.errors(include_url=False, include_input=False)
-        ]) from None
+    return load_yaml_model(path, Notes)
 
 
 # Commands an on-call engineer runs first, per domain (real CLIs: nvidia-smi, dcgmi, ibstat,

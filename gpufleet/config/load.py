@@ -10,65 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
 from gpufleet.config.model import StackSpec
-from gpufleet.core.errors import InputError, Problem, format_path
-from gpufleet.core.yamlio import safe_load
+from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inputs import problems_from_validation, read_yaml, validate
+
+__all__ = ["load_named_stack", "load_stack", "parse_stack", "problems_from_validation", "read_yaml",
+           "stack_data", "stack_path"]
+
+# Provisioning kinds: pydantic puts the tag of a discriminated union into error locations.
+_UNION_TAGS = ("static", "karpenter", "sandbox")
 
 NAMESPACE = "gpufleet"
-
-
-_BOUNDS = {
-    "greater_than_equal": ">=",
-    "greater_than": ">",
-    "less_than_equal": "<=",
-    "less_than": "<",
-    "too_short": "at least",
-}
-
-
-def problems_from_validation(exc: ValidationError) -> list[Problem]:
-    """Turn pydantic's errors into path + message pairs, without echoing input values (they may
-    be secrets)."""
-    out = []
-    for err in exc.errors(include_url=False, include_input=False):
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-        # Discriminated unions add the tag to the location: drop it, the path is the field.
-        loc = [p for p in loc if p not in ("static", "karpenter", "sandbox") or p is loc[0]]
-        msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-        ctx = err.get("ctx") or {}
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            msg = "unknown key"
-        elif kind == "missing":
-            msg = "required key is missing"
-        elif kind in _BOUNDS:
-            msg = f"must be {_BOUNDS[kind]} {next(iter(ctx.values()))}"
-        elif kind == "string_pattern_mismatch" and loc and loc[-1] == "schedule":
-            msg = "must be a 5-field cron expression (minute hour day-of-month month day-of-week)"
-        if "[key]" in loc:
-            # pydantic reports a bad mapping key as <key>.[key]: name the key itself.
-            loc = loc[: loc.index("[key]")]
-            msg = f"invalid key: {msg}"
-        out.append(Problem(format_path(loc), msg))
-    return out
-
-
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; syntax errors become InputErrors naming line and column."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
-    try:
-        return safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
-        problem = getattr(e, "problem", None) or str(e)
-        raise InputError(str(path), [Problem(where, f"invalid YAML: {problem}")]) from None
 
 
 def stack_data(doc: Any, file: str) -> dict[str, Any]:
@@ -89,10 +41,7 @@ def stack_data(doc: Any, file: str) -> dict[str, Any]:
 
 
 def parse_stack(data: dict[str, Any], file: str) -> StackSpec:
-    try:
-        return StackSpec.model_validate(data)
-    except ValidationError as e:
-        raise InputError(file, problems_from_validation(e)) from None
+    return validate(StackSpec, data, file, _UNION_TAGS)
 
 
 def load_stack(path: Path | str) -> StackSpec:

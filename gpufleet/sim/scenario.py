@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from gpufleet.config.load import problems_from_validation, read_yaml
 from gpufleet.config.model import SpareMode
 from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inputs import problems_from_validation, read_yaml
 from gpufleet.core.taxonomy import FaultClass, LadderAction
 
 Domain = Literal["node", "rack", "leaf", "cluster"]
