@@ -19,6 +19,7 @@ ROLLBACKS: dict[str, RollbackFn] = {
     "sandbox.link-up": sandbox.rb_link_up,
     "sandbox.link-restore": sandbox.rb_link_restore,
     "sandbox.continue": sandbox.rb_continue,
+    "sandbox.reboot-hung": sandbox.rb_reboot_hung,
     "sandbox.restart-daemons": sandbox.rb_restart_daemons,
     "sandbox.storage-restore": sandbox.rb_storage_restore,
     "slurm.ssh": slurm.rb_ssh,

@@ -57,7 +57,7 @@ class RichListener(Listener):
     def experiment_done(self, index: int, result: ExperimentResult) -> None:
         style = _STYLE[result.result.value]
         self.progress.console.print(
-            f"[{style}]{result.result.value:>8}[/] {result.name} (verdict {result.verdict.value}, "
+            f"[{style}]{result.result_label:>8}[/] {result.name} (verdict {result.verdict.value}, "
             f"expected {result.expected.value}, {result.wall_seconds:.0f} s)", highlight=False,
         )
         self.progress.advance(self.task)
@@ -79,7 +79,7 @@ def verdict_table(run: SuiteRun) -> Table:
     for r in run.results:
         checks = {c.name: c for c in r.checks}
         verdict = f"[{_STYLE[r.verdict.value]}]{r.verdict.value}[/]"
-        result = f"[{_STYLE[r.result.value]}]{r.result.value}[/]"
+        result = f"[{_STYLE[r.result.value]}]{r.result_label}[/]"
         table.add_row(
             r.name, r.fault_class or "-", _cell(checks.get("detect")), _cell(checks.get("isolate")),
             _cell(checks.get("recover")), verdict, r.expected.value, result,

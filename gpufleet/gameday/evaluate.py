@@ -72,6 +72,16 @@ class ExperimentResult:
     wall_seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def expected_failure(self) -> bool:
+        """A breach test that did what it must: its verdict FAILED, as expected."""
+        return self.result is Result.MET and self.expected is Outcome.FAIL
+
+    @property
+    def result_label(self) -> str:
+        """What reports print: `failed as expected` for a met breach test, else the result."""
+        return "failed as expected" if self.expected_failure else self.result.value
+
 
 def budget_for(
     experiment: Experiment, stack_budgets: Mapping[str, Budget]
@@ -215,6 +225,16 @@ def evaluate(
         result = Result.MET if slo_outcome is experiment.expect.outcome else Result.MISSED
     if experiment.expect.outcome is Outcome.FAIL and slo_outcome is Outcome.PASS:
         notes.append("a breach test PASSED: the too-tight budget was not enforced")
+    extra: dict[str, Any] = {}
+    cap = facts.capacity
+    if cap is not None:
+        extra["capacity"] = cap
+        if cap.get("degraded"):
+            notes.append(
+                f"capacity degraded during the fault: {cap.get('min_schedulable')} of "
+                f"{cap.get('nodes_total')} nodes schedulable at worst, {cap.get('nodes_needed')} needed "
+                f"for full capacity (the spare was exhausted)"
+            )
     return ExperimentResult(
         name=experiment.name,
         title=experiment.title,
@@ -235,6 +255,7 @@ def evaluate(
         journal=journal,
         started_at=started_at,
         wall_seconds=wall_seconds,
+        extra=extra,
     )
 
 

@@ -30,6 +30,25 @@ class JournalFacts:
     failed_activities: tuple[str, ...]  # method activities that failed (name: error)
     deviated_by: str | None = None  # the steady-state probe (after the method) that missed tolerance
     deviated_by_budget: bool = False  # ...and it is the recovery-budget probe (judged again by us)
+    capacity: dict[str, Any] | None = None  # output of the capacity_during_fault probe, if run
+
+
+CAPACITY_PROBE_FUNC = "capacity_during_fault"  # gpufleet.chaos.workload.probes
+
+
+def _capacity(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for r in reversed(runs):
+        activity = r.get("activity") or {}
+        provider = activity.get("provider") if isinstance(activity, dict) else None
+        if (
+            isinstance(provider, dict)
+            and provider.get("func") == CAPACITY_PROBE_FUNC
+            and r.get("status") == "succeeded"
+            and isinstance(r.get("output"), dict)
+        ):
+            out: dict[str, Any] = r["output"]
+            return out
+    return None
 
 
 def _name(run: Any) -> str:
@@ -82,6 +101,7 @@ def read_journal(journal: Any) -> JournalFacts:
         timeline=timeline,
         timeline_problem=problem,
         rollbacks_run=len(rollbacks),
+        capacity=_capacity(runs),
         rollbacks_failed=tuple(_name(r) for r in rollbacks if r.get("status") != "succeeded"),
         failed_activities=failed,
         deviated_by=deviated_by,

@@ -49,6 +49,8 @@ def agent_argv(layout: Layout, node: str, python: str = sys.executable) -> list[
         str(layout.kernel_log(node)),
         "--fabric-ifnames",
         ",".join(ifname for _, ifname, _, _ in n.fabric),
+        "--link-speed-gbps",
+        f"{layout.link_speed_gbps:g}",
     ]
 
 

@@ -107,6 +107,7 @@ class Layout:
     queue: str
     cluster_name: str
     links: tuple[str, ...] = field(default=())
+    link_speed_gbps: float = 100.0  # fabric.linkSpeedGbps: the agents' node_infiniband_rate_bytes_per_second
 
     # ---- names
     @property
@@ -273,4 +274,5 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
         evaluation_interval_s=duration_seconds(spec.monitoring.evaluation_interval),
         queue=spec.scheduler.queues[0].name,
         cluster_name=spec.cluster.name,
+        link_speed_gbps=float(spec.fabric.link_speed_gbps),
     )

@@ -18,6 +18,17 @@ def job_name(layout: Layout) -> str:
     return f"train-{layout.run_id}"
 
 
+def requeue_delay_seconds(health_check_interval: float, cred_expire: float) -> float:
+    """How long the job script waits after a failed step before `scontrol requeue`.
+
+    The wait exists so that the node health check drains the faulty node before the job is placed
+    again. A requeued job cannot start before `cred_expire` anyway (sandbox-notes.md pitfall 4), so
+    only the part of a health-check period that `cred_expire` does not cover (plus 1 s for the check
+    itself) needs waiting: 0 with the sandbox's 5 s checks and 10 s cred_expire. A fixed 6 s wait
+    used to add 6 s to every GPU-fault recovery."""
+    return max(0.0, float(health_check_interval) + 1.0 - float(cred_expire))
+
+
 def job_script(layout: Layout, python: str = sys.executable) -> str:
     """The job script rendered by the training package (the node helper's interface)."""
     from gpufleet.sandbox.training.jobscript import JobParams, render_job_script
@@ -36,6 +47,9 @@ def job_script(layout: Layout, python: str = sys.executable) -> str:
         step_sleep_seconds=t.step_sleep_seconds,
         max_steps=t.max_steps,
         pg_timeout=t.process_group_timeout_seconds,
+        requeue_delay_seconds=requeue_delay_seconds(
+            layout.sandbox.slurm.health_check_interval, layout.sandbox.slurm.cred_expire
+        ),
     )
     return str(render_job_script(params))
 

@@ -67,7 +67,7 @@ class Backend:
     def plan_node_crash(self, node: str) -> Plan:
         raise self._unsupported("node-crash")
 
-    def plan_node_hang(self, node: str) -> Plan:
+    def plan_node_hang(self, node: str, reboot_on_restore: bool = False) -> Plan:
         raise self._unsupported("node-hang")
 
     def plan_node_reboot(self, node: str, down_seconds: float) -> Plan:

@@ -118,6 +118,18 @@ def rb_continue(args: dict[str, Any]) -> None:
         sysops.signal_verified(int(pid), int(st), signal.SIGCONT)
 
 
+def rb_reboot_hung(args: dict[str, Any]) -> None:
+    """Reboot a hung node: SIGKILL its frozen processes (SIGKILL acts on stopped processes), wait for
+    them to go, then start its daemons again and resume it in Slurm."""
+    procs = [(int(p), int(st)) for p, st in args["pids"]]
+    for pid, st in procs:
+        sysops.signal_verified(pid, st, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(sysops.start_time(p) == st for p, st in procs):
+        time.sleep(0.1)
+    rb_restart_daemons(args["restart"])
+
+
 def _running(netns: str, match: list[str]) -> bool:
     return any(sysops.cmdline(pid) == match for pid in sysops.netns_pids(netns))
 
@@ -389,10 +401,16 @@ class SandboxBackend(Backend):
             {node},
         )
 
-    def plan_node_hang(self, node: str) -> Plan:
+    def plan_node_hang(self, node: str, reboot_on_restore: bool = False) -> Plan:
         n = self._node(node)
         procs = self._node_procs(n)
         rb = Rollback("sandbox.continue", {"pids": procs})
+        if reboot_on_restore:
+            # What the catalog's remediation for a hung node does (action reboot-node): the frozen
+            # processes never run again. Thawing them instead lets the stale copy of a requeued job
+            # (its srun) act on the new incarnation (sandbox-notes.md item 11; Slurm step ids restart
+            # at 0 on requeue) - measured here: it killed the resumed job once more.
+            rb = Rollback("sandbox.reboot-hung", {"pids": procs, "restart": self._restart_rb(n).args})
 
         def apply() -> dict[str, Any]:
             stopped = sum(sysops.signal_verified(p, st, signal.SIGSTOP) for p, st in procs)
@@ -511,8 +529,8 @@ class SandboxBackend(Backend):
                 per_mille = round(loss_percent * 10)
                 script = (
                     f"table inet {table} {{ chain input {{ type filter hook input priority -10; "
-                    f'iifname "{ifname}" numgen random mod 1000 < {per_mille} drop; }} }}'
-                )
+                    f'iifname "{ifname}" numgen random mod 1000 < {per_mille} drop; }}; }}'
+                )  # nft 1.0.6 (Debian 12) wants the `;` after the chain's `}` on one command line
                 sysops.run(["ip", "netns", "exec", ns, "nft", script])
             if rate_mbit is not None:
                 # tbf: burst >= rate/HZ (tc-tbf(8)); 32 kbit is enough up to ~250 Mbit/s at HZ=1000.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from chaoslib.exceptions import InvalidActivity
+from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
 from gpufleet.chaos import sysops
 from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan
@@ -108,7 +108,7 @@ def nft_loss_argv(table: str, ifname: str, loss_percent: float) -> list[str]:
     return [
         "nft",
         f"table inet {table} {{ chain input {{ type filter hook input priority -10; "
-        f'iifname "{ifname}" numgen random mod 1000 < {per_mille} drop; }} }}',
+        f'iifname "{ifname}" numgen random mod 1000 < {per_mille} drop; }}; }}',
     ]
 
 
@@ -228,7 +228,12 @@ class SlurmBackend(Backend):
             True,
         )
 
-    def plan_node_hang(self, node: str) -> Plan:
+    def plan_node_hang(self, node: str, reboot_on_restore: bool = False) -> Plan:
+        if reboot_on_restore:
+            raise ActivityFailed(
+                "node-hang with reboot_on_restore needs out-of-band power control (a BMC): not offered "
+                "by the slurm backend; restore thaws slurmd instead"
+            )
         return self._simple(
             "node-hang",
             node,

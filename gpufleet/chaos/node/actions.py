@@ -35,14 +35,21 @@ def hang_node(
     node: str,
     fault_id: str = "node-hang",
     allow_spare_exhaustion: bool = False,
+    reboot_on_restore: bool = False,
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
     """Freeze `node`: SIGSTOP every process in its namespace (sandbox) or slurmd (Slurm). The node
     stops answering as a hung kernel would. Rollback: SIGCONT the same processes (checked by start
-    time, so a reused PID is never signalled)."""
+    time, so a reused PID is never signalled) - the hang clears by itself; or, with
+    `reboot_on_restore` (sandbox), what the remediation of a hung node does: kill the frozen
+    processes and start the node's daemons again (a reboot)."""
     return engine.run_plan(
-        configuration, lambda b, n: b.plan_node_hang(n), fault_id, allow_spare_exhaustion, node=node
+        configuration,
+        lambda b, n: b.plan_node_hang(n, reboot_on_restore),
+        fault_id,
+        allow_spare_exhaustion,
+        node=node,
     )
 
 

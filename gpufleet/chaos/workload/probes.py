@@ -17,7 +17,7 @@ from gpufleet.slo import Budget, EventKind, Timeline, judge, measure
 __all__ = ["capacity_during_fault", "recovery_timeline", "recovery_within_budget", "training_progressing"]
 
 logger = logging.getLogger("chaostoolkit")
-WAIT_CONDITIONS = ("detected", "isolated", "interrupted", "resumed", "returned")
+WAIT_CONDITIONS = ("detected", "isolated", "interrupted", "resumed", "returned", "settled")
 
 
 def training_progressing(
@@ -89,7 +89,8 @@ def recovery_timeline(
 ) -> dict[str, Any]:
     """Wait (at most `timeout_seconds`) until every condition in `wait_for` holds — any of
     detected, isolated, interrupted, resumed (first training step after the fault's restart/stall),
-    returned (the faulted nodes are schedulable again) — then build the recovery timeline of this
+    returned (the faulted nodes are schedulable again), settled (the workload steps now, and resumed
+    if it was interrupted: for faults it may ride through) — then build the recovery timeline of this
     run's faults from the fault ledger (injected / reverted), Prometheus (first firing sample of the
     catalog alert of `fault_id`), the scheduler (drain/down and return, polled since the injection)
     and the training events (interrupted, resumed, resumed-from step). Returns
@@ -183,6 +184,15 @@ def recovery_timeline(
                 have.add("returned")
             else:
                 have.discard("returned")
+        if "settled" in wait:
+            have.discard("settled")
+            evs = read_jsonl(events_path) if events_path else None
+            if (
+                evs is not None
+                and ("interrupted" not in have or "resumed" in have)
+                and stalled_now(evs, now, stall_seconds) is None
+            ):
+                have.add("settled")
         if all(w in have for w in wait) or time.monotonic() >= deadline:
             break
         time.sleep(1.0)

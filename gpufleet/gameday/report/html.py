@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import jinja2
 
@@ -27,6 +28,9 @@ class Row:
     return_text: str
     lost_text: str
     png: str
+    avail_text: str = "-"
+    css: str = ""  # CSS class of the result: met / missed / unjudged / expected-failure
+    capacity: dict[str, Any] | None = None
 
 
 def _cell(checks: dict[str, Check], name: str) -> Cell:
@@ -47,7 +51,10 @@ def _row(r: ExperimentResult) -> Row:
     ret = "-" if m is None or m.time_to_return is None else f"{m.time_to_return:.1f}"
     lost = "-" if m is None or m.lost_steps is None else str(m.lost_steps)
     cells = tuple(_cell(checks, n) for n in ("detect", "isolate", "recover"))
-    return Row(r, cells, ret, lost, timeline_png(r))
+    avail = "-" if m is None or m.availability is None else f"{m.availability:.2%}"
+    css = "expected-failure" if r.expected_failure else r.result.value
+    cap = r.extra.get("capacity")
+    return Row(r, cells, ret, lost, timeline_png(r), avail, css, cap if isinstance(cap, dict) else None)
 
 
 _ENV = jinja2.Environment(
@@ -63,5 +70,6 @@ def html_report(run: SuiteRun) -> str:
     counts = {k.value: sum(1 for r in run.results if r.result is k) for k in Result}
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(run.started_at))
     return _ENV.get_template("report.html.j2").render(
-        run=run, rows=[_row(r) for r in run.results], counts=counts, started=started
+        run=run, rows=[_row(r) for r in run.results], counts=counts, started=started,
+        expected_failures=[r.name for r in run.results if r.expected_failure],
     )

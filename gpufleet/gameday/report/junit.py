@@ -24,7 +24,8 @@ def junit_xml(run: SuiteRun) -> str:
     for r in run.results:
         case = ET.SubElement(suite, "testcase", classname=f"gameday.{run.stack}.{r.fault_class or 'unknown'}",
                              name=r.name, time=f"{r.wall_seconds:.3f}")
-        lines = [f"{c.name}: {c.outcome.value} - {c.detail}" for c in r.checks]
+        lines = [f"result: {r.result_label} (verdict {r.verdict.value}, expected {r.expected.value})"]
+        lines += [f"{c.name}: {c.outcome.value} - {c.detail}" for c in r.checks]
         lines += [f"note: {n}" for n in r.notes]
         if r.result is not Result.MET:
             bad = [c for c in r.checks if c.outcome is not Outcome.PASS]

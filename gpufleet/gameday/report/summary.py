@@ -61,6 +61,7 @@ def experiment_dict(r: ExperimentResult) -> dict[str, Any]:
         "verdict": r.verdict.value,
         "expected": r.expected.value,
         "result": r.result.value,
+        "result_label": r.result_label,  # "failed as expected" for a breach test that met its FAIL
         "measured": {
             "detect_seconds": m.time_to_detect if m else None,
             "isolate_seconds": m.time_to_isolate if m else None,
@@ -82,6 +83,7 @@ def experiment_dict(r: ExperimentResult) -> dict[str, Any]:
         "journal": r.journal,
         "started_at": r.started_at,
         "wall_seconds": r.wall_seconds,
+        "capacity": r.extra.get("capacity"),
         "timeline": r.timeline.model_dump(mode="json") if r.timeline else None,
     }
 
@@ -99,6 +101,7 @@ def summary_dict(run: SuiteRun) -> dict[str, Any]:
         "result": run.result.value,
         "exit_code": run.exit_code,
         "counts": counts,
+        "failed_as_expected": [r.name for r in run.results if r.expected_failure],
         "interrupted": run.interrupted,
         "not_run": list(run.not_run),
         "experiments": [experiment_dict(r) for r in run.results],

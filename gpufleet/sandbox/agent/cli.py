@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", required=True, type=Path, help="injected state, gpu-health.json")
     p.add_argument("--kernel-log", required=True, type=Path, help="the node's kern.log (NVRM: Xid lines)")
     p.add_argument("--fabric-ifnames", default="", help="comma-separated fabric interfaces (fab0,fab1)")
+    p.add_argument("--link-speed-gbps", type=float, default=None,
+                   help="fabric link speed (Gb/s): publish node_infiniband_rate_bytes_per_second, lowered "
+                        "to the kernel's tbf rate limit on a link when one is set")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -74,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent = Agent(
         node=args.node, gpus=args.gpus, model_name=MODEL_NAMES[AcceleratorModel(args.model)],
         state_dir=args.state_dir, kernel_log=args.kernel_log, fabric_ifnames=ifnames,
-        catalog=load_catalog(),
+        catalog=load_catalog(), link_speed_gbps=args.link_speed_gbps,
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(agent.snapshot))

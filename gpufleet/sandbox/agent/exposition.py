@@ -25,6 +25,7 @@ from gpufleet.sandbox.agent.fabric import (
     IB_STATE_DOWN,
     STAT_METRICS,
     LinkStats,
+    port_rate_bytes,
 )
 from gpufleet.sandbox.agent.state import AgentState
 
@@ -37,6 +38,7 @@ class Snapshot:
     model_name: str
     busy_gpus: frozenset[int]  # GPUs with a live training rank registered
     links: Sequence[LinkStats]
+    link_speed_gbps: float | None = None  # the stack's fabric link speed; None: no rate metric
 
 
 def gpu_values(snap: Snapshot, gpu: int) -> dict[int, float]:
@@ -77,11 +79,11 @@ def families(snap: Snapshot) -> list[Metric]:
             labels = dict(zip(DCGM_LABELS, _dcgm_labels(snap, g.index), strict=True))
             xc.add_sample(F.XID_COUNT_METRIC, {**labels, "xid": str(xid)}, float(n))
     out.append(xc)
-    out += link_families(snap.links)
+    out += link_families(snap.links, snap.link_speed_gbps)
     return out
 
 
-def link_families(links: Iterable[LinkStats]) -> list[Metric]:
+def link_families(links: Iterable[LinkStats], link_speed_gbps: float | None = None) -> list[Metric]:
     links = list(links)
     up = GaugeMetricFamily("node_network_up", "Value is 1 if operstate is 'up', 0 otherwise.",
                            labels=["device"])
@@ -100,7 +102,13 @@ def link_families(links: Iterable[LinkStats]) -> list[Metric]:
     ibp = GaugeMetricFamily("node_infiniband_physical_state_id",
                             "Physical state of the port (3 Disabled, 5 LinkUp), derived from the link state.",
                             labels=["device", "port"])
+    rate = GaugeMetricFamily("node_infiniband_rate_bytes_per_second",
+                             "Port rate: the fabric's link speed, or the kernel's tbf rate limit on the "
+                             "link when lower (the sandbox's stand-in for a port at reduced width/speed).",
+                             labels=["device", "port"])
     for link in links:
+        if link_speed_gbps is not None and link.present:
+            rate.add_metric([link.ifname, "1"], port_rate_bytes(link_speed_gbps, link.shaped_rate))
         up.add_metric([link.ifname], 1.0 if link.up else 0.0)
         present.add_metric([link.ifname], 1.0 if link.present else 0.0)
         carrier.add_metric([link.ifname], float(link.carrier_changes))
@@ -108,7 +116,7 @@ def link_families(links: Iterable[LinkStats]) -> list[Metric]:
             fam.add_metric([link.ifname], float(link.stats.get(f, 0)))
         ib.add_metric([link.ifname, "1"], float(IB_STATE_ACTIVE if link.up else IB_STATE_DOWN))
         ibp.add_metric([link.ifname, "1"], float(IB_PHYS_LINKUP if link.up else IB_PHYS_DISABLED))
-    return [up, present, carrier, *stats.values(), ib, ibp]
+    return [up, present, carrier, *stats.values(), ib, ibp, *([rate] if link_speed_gbps is not None else [])]
 
 
 class AgentCollector(Collector):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpufleet.catalog import Catalog, Fault
+from gpufleet.core.taxonomy import LadderAction
 from gpufleet.sandbox.agent import fields as F
 
 # CUDA runtime error strings (cudaGetErrorString) a process sees when its GPU fails this way.
@@ -39,10 +40,19 @@ class GpuFault:
     xid: int | None
     title: str
     error: str  # what a CUDA process on this GPU fails with
+    # The process using the GPU at the time dies even though the GPU stays usable: an application
+    # error or a contained ECC error (XID 13, 31, 43, 94; action restart-job) terminates the
+    # application that hit it, and a restarted one runs (NVIDIA XID catalog: "restart the app").
+    kills_process: bool = False
 
 
 def is_fatal(fault: Fault) -> bool:
     return fault.action.isolates_node or fault.dcgm_health == "FAIL"
+
+
+def kills_process(fault: Fault) -> bool:
+    """The catalog says the job must restart (restart-job or above on the ladder)."""
+    return is_fatal(fault) or fault.action.rank >= LadderAction.RESTART_JOB.rank
 
 
 def classify_xid(xid: int, catalog: Catalog) -> GpuFault:
@@ -55,6 +65,7 @@ def classify_xid(xid: int, catalog: Catalog) -> GpuFault:
         xid=xid,
         title=title,
         error=f"CUDA error: {cuda} (Xid {xid}: {title})",
+        kills_process=fault is not None and kills_process(fault),
     )
 
 
@@ -81,6 +92,7 @@ def classify_field(field_id: int, value: float, catalog: Catalog) -> GpuFault | 
         xid=fault.xid,
         title=fault.title,
         error=f"CUDA error: {cuda} ({fault.title}: {metric}={value:g})",
+        kills_process=kills_process(fault),
     )
 
 

@@ -9,6 +9,7 @@ Files under --state-dir:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ from gpufleet.catalog import Catalog
 from gpufleet.sandbox.agent import fields as F
 from gpufleet.sandbox.agent import kmsg
 from gpufleet.sandbox.agent.exposition import Snapshot
-from gpufleet.sandbox.agent.fabric import SYS_CLASS_NET, read_link
+from gpufleet.sandbox.agent.fabric import SYS_CLASS_NET, read_link, read_shaped_rate
 from gpufleet.sandbox.agent.state import (
     AgentState,
     Injection,
@@ -65,10 +66,12 @@ class Agent:
         catalog: Catalog,
         clock: Callable[[], float] = time.time,
         sys_class_net: Path = SYS_CLASS_NET,
+        link_speed_gbps: float | None = None,
     ) -> None:
         self.node, self.gpus, self.model_name = node, gpus, model_name
         self.state_dir, self.kernel_log = state_dir, kernel_log
         self.fabric_ifnames = list(fabric_ifnames)
+        self.link_speed_gbps = link_speed_gbps
         self.catalog, self.clock, self.sys_class_net = catalog, clock, sys_class_net
         self._lock = threading.Lock()
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +144,12 @@ class Agent:
             state = self.state
         busy = frozenset(i for i in range(self.gpus) if self.proc_of(i) is not None)
         links = [read_link(n, self.sys_class_net) for n in self.fabric_ifnames]
-        return Snapshot(state, self.model_name, busy, links)
+        if self.link_speed_gbps is not None:
+            links = [
+                dataclasses.replace(link, shaped_rate=read_shaped_rate(link.ifname)) if link.present else link
+                for link in links
+            ]
+        return Snapshot(state, self.model_name, busy, links, self.link_speed_gbps)
 
     def state_doc(self) -> dict[str, Any]:
         snap = self.snapshot()

@@ -129,6 +129,7 @@ def health_doc(state: AgentState) -> dict[str, Any]:
         if g.fault is not None:
             out[str(g.index)] = {
                 "fatal": g.fault.fatal,
+                "kills_process": g.fault.kills_process,
                 "xid": g.fault.xid,
                 "fault_id": g.fault.fault_id,
                 "since": g.fault_since,
@@ -150,6 +151,7 @@ def to_json(state: AgentState) -> dict[str, Any]:
                 "fault": None if g.fault is None else {
                     "fatal": g.fault.fatal, "fault_id": g.fault.fault_id, "xid": g.fault.xid,
                     "title": g.fault.title, "error": g.fault.error, "since": g.fault_since,
+                    "kills_process": g.fault.kills_process,
                 },
                 "reset_at": g.reset_at,
             }
@@ -173,7 +175,8 @@ def from_json(doc: dict[str, Any], node: str, gpus: int, now: float) -> AgentSta
             continue
         f = g.get("fault")
         fault = None if f is None else GpuFault(
-            bool(f["fatal"]), f.get("fault_id"), f.get("xid"), str(f["title"]), str(f["error"])
+            bool(f["fatal"]), f.get("fault_id"), f.get("xid"), str(f["title"]), str(f["error"]),
+            bool(f.get("kills_process", f["fatal"])),
         )
         out.append(GpuState(
             i,

@@ -15,24 +15,39 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-EVENTS = ("start", "step", "checkpoint", "resume", "exit", "error")
+EVENTS = ("start", "step", "checkpoint", "checkpoint_failed", "resume", "exit", "error")
 
 
-def gpu_fault(doc: Any, gpu: int) -> str | None:
-    """The CUDA-like error a process on `gpu` fails with, or None when the GPU is usable."""
+def gpu_fault(doc: Any, gpu: int, started_at: float | None = None) -> str | None:
+    """The CUDA-like error a process on `gpu` fails with, or None when the GPU is usable.
+
+    A fatal fault kills every process on the GPU. A fault that only kills the process that hit it
+    (`kills_process`: a contained ECC error, an application error) fails a process that was already
+    running when it happened (`since` >= `started_at`); one started afterwards runs normally."""
     if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), dict):
         return None
     entry = doc["gpus"].get(str(gpu))
-    if isinstance(entry, dict) and entry.get("fatal") is True:
-        return str(entry.get("error") or f"CUDA error: unspecified launch failure (GPU {gpu})")
+    if not isinstance(entry, dict):
+        return None
+    error = str(entry.get("error") or f"CUDA error: unspecified launch failure (GPU {gpu})")
+    if entry.get("fatal") is True:
+        return error
+    since = entry.get("since")
+    if (
+        entry.get("kills_process") is True
+        and started_at is not None
+        and isinstance(since, int | float)
+        and since >= started_at
+    ):
+        return error
     return None
 
 
 class GpuHealth:
     """Reads <node dir>/gpu-health.json, re-parsing only when it changed (checked every step)."""
 
-    def __init__(self, path: Path, gpu: int) -> None:
-        self.path, self.gpu = path, gpu
+    def __init__(self, path: Path, gpu: int, started_at: float | None = None) -> None:
+        self.path, self.gpu, self.started_at = path, gpu, started_at
         self._sig: tuple[int, int] | None = None
         self._error: str | None = None
 
@@ -44,7 +59,7 @@ class GpuHealth:
         sig = (st.st_mtime_ns, st.st_ino)
         if sig != self._sig:
             try:
-                self._error = gpu_fault(json.loads(self.path.read_text()), self.gpu)
+                self._error = gpu_fault(json.loads(self.path.read_text()), self.gpu, self.started_at)
             except (OSError, ValueError):
                 return self._error  # replaced mid-read; the agent writes atomically, retry next step
             self._sig = sig
@@ -104,6 +119,7 @@ class TrainingProgress:
         self.step = 0
         self.samples_per_second = 0.0
         self.last_checkpoint_step = -1
+        self.checkpoint_failures = 0  # writes that failed with an I/O error (this incarnation)
 
     def update(self, **kv: float | int) -> None:
         with self._lock:
@@ -114,7 +130,7 @@ class TrainingProgress:
         with self._lock:
             return {"step": self.step, "samples_per_second": self.samples_per_second,
                     "last_checkpoint_step": self.last_checkpoint_step, "restarts": self.restarts,
-                    "world_size": self.world_size}
+                    "world_size": self.world_size, "checkpoint_failures": self.checkpoint_failures}
 
 
 class TrainingCollector(Collector):
@@ -134,6 +150,12 @@ class TrainingCollector(Collector):
         restarts = CounterMetricFamily("gpufleet_training_restarts", "Times the job was requeued "
                                        "(SLURM_RESTART_COUNT).", labels=names)
         restarts.add_metric(vals, v["restarts"])
+        # A counter per incarnation (it starts at 0 after a requeue; increase() handles the reset):
+        # the signal of the catalog's StorageCheckpointWriteFailing alert.
+        ckpt_failures = CounterMetricFamily("gpufleet_training_checkpoint_failures", "Checkpoint writes "
+                                            "that failed with an I/O error (EROFS, EIO, ...); training "
+                                            "went on.", labels=names)
+        ckpt_failures.add_metric(vals, v["checkpoint_failures"])
         return [
             gauge("gpufleet_training_step", "Training steps completed.", v["step"]),
             gauge("gpufleet_training_samples_per_second", "Training throughput over recent steps.",
@@ -141,6 +163,7 @@ class TrainingCollector(Collector):
             gauge("gpufleet_training_last_checkpoint_step", "Step of the last checkpoint written "
                   "or resumed (-1: none).", v["last_checkpoint_step"]),
             restarts,
+            ckpt_failures,
             gauge("gpufleet_training_world_size", "Ranks in the job.", v["world_size"]),
         ]
 

@@ -9,6 +9,7 @@ comes from the Slurm task environment (slurmenv.py).
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import json
 import os
@@ -85,7 +86,8 @@ class Trainer:
         self.gen = (info.job_id, info.restart)
         self.ckpt = CheckpointDir(args.checkpoint_dir)
         node_dir = args.base_dir / "nodes" / info.node
-        self.health = GpuHealth(node_dir / "gpu-health.json", info.local_rank)
+        # Faults that kill only the running process (XID 94) apply to processes started before them.
+        self.health = GpuHealth(node_dir / "gpu-health.json", info.local_rank, started_at=time.time())
         self.proc_file = node_dir / "procs" / f"gpu{info.local_rank}.json"
         self.progress = TrainingProgress(info.job_id, args.job_name, info.world_size, info.restart)
         self.step = 0
@@ -192,11 +194,21 @@ class Trainer:
         self.torch.save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                          "step": self.step}, buf)
         t0 = time.monotonic()
-        key = self.ckpt.write(self.gen, self.step, buf.getvalue(),
-                              {"world_size": self.info.world_size, "written_at": time.time(),
-                               "node": self.info.node})
-        dt = time.monotonic() - t0
-        self.ckpt.prune(self.gen, self.args.keep_checkpoints)
+        try:
+            key = self.ckpt.write(self.gen, self.step, buf.getvalue(),
+                                  {"world_size": self.info.world_size, "written_at": time.time(),
+                                   "node": self.info.node})
+            dt = time.monotonic() - t0
+            self.ckpt.prune(self.gen, self.args.keep_checkpoints)
+        except OSError as e:
+            # The checkpoint store failed (read-only, I/O error, full, gone): the model in memory is
+            # fine, so a failed checkpoint is not a crash. Count it (the alert's signal), say so, and
+            # try again at the next interval; a failure meanwhile loses more work, which is the risk
+            # the alert reports. StaleGeneration (fencing) is not an OSError and still stops the rank.
+            self.progress.update(checkpoint_failures=self.progress.checkpoint_failures + 1)
+            self.events.emit("checkpoint_failed", self.step, errno=errno.errorcode.get(e.errno or 0, "?"),
+                             message=str(e))
+            return
         self.progress.update(last_checkpoint_step=self.step)
         self.events.emit("checkpoint", self.step, checkpoint=key.stem, bytes=len(buf.getvalue()),
                          write_seconds=round(dt, 4))

@@ -75,9 +75,10 @@ def test_degrade_and_clear() -> None:
         "400ms",
     ]
     assert S.tc_clear_argv("ib0") == ["tc", "qdisc", "del", "dev", "ib0", "root"]
+    # nft 1.0.6 (Debian 12) rejects a one-line script without the ';' after the chain's '}'.
     assert S.nft_loss_argv("t", "ib0", 5)[1] == (
         "table inet t { chain input { type filter hook input priority -10; "
-        'iifname "ib0" numgen random mod 1000 < 50 drop; } }'
+        'iifname "ib0" numgen random mod 1000 < 50 drop; }; }'
     )
     assert S.nft_delete_argv("t") == ["nft", "delete", "table", "inet", "t"]
 

@@ -103,3 +103,26 @@ def test_html_escapes_text(experiment: Exp, facts: Facts, budgets: dict[str, Bud
     html = write_report(SuiteRun("sandbox", "sandbox", 0.0, 1.0, 0.0, (r,)), tmp_path)["html"].read_text()
     assert "<script>" not in html
     assert "&lt;script&gt;" in html
+
+
+def test_a_met_breach_test_is_shown_as_failed_as_expected(
+    experiment: Exp, facts: Facts, budgets: dict[str, Budget], tmp_path: Path
+) -> None:
+    run = suite(experiment, facts, budgets)
+    by_name = {r.name: r for r in run.results}
+    assert by_name["budget-breach"].result_label == "failed as expected"
+    assert by_name["gpu-xid-79"].result_label == "met"
+    assert by_name["node-crash"].result_label == "missed"
+    s = summary_dict(run)
+    assert s["failed_as_expected"] == ["budget-breach"]
+    labels = [e["result_label"] for e in s["experiments"]]
+    assert labels == ["met", "missed", "failed as expected", "unjudged"]
+    paths = write_report(run, tmp_path)
+    html = paths["html"].read_text()
+    assert '<td class="expected-failure">failed as expected</td>' in html
+    assert html.count("Breach test: the budget below is set too tight") == 1
+    cases = ET.parse(paths["junit"]).getroot().iter("testcase")
+    case = next(c for c in cases if c.get("name") == "budget-breach")
+    out = case.find("system-out")
+    assert case.find("failure") is None and out is not None and (out.text or "").startswith(
+        "result: failed as expected (verdict FAIL, expected FAIL)")

@@ -85,3 +85,34 @@ def test_fabric_metrics_follow_kernel_state(tmp_path: Path) -> None:
     assert find(sm, "node_infiniband_state_id", device="fab0", port="1") == 4
     assert find(sm, "node_infiniband_state_id", device="fab1", port="1") == 1
     assert find(sm, "node_infiniband_physical_state_id", device="fab1", port="1") == 3
+
+
+def test_port_rate_is_the_link_speed_or_the_kernel_tbf_rate(tmp_path: Path) -> None:
+    """node_infiniband_rate_bytes_per_second: the stack's link speed, lowered to a tbf rate limit
+    (what `tc -j qdisc show` reports, in bytes/s) - what the FabricLinkDegraded alert compares."""
+    import dataclasses
+
+    from gpufleet.sandbox.agent.fabric import tbf_rate
+
+    tc_out = [{"kind": "tbf", "handle": "8003:", "root": True, "refcnt": 3,
+               "options": {"rate": 6250000, "burst": 4093, "lat": 400000}}]
+    assert tbf_rate(tc_out) == 6_250_000.0  # `tc qdisc add ... tbf rate 50mbit`
+    assert tbf_rate([]) is None  # veth default: noqueue, printed as []
+    assert tbf_rate([{"kind": "tbf", "root": False, "options": {"rate": 5}}]) is None  # not the root
+    assert tbf_rate({"kind": "tbf"}) is None
+    fake_sysfs(tmp_path, "fab0", "up", 2, 1000)
+    fake_sysfs(tmp_path, "fab1", "up", 2, 1000)
+    links = [
+        dataclasses.replace(read_link("fab0", tmp_path), shaped_rate=6_250_000.0),
+        read_link("fab1", tmp_path),
+        read_link("fab9", tmp_path),
+    ]
+    st = initial_state("n", 1, 0.0)
+    sm = samples(render(Snapshot(st, "NVIDIA H100 80GB HBM3", frozenset(), links, 100)))
+    assert find(sm, "node_infiniband_rate_bytes_per_second", device="fab0", port="1") == 6_250_000
+    assert find(sm, "node_infiniband_rate_bytes_per_second", device="fab1", port="1") == 12.5e9
+    rate = "node_infiniband_rate_bytes_per_second"
+    assert not [k for k in sm if k[0] == rate and ("device", "fab9") in k[1]]
+    # Without a configured link speed the agent publishes no rate at all (never a made-up one).
+    sm = samples(render(Snapshot(st, "NVIDIA H100 80GB HBM3", frozenset(), links)))
+    assert not [k for k in sm if k[0] == "node_infiniband_rate_bytes_per_second"]

@@ -150,7 +150,7 @@ def test_health_doc_matches_the_rank_contract() -> None:
     s, _ = inject(initial_state("n", 8, 0.0), Injection(3, 230, 79), CAT, 1234.5)
     entry = health_doc(s)["gpus"]["3"]
     assert entry == {
-        "fatal": True, "xid": 79, "fault_id": "gpu-xid-79", "since": 1234.5,
+        "fatal": True, "kills_process": True, "xid": 79, "fault_id": "gpu-xid-79", "since": 1234.5,
         "error": "CUDA error: unspecified launch failure (Xid 79: GPU has fallen off the bus)",
     }
 
@@ -162,3 +162,29 @@ def test_kernel_log_line_has_the_driver_format() -> None:
                     "(PCI:0000:5d:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n")
     anon = xid_line(host="h", at=0.0, uptime=0, pci="0000:18:00", xid=45, pid=None, proc=None, text="x")
     assert "pid='<unknown>', name=<unknown>, x" in anon
+
+
+def test_contained_faults_kill_only_the_process_running_at_the_time() -> None:
+    """XID 94 (contained ECC, action restart-job): the running rank fails, a restarted one runs and
+    the node stays in service; XID 79 (fatal) fails every process; XID 45 (action none) fails none."""
+    from gpufleet.sandbox.agent.policy import classify_xid
+    from gpufleet.sandbox.agent.state import health_doc
+    from gpufleet.sandbox.training.progress import gpu_fault
+
+    cat = load_catalog()
+    x94, x79, x45 = classify_xid(94, cat), classify_xid(79, cat), classify_xid(45, cat)
+    assert (x94.fatal, x94.kills_process) == (False, True)
+    assert (x79.fatal, x79.kills_process) == (True, True)
+    assert (x45.fatal, x45.kills_process) == (False, False)
+    s, _ = inject(initial_state("gpu-0", 2, 0.0), Injection(0, 230, 94), cat, 100.0)
+    doc = health_doc(s)
+    assert doc["gpus"]["0"]["kills_process"] is True and doc["gpus"]["0"]["since"] == 100.0
+    assert gpu_fault(doc, 0, started_at=50.0) is not None  # running when it happened: dies
+    assert "Xid 94" in (gpu_fault(doc, 0, started_at=50.0) or "")
+    assert gpu_fault(doc, 0, started_at=101.0) is None  # the restarted rank runs
+    assert gpu_fault(doc, 1, started_at=50.0) is None  # another GPU
+    assert gpu_fault(doc, 0) is None  # no start time known: only fatal faults apply
+    s, _ = inject(s, Injection(1, 230, 79), cat, 200.0)
+    assert gpu_fault(health_doc(s), 1, started_at=300.0) is not None  # fatal: every process
+    # Persisted and restored with the flag.
+    assert from_json(to_json(s), "gpu-0", 2, 0.0).gpus[0].fault == s.gpus[0].fault

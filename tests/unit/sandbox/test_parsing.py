@@ -49,3 +49,11 @@ def test_not_progressing_before_two_steps(tmp_path: Path) -> None:
     assert not workload.progressing(workload.read_progress(tmp_path / "absent.jsonl"))
     one = workload.progress([{"event": "step", "step": 1, "t": 1.0}])
     assert not workload.progressing(one)
+
+
+def test_requeue_delay_covers_only_what_cred_expire_does_not() -> None:
+    # The requeued job waits cred_expire before it may start: with 5 s health checks and a 10 s
+    # cred_expire the drain always comes first, so the script requeues at once.
+    assert workload.requeue_delay_seconds(5, 10) == 0.0
+    assert workload.requeue_delay_seconds(10, 5) == 6.0
+    assert workload.requeue_delay_seconds(5, 5) == 1.0

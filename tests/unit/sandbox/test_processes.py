@@ -67,14 +67,19 @@ def test_netns_argv_wraps_and_keeps_the_pid() -> None:
 
 def test_pids_mentioning_finds_only_the_named_programs(tmp_path: Path) -> None:
     marker = str(tmp_path / "run-feed01")
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
+    code = "import sys, time; print('ready', flush=True); time.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code, marker], stdout=subprocess.PIPE)
     try:
+        # Popen returns after fork; /proc shows the new cmdline only once exec() is done.
+        assert p.stdout is not None and p.stdout.readline() == b"ready\n"
         found = processes.pids_mentioning(marker, frozenset({"python"}))
         assert p.pid in found
         assert p.pid not in processes.pids_mentioning(marker, frozenset({"munged"}))
     finally:
         p.kill()
         p.wait()
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 def test_spawn_records_how_to_start_the_daemon_again(tmp_path: Path) -> None:

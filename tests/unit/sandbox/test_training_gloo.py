@@ -132,3 +132,55 @@ def test_fatal_gpu_fault_fails_the_rank_with_a_cuda_error(tmp_path: Path) -> Non
     assert errs[1] == ("RuntimeError: CUDA error: unspecified launch failure "
                        "(Xid 79: GPU has fallen off the bus)")
     assert "CUDA" not in errs[0]  # rank 0's own GPU is fine: it fails only because its peer is gone
+
+
+def test_a_failed_checkpoint_write_is_counted_not_a_crash(tmp_path: Path) -> None:
+    """EROFS (the sandbox's checkpoint-store outage: a read-only bind mount) or EIO while writing a
+    checkpoint: the rank keeps training, counts the failure (gpufleet_training_checkpoint_failures_total,
+    the StorageCheckpointWriteFailing alert's signal) and records a `checkpoint_failed` event."""
+    import argparse
+    import errno
+
+    import torch
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpufleet.sandbox.training import train
+    from gpufleet.sandbox.training.checkpoint import CheckpointDir
+    from gpufleet.sandbox.training.progress import EventContext, EventLog, TrainingCollector, TrainingProgress
+
+    class FailingStore(CheckpointDir):
+        def __init__(self, root: Path) -> None:
+            super().__init__(root)
+            self.failures: list[int] = [errno.EROFS, errno.EIO]
+
+        def write(self, gen: Any, step: int, payload: bytes, meta: dict[str, Any]) -> Any:
+            if self.failures:
+                code = self.failures.pop(0)
+                raise OSError(code, os.strerror(code))
+            return super().write(gen, step, payload, meta)
+
+    t = object.__new__(train.Trainer)
+    t.torch = torch
+    t.model = torch.nn.Linear(2, 1)
+    t.opt = torch.optim.SGD(t.model.parameters(), lr=0.1)
+    t.gen, t.step = (5, 0), 20
+    t.ckpt = FailingStore(tmp_path / "ckpt")
+    t.args = argparse.Namespace(keep_checkpoints=3)
+    t.info = type("I", (), {"world_size": 2, "node": "n0"})()
+    t.progress = TrainingProgress(5, "t", 2, 0)
+    t.events = EventLog(tmp_path / "events.jsonl", EventContext(5, 0, "n0", 0))
+    t.save()  # EROFS
+    t.step = 40
+    t.save()  # EIO
+    t.step = 60
+    t.save()  # the store is back
+    ev = events(tmp_path)
+    assert [(e["event"], e["step"], e.get("errno")) for e in ev] == [
+        ("checkpoint_failed", 20, "EROFS"), ("checkpoint_failed", 40, "EIO"), ("checkpoint", 60, None)]
+    written = t.ckpt.keys()
+    assert [k.step for k in written] == [60]
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(TrainingCollector(t.progress))
+    text = generate_latest(reg).decode()
+    assert 'gpufleet_training_checkpoint_failures_total{job_name="t",slurm_job_id="5"} 2.0' in text
+    assert 'gpufleet_training_last_checkpoint_step{job_name="t",slurm_job_id="5"} 60.0' in text
