@@ -154,6 +154,20 @@ def unavailable_intervals(
     return out
 
 
+def workload_noticed(events: list[dict[str, Any]], t0: float) -> tuple[float, str] | None:
+    """The job's own detection of a crashed rank: the first `error` (a peer's collective failed)
+    or `exit` (by a signal: srun --kill-on-bad-exit ended the step) event after t0. A killed process
+    has no hardware signal for monitoring to see; the job failing fast is how it is detected."""
+    for e in sorted(events, key=lambda e: float(e["t"])):
+        if float(e["t"]) < t0 or e.get("event") not in ("error", "exit"):
+            continue
+        if e.get("event") == "exit" and e.get("reason") == "finished":
+            continue
+        what = str(e.get("message") or e.get("reason") or e.get("event"))[:120]
+        return float(e["t"]), f"rank {e.get('rank')} on {e.get('node')}: {what}"
+    return None
+
+
 def build_timeline(
     experiment: str,
     fault_id: str,
@@ -169,8 +183,18 @@ def build_timeline(
     transitions: list[Transition],
     workload: WorkloadFacts | None,
     nodes_total: int | None,
+    workload_detected: tuple[float, str] | None = None,
 ) -> Timeline:
     ev: list[Event] = []
+    if workload_detected is not None:
+        ev.append(
+            Event(
+                kind=EventKind.DETECTED,
+                at=workload_detected[0],
+                source="workload",
+                detail=workload_detected[1],
+            )
+        )
     for r in records:
         node = r.target.get("node")
         ev.append(

@@ -25,7 +25,7 @@ from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.gameday.evaluate import ExperimentResult, evaluate
 from gpufleet.gameday.journal import read_journal
 from gpufleet.gameday.report.summary import SuiteRun
-from gpufleet.gameday.suite import Experiment, discover, select
+from gpufleet.gameday.suite import Experiment, discover, left_out, select
 from gpufleet.slo import Budget
 
 # SIGUSR1 makes chaostoolkit stop the run and play the rollbacks (conventions.md, Chaos Toolkit).
@@ -291,4 +291,5 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
         stack=opts.stack, backend=opts.backend, started_at=started_at,
         wall_seconds=time.monotonic() - t, setup_seconds=setup_s, results=tuple(results),
         planned=tuple(e.name for e in suite), interrupted=interrupted,
+        left_out=() if opts.experiments else tuple(left_out(discover(opts.experiments_dir), opts.backend)),
     )

@@ -32,6 +32,10 @@ from gpufleet.slo import Outcome
 EXTENSION = "gpufleet"
 BUDGET_PROBE = "recovery_within_budget"  # gpufleet.chaos.workload.probes: judges in the hypothesis
 EXPECT_DEVIATION_TAG = "expect-deviation"
+# An experiment that misses its target for a known, documented reason outside the platform's
+# control (docs/chaos.md "Known failures"): runnable by name with --experiments, left out of the
+# default suite so that `make gameday` judges what the platform can meet. Never a pass.
+KNOWN_ISSUE_TAG = "known-issue"
 _EXT_KEYS = {"name", "expect_isolation", "expect_interruption", "expect_outcome", "order"}
 
 
@@ -167,7 +171,8 @@ def select(
     experiments: list[Experiment], backend: str, names: list[str] | None
 ) -> list[Experiment]:
     """The suite: the named experiments in the order given, else every one tagged for `backend`
-    sorted by (order, name). Unknown names are an input error listing what exists."""
+    and not tagged `known-issue`, sorted by (order, name). Unknown names are an input error
+    listing what exists."""
     by_name = {e.name: e for e in experiments}
     if names:
         unknown = [n for n in names if n not in by_name]
@@ -177,7 +182,13 @@ def select(
                 "--experiments", [Problem(n, f"no experiment file {n}.json; known: {known}") for n in unknown]
             )
         return [by_name[n] for n in names]
-    return sorted((e for e in experiments if backend in e.tags), key=lambda e: (e.order, e.name))
+    chosen = (e for e in experiments if backend in e.tags and KNOWN_ISSUE_TAG not in e.tags)
+    return sorted(chosen, key=lambda e: (e.order, e.name))
+
+
+def left_out(experiments: list[Experiment], backend: str) -> list[str]:
+    """Experiments for `backend` the default suite leaves out (tagged `known-issue`)."""
+    return sorted(e.name for e in experiments if backend in e.tags and KNOWN_ISSUE_TAG in e.tags)
 
 
 def discover(directory: Path) -> list[Experiment]:

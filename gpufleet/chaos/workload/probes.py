@@ -11,7 +11,13 @@ from chaoslib.exceptions import ActivityFailed, InvalidActivity
 from chaoslib.types import Configuration, Secrets
 
 from gpufleet.chaos import engine, prometheus
-from gpufleet.chaos.timeline import build_timeline, read_jsonl, stalled_now, workload_facts
+from gpufleet.chaos.timeline import (
+    build_timeline,
+    read_jsonl,
+    stalled_now,
+    workload_facts,
+    workload_noticed,
+)
 from gpufleet.slo import Budget, EventKind, Timeline, judge, measure
 
 __all__ = ["capacity_during_fault", "recovery_timeline", "recovery_within_budget", "training_progressing"]
@@ -122,6 +128,7 @@ def recovery_timeline(
     targets = set(nodes or [str(r.target["node"]) for r in records if r.target.get("node")])
     watcher = engine.ensure_watcher(backend)
     t0 = min(r.at for r in records)
+    crash_fault = any(r.kind == "kill-rank" for r in records)
     url = backend.prometheus_url()
     events_path = backend.workload_events()
     deadline = time.monotonic() + max(0.0, timeout_seconds)
@@ -172,6 +179,8 @@ def recovery_timeline(
             watcher.transitions(),
             facts,
             total,
+            # A killed rank (kill-rank) has no hardware signal: the job failing fast detects it.
+            workload_noticed(events, t0) if events is not None and crash_fault else None,
         )
 
     while True:

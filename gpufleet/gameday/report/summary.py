@@ -26,6 +26,7 @@ class SuiteRun:
     results: tuple[ExperimentResult, ...]
     planned: tuple[str, ...] = ()  # the suite's experiment names, in order
     interrupted: bool = False  # stopped (Ctrl-C) before every planned experiment ran
+    left_out: tuple[str, ...] = ()  # tagged known-issue: not in the default suite (docs/chaos.md)
 
     @property
     def not_run(self) -> tuple[str, ...]:
@@ -104,5 +105,6 @@ def summary_dict(run: SuiteRun) -> dict[str, Any]:
         "failed_as_expected": [r.name for r in run.results if r.expected_failure],
         "interrupted": run.interrupted,
         "not_run": list(run.not_run),
+        "left_out_known_issues": list(run.left_out),
         "experiments": [experiment_dict(r) for r in run.results],
     }

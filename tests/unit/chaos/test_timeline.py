@@ -142,3 +142,18 @@ def test_a_restart_that_fails_before_its_first_step_is_not_a_resume() -> None:
     assert f.resumed_at == T0 + 91 and f.resumed_from_step == 52
     assert f.steps_at_fault == 52  # the checkpoint proves step 52 was done; the last step event said 50
     assert workload_facts(ev[:5], T0, 3).resumed_at is None
+
+
+def test_a_killed_rank_is_detected_by_the_job_failing() -> None:
+    from gpufleet.chaos.timeline import workload_noticed
+
+    events = [
+        {"t": 99.0, "event": "exit", "reason": "finished", "rank": 1, "node": "gpu-1"},
+        {"t": 100.5, "event": "step", "step": 10, "restart": 0},
+        {"t": 101.2, "event": "error", "rank": 1, "node": "gpu-1",
+         "message": "RuntimeError: Connection closed"},
+        {"t": 101.4, "event": "exit", "rank": 1, "node": "gpu-1", "reason": "signal SIGTERM"},
+    ]
+    assert workload_noticed(events, 100.0) == (101.2, "rank 1 on gpu-1: RuntimeError: Connection closed")
+    assert workload_noticed(events[:2], 100.0) is None  # a finished job detects nothing
+    assert workload_noticed(events, 102.0) is None

@@ -102,3 +102,18 @@ def test_bad_budget_probe_arguments() -> None:
         "steady-state-hypothesis.probes[0].provider.arguments.expect_isolation",
         "steady-state-hypothesis.probes[0].provider.arguments.expect_interruption",
     ]
+
+
+def test_known_issues_are_left_out_of_the_default_suite_but_run_by_name() -> None:
+    from gpufleet.gameday.suite import left_out
+
+    def exp(name: str, tags: list[str]) -> dict[str, object]:
+        return {"title": name, "tags": tags, "configuration": {}, "rollbacks": []}
+
+    exps = [
+        parse_experiment(Path(f"{n}.json"), exp(n, t))
+        for n, t in (("a", ["sandbox"]), ("b", ["sandbox", "known-issue"]), ("c", ["slurm", "known-issue"]))
+    ]
+    assert [e.name for e in select(exps, "sandbox", None)] == ["a"]
+    assert left_out(exps, "sandbox") == ["b"]
+    assert [e.name for e in select(exps, "sandbox", ["b"])] == ["b"]  # by name it runs

@@ -41,7 +41,7 @@ def _keys(text: str) -> dict[str, str]:
 def test_slurm_conf_carries_the_stack_timings(layout: Layout) -> None:
     k = _keys(configs.slurm_conf(layout, BIN))
     assert k["SlurmdTimeout"] == "10"
-    assert k["MessageTimeout"] == "5"
+    assert k["MessageTimeout"] == "2"  # stacks/Pulumi.sandbox.yaml sandbox.slurm.messageTimeout
     assert k["AuthInfo"] == "socket=/run/gf/sandbox/run-abc123/munge/munge.socket,cred_expire=10"
     assert k["HealthCheckInterval"] == "5"
     assert k["HealthCheckProgram"] == "/run/gf/sandbox/run-abc123/slurm/healthcheck.sh"
