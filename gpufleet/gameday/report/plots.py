@@ -72,11 +72,18 @@ def timeline_png(r: ExperimentResult) -> str:
             ax.text(value, top, "/".join(names) + " budget", rotation=90, va="top", ha="right", fontsize=7)
     if m.interrupted and not m.recovered:
         ax.text(0.99, 0.05, "workload never resumed", transform=ax.transAxes, ha="right", color="#d62728")
-    ax.set_xlim(tl.window_start - t0, tl.window_end - t0)
+    # Keep every budget line in view: a recovery that met a 60 s budget at 55 s must show the 60.
+    budgets = [] if r.budget is None else [
+        v for v in (r.budget.detect_seconds, r.budget.isolate_seconds, r.budget.recover_seconds)
+        if v is not None
+    ]
+    right = max([tl.window_end - t0, *budgets])
+    ax.set_xlim(tl.window_start - t0, right + 0.02 * max(right, 1.0))
     ax.set_ylim(0, top)
     ax.set_yticks([i + 1 for i in range(len(nodes))], nodes)
     ax.set_xlabel("seconds from fault injection")
     ax.set_title(f"{r.name} ({r.fault_class}) - {r.verdict.value}", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.tight_layout()
+    # Room on the right for the legend (tight_layout cannot place an outside legend and warns).
+    fig.subplots_adjust(left=0.08, right=0.80, top=0.88, bottom=0.2)
     return _png(fig)
