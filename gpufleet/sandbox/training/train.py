@@ -239,13 +239,13 @@ class Trainer:
             self.progress.update(step=self.step)
             if self.info.rank == 0:
                 # The first step after a (re)start is always recorded: it dates the recovery.
-                self.events.step(self.step, force=first, loss=round(float(loss), 6))
+                self.events.step(self.step, force=first, loss=round(float(loss.detach()), 6))
                 first = False
                 if self.step % self.args.checkpoint_every == 0:
                     self.save()
             if self.args.step_sleep > 0:
                 time.sleep(self.args.step_sleep)
-        self.final_loss = float(loss_fn(self.model(self.batch(0)[0]), self.batch(0)[1]))
+        self.final_loss = float(loss_fn(self.model(self.batch(0)[0]), self.batch(0)[1]).detach())
 
 
 def _install_signal_handlers(events: EventLog, trainer: list[Trainer]) -> None:
