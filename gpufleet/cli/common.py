@@ -31,7 +31,7 @@ def input_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except InputError as e:
-            err_console.print(f"[bold red]invalid input[/] {e.file}", highlight=False)
+            err_console.print(f"[bold red]invalid input[/] {e.file}", highlight=False, soft_wrap=True)
             for p in e.problems:
                 err_console.print(
                     f"  {e.file}: {p.path}: {p.message}", highlight=False, markup=False, soft_wrap=True

@@ -29,7 +29,7 @@ def test_bad_stack_gives_one_clear_error(path: Path) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
-    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip().startswith(str(path))]
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip().startswith(f"{path}: ")]
     assert len(lines) == 1, proc.stderr  # exactly one problem, naming the file
     assert expected(path) in lines[0], proc.stderr
 
