@@ -124,7 +124,8 @@ class Sandbox:
         return out
 
     def max_step(self) -> int:
-        return max((e["step"] for e in self.events() if isinstance(e.get("step"), int)), default=-1)
+        """Newest step the job completed (step events only: error events carry the failing step)."""
+        return max((e["step"] for e in self.events() if e.get("event") == "step"), default=-1)
 
     def agent(self, node: str) -> AgentClient:
         sock = self.state.node(node).agent_socket
@@ -264,14 +265,23 @@ def test_fabric_link_down_moves_the_job_to_the_spare_from_its_checkpoint(sandbox
         vstate = sandbox.nodes()[victim]
         assert vstate.state in ("drained", "draining", "down"), vstate
 
-        wait_until("training past the pre-cut step", lambda: sandbox.max_step() > stalled_at, 90)
+        def resumed_steps() -> bool:
+            return any(e.get("event") == "step" and int(e.get("restart", 0)) > restarts0
+                       for e in sandbox.events())
+
+        wait_until("the requeued job stepping", resumed_steps, 90)
+        wait_until("training past the pre-cut step", lambda: sandbox.max_step() > stalled_at, 60)
         print(f"link down -> training past step {stalled_at} again in {time.time() - t_cut:.1f} s")
     finally:
         subprocess.run(["ip", "link", "set", peer, "up"], check=False)
 
     events = sandbox.events()
     resumes = [e for e in events if e.get("event") == "resume" and e.get("t", 0) > t_cut]
-    assert resumes, "the requeued job did not resume from a checkpoint"
+    after_cut = [
+        {k: e.get(k) for k in ("event", "step", "restart", "job_id", "node", "rank", "message")}
+        for e in events if e.get("t", 0) > t_cut
+    ][:14]
+    assert resumes, f"the requeued job did not resume from a checkpoint; events since the cut: {after_cut}"
     resumed_from = resumes[0]["step"]
     pre_cut_ckpts = [e["step"] for e in events if e.get("event") == "checkpoint" and e.get("t", 0) < t_cut]
     assert resumed_from == max(pre_cut_ckpts), "resumed from an older checkpoint than the newest written"
