@@ -92,3 +92,24 @@ class Backend:
 
     def plan_kill_rank(self, rank: int) -> Plan:
         raise self._unsupported("kill-rank")
+
+
+def tbf_argv(ifname: str, rate_mbit: float) -> list[str]:
+    """`tc` argv capping `ifname` at `rate_mbit` with a token bucket (the sandbox and Slurm backends
+    share it). burst >= rate/HZ (tc-tbf(8)); 32 kbit is enough up to ~250 Mbit/s at HZ=1000."""
+    burst_kbit = max(32, int(rate_mbit * 1000 / 250))
+    return [
+        "tc",
+        "qdisc",
+        "replace",
+        "dev",
+        ifname,
+        "root",
+        "tbf",
+        "rate",
+        f"{rate_mbit:g}mbit",
+        "burst",
+        f"{burst_kbit}kbit",
+        "latency",
+        "400ms",
+    ]

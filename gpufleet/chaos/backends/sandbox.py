@@ -21,7 +21,7 @@ import httpx
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
 from gpufleet.chaos import sysops
-from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan
+from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, tbf_argv
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
 from gpufleet.core.sandbox_contract import SandboxNode, SandboxState, read_state, state_path, write_state
@@ -533,29 +533,7 @@ class SandboxBackend(Backend):
                 )  # nft 1.0.6 (Debian 12) wants the `;` after the chain's `}` on one command line
                 sysops.run(["ip", "netns", "exec", ns, "nft", script])
             if rate_mbit is not None:
-                # tbf: burst >= rate/HZ (tc-tbf(8)); 32 kbit is enough up to ~250 Mbit/s at HZ=1000.
-                burst_kbit = max(32, int(rate_mbit * 1000 / 250))
-                sysops.run(
-                    [
-                        "ip",
-                        "netns",
-                        "exec",
-                        ns,
-                        "tc",
-                        "qdisc",
-                        "replace",
-                        "dev",
-                        ifname,
-                        "root",
-                        "tbf",
-                        "rate",
-                        f"{rate_mbit:g}mbit",
-                        "burst",
-                        f"{burst_kbit}kbit",
-                        "latency",
-                        "400ms",
-                    ]
-                )
+                sysops.run(["ip", "netns", "exec", ns, *tbf_argv(ifname, rate_mbit)])
             return {}
 
         return Plan(

@@ -21,7 +21,7 @@ from typing import Any
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
 from gpufleet.chaos import sysops
-from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan
+from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, tbf_argv
 from gpufleet.chaos.ledger import Rollback
 from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
 
@@ -80,23 +80,6 @@ def link_flap_argv(ifname: str, period_seconds: float, count: int) -> list[str]:
     )
 
 
-def tbf_argv(ifname: str, rate_mbit: float) -> list[str]:
-    burst_kbit = max(32, int(rate_mbit * 1000 / 250))
-    return [
-        "tc",
-        "qdisc",
-        "replace",
-        "dev",
-        ifname,
-        "root",
-        "tbf",
-        "rate",
-        f"{rate_mbit:g}mbit",
-        "burst",
-        f"{burst_kbit}kbit",
-        "latency",
-        "400ms",
-    ]
 
 
 def tc_clear_argv(ifname: str) -> list[str]:
