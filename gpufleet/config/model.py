@@ -455,12 +455,21 @@ _CRON_FIELD = r"(\*|[0-9,\-*/]+|[A-Za-z]{3}(-[A-Za-z]{3})?)"
 
 
 class GamedaySpec(Model):
-    schedule: Annotated[str, Field(pattern=rf"^{_CRON_FIELD}( {_CRON_FIELD}){{4}}$")] = "0 10 * * 3"
+    schedule: str = "0 10 * * 3"
     experiments: list[str] = Field(default_factory=list)
     backend: Literal["sandbox", "slurm", "kubernetes"] = "kubernetes"
     image: str = "ghcr.io/gpufleet/gpufleet:0.1.0"
     namespace: str = "gpufleet-gameday"
     max_nodes_down: Annotated[int, Field(ge=1)] = 1  # blast radius
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        if not re.fullmatch(rf"{_CRON_FIELD}( {_CRON_FIELD}){{4}}", v):
+            raise ValueError(
+                "must be a 5-field cron expression (minute hour day-of-month month day-of-week)"
+            )
+        return v
 
 
 # --------------------------------------------------------------------------- sandbox

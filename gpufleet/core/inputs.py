@@ -45,8 +45,6 @@ def problems_from_validation(
             msg = "required key is missing"
         elif kind in _BOUNDS and ctx:
             msg = f"must be {_BOUNDS[kind]} {next(iter(ctx.values()))}"
-        elif kind == "string_pattern_mismatch" and loc and loc[-1] == "schedule":
-            msg = "must be a 5-field cron expression (minute hour day-of-month month day-of-week)"
         if "[key]" in loc:
             # pydantic reports a bad mapping key as <key>.[key]: name the key itself.
             loc = loc[: loc.index("[key]")]
