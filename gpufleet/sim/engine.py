@@ -19,7 +19,7 @@ import contextlib
 import math
 from collections import deque
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -31,7 +31,14 @@ from gpufleet.sim.params import SimParams
 
 JOB, WARM, COLD, DOWN = 0, 1, 2, 3
 
-STREAMS = ("node-clocks", "fault-kind", "domain-clocks", "domain-pick", "repair", "lemons")
+# One stream per stochastic process; new streams are appended so the earlier ones keep their
+# spawn keys (a replication's faults stay the same when a later model addition is off).
+STREAMS = ("node-clocks", "fault-kind", "domain-clocks", "domain-pick", "repair", "lemons",
+           "checkpoint-saves", "measured-handling")
+
+PLANNED = -2  # run_cause of a period ended by a planned drain (upgrade wave): saved, not lost
+STORE_DOWN, STORE_DEGRADED = 0, 1
+STORE_CLASSES = {FaultClass.STORAGE_OUTAGE: STORE_DOWN, FaultClass.STORAGE_DEGRADED: STORE_DEGRADED}
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,7 @@ class ReplicationResult:
     horizon_seconds: float
     run_start: np.ndarray  # the job's running periods
     run_end: np.ndarray
-    run_cause: np.ndarray  # kind index that ended the period; -1 = the horizon
+    run_cause: np.ndarray  # kind index that ended the period; -1 = the horizon, -2 = planned drain
     down_seconds_by_kind: np.ndarray  # job not running (detect, isolate, wait, restart), by kind
     interruptions_by_kind: np.ndarray  # faults that hit the job, by kind
     faults_by_kind: np.ndarray  # every fault in the fleet, by kind
@@ -51,6 +58,14 @@ class ReplicationResult:
     wait_for_nodes_seconds: float
     breaker_trips: int
     events: int
+    # one uniform per running period: how many of its last saves failed (checkpoint_failure_probability)
+    run_save_u: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # checkpoint store windows: [start, end) with state STORE_DOWN (saves fail, restores wait) or
+    # STORE_DEGRADED (saves and loads take store_degraded_factor times longer)
+    store_start: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    store_end: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    store_state: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    planned_down_seconds: float = 0.0  # job stopped for planned drains (upgrade waves)
 
     @property
     def interruptions(self) -> int:
@@ -74,7 +89,7 @@ def _clocks(p: SimParams) -> tuple[list[_Clock], list[int]]:
         if k.per_node_hour <= 0:
             continue
         h = p.handling[k.fault_class]
-        if h.domain != "node":
+        if h.domain != "node" or k.fault_class in STORE_CLASSES:
             domain.append(i)
         elif h.weibull_shape == 1.0:
             expo.append(i)
@@ -93,7 +108,22 @@ def _clocks(p: SimParams) -> tuple[list[_Clock], list[int]]:
     return clocks, domain
 
 
-class _Model:
+@dataclass(frozen=True)
+class ScriptedFault:
+    """A fault at a fixed time, for hand-computed checks (and replays of a recorded incident).
+
+    `node` picks the node (node faults) or a node of the domain (leaf and rack faults); store-wide
+    and cluster faults ignore it."""
+
+    at_seconds: float
+    fault_id: str
+    node: int = 0
+
+
+class Replication:
+    """One replication's state. `simulate_once` is the usual entry; tests build one directly to
+    inject scripted faults (`inject`) before `run`."""
+
     def __init__(self, p: SimParams, seed: np.random.SeedSequence) -> None:
         self.p = p
         # Children derived without mutating `seed` (SeedSequence.spawn counts its calls), so the
@@ -101,27 +131,33 @@ class _Model:
         rngs = [np.random.default_rng(np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, i)))
                 for i in range(len(STREAMS))]
         (self.rng_clock, self.rng_kind, self.rng_domain, self.rng_pick, self.rng_repair,
-         rng_lemon) = rngs
+         rng_lemon, self.rng_save, self.rng_measured) = rngs
         self.env = simpy.Environment()
         self.T = p.horizon_seconds
         self.clocks, self.domain_kinds = _clocks(p)
+        self.kind_index = {k.fault_id: i for i, k in enumerate(p.kinds)}
         nk = len(p.kinds)
         n = p.total_nodes
         self.status = [JOB] * p.job_nodes + [WARM if p.spare_mode == "warm" else COLD] * p.spares
         self.version = [0] * n
         self.return_at = [0.0] * n
         self.failures = [0] * n
-        self.resets = [0] * n
-        self.reboots = [0] * n
-        self.history: dict[tuple[int, int], list[float]] = {}
+        # ladder attempts per node (times), for the attempt caps
+        self.resets: list[list[float]] = [[] for _ in range(n)]
+        self.reboots: list[list[float]] = [[] for _ in range(n)]
+        self.history: list[dict[int, list[float]]] = [{} for _ in range(n)]
         # Lemons: an exact share of nodes with a higher rate; the base rate is scaled so that the
-        # fleet's mean stays the catalog's published rate.
+        # fleet's mean stays the catalog's published rate. A replaced node is a new machine: it
+        # gets the ordinary multiplier (`fresh_mult`) and no fault history.
         lemons = round(p.lemon_fraction * n)
         self.base_mult = np.ones(n)
+        self.fresh_mult = 1.0
         if lemons and p.lemon_multiplier != 1.0:
             chosen = rng_lemon.choice(n, size=lemons, replace=False)
             self.base_mult[chosen] = p.lemon_multiplier
-            self.base_mult /= self.base_mult.mean()
+            mean = float(self.base_mult.mean())
+            self.base_mult /= mean
+            self.fresh_mult = 1.0 / mean
         self.job_size = p.job_nodes
         self.warm = [i for i in range(p.job_nodes, n) if self.status[i] == WARM][::-1]
         self.cold = [i for i in range(p.job_nodes, n) if self.status[i] == COLD][::-1]
@@ -130,30 +166,57 @@ class _Model:
         self.run_start: list[float] = []
         self.run_end: list[float] = []
         self.run_cause: list[int] = []
+        self.run_save_u: list[float] = []
+        self.store_windows: list[tuple[float, float, int]] = []
         self.down_by_kind = np.zeros(nk)
         self.int_by_kind = np.zeros(nk, dtype=np.int64)
         self.faults_by_kind = np.zeros(nk, dtype=np.int64)
         self.node_down = 0.0
+        self.planned_down = 0.0
         self.exhausted = False
         self.wait_nodes = 0.0
         self.breaker_trips = 0
         self.events = 0
         self.breaker_log: deque[tuple[float, int]] = deque()
-        # job state
+        # job state. Recovery waits for EVERY pending deadline: the detect+isolate of each fault
+        # that hit the job since it stopped (`ready_at`), the store or cluster coming back
+        # (`blocked_until`) and the boot of every cold spare taken (`boot_until`); the restart itself
+        # starts over after each new fault and is the longest one pending.
         self.running = True
         self.run_since = 0.0
         self.down_mark = 0.0
         self.down_kind = -1
         self.pending_kind = -1
-        self.pending_handle = 0.0
+        self.ready_at = 0.0
+        self.blocked_until = 0.0
+        self.boot_until = 0.0
         self.pending_restart = 0.0
-        self.storage_back = 0.0
         self.waiting: simpy.Event | None = None
         self.wait_since = 0.0
         self._arm_all(list(range(p.job_nodes)) + self.warm)
         self.job = self.env.process(self._job())
         if self.domain_kinds:
             self.env.process(self._domains())
+        if p.upgrade is not None:
+            self.env.process(self._upgrade())
+
+    # ------------------------------------------------------------------ scripted faults
+
+    def inject(self, faults: list[ScriptedFault]) -> None:
+        for f in faults:
+            if f.fault_id not in self.kind_index:
+                raise ValueError(f"no fault kind {f.fault_id!r} in these parameters")
+            k = self.kind_index[f.fault_id]
+            ev = self.env.timeout(f.at_seconds)
+            ev.callbacks.append(partial(self._on_script, k, f.node))
+
+    def _on_script(self, k: int, node: int, _ev: Any) -> None:
+        self.events += 1
+        cls = self.p.kinds[k].fault_class
+        if self.p.handling[cls].domain != "node" or cls in STORE_CLASSES:
+            self._domain_fault(k, node)
+        elif self.status[node] != DOWN:
+            self._node_fault(node, k, None)
 
     # ------------------------------------------------------------------ node clocks
 
@@ -170,7 +233,7 @@ class _Model:
         return self.rng_clock.weibull(c.shape, size) / (rate * self.gamma[c.shape])
 
     def _arm_all(self, nodes: list[int]) -> None:
-        if not nodes:
+        if not nodes or not self.clocks:
             return
         idx = np.asarray(nodes)
         mult = self.base_mult[idx] if self.p.recurrence_factor == 1.0 else np.array(
@@ -200,29 +263,47 @@ class _Model:
 
     # ------------------------------------------------------------------ faults
 
-    def _node_fault(self, n: int, k: int, ci: int) -> None:
+    def _handling(self, k: int) -> tuple[float, float, float]:
+        """(detect, isolate, restart floor) of one fault: fixed, or one measured game-day triple."""
+        h = self.p.handling[self.p.kinds[k].fault_class]
+        if h.measured:
+            return h.measured[int(self.rng_measured.integers(len(h.measured)))]
+        return h.detect_seconds, h.isolate_seconds, h.restart_floor_seconds
+
+    def _node_fault(self, n: int, k: int, ci: int | None) -> None:
         p = self.p
-        kind = p.kinds[k]
-        h = p.handling[kind.fault_class]
         self.faults_by_kind[k] += 1
         was_job = self.status[n] == JOB
         action = self._ladder(n, k)
-        self.failures[n] += 1
+        detect, isolate, floor = self._handling(k)
         if action.isolates_node:
-            isolate = h.isolate_seconds
             if self._breaker_refuses(1):
                 isolate = p.manual_seconds
-            handle = h.detect_seconds + isolate
+            handle = detect + isolate
+            if action is not LadderAction.REPLACE:  # (a replaced node was renewed by _ladder)
+                self.failures[n] += 1
             self._take_down(n, handle + self._outage(action))
         else:
-            handle = h.detect_seconds
+            self.failures[n] += 1
+            handle = detect
             if p.recurrence_factor != 1.0:  # its rate changed: redraw every clock (memoryless)
                 self.version[n] += 1
                 self._arm_all([n])
-            else:
+            elif ci is not None:
                 self._arm(n, ci)
         if was_job:
-            self._interrupt(k, handle, max(p.restart_seconds, h.restart_floor_seconds))
+            self._interrupt(k, handle, max(p.restart_seconds, floor))
+
+    def _capped(self, attempts: list[float], cap: int) -> bool:
+        """True when `cap` attempts are already counted (within the window, if the stack has one)."""
+        w = self.p.attempt_window_seconds
+        if w is not None:
+            now = self.env.now
+            attempts[:] = [t for t in attempts if t > now - w]
+        if len(attempts) >= cap:
+            return True
+        attempts.append(self.env.now)
+        return False
 
     def _ladder(self, n: int, k: int) -> LadderAction:
         """The rung for this fault on this node: catalog action, escalation on repeats, attempt caps."""
@@ -230,26 +311,29 @@ class _Model:
         kind = p.kinds[k]
         action = kind.action
         if kind.escalate_repeats and kind.escalate_to and kind.escalate_window_hours:
-            hist = self.history.setdefault((n, k), [])
+            hist = self.history[n].setdefault(k, [])
             now = self.env.now
             hist.append(now)
             horizon = now - kind.escalate_window_hours * 3600.0
             hist[:] = [t for t in hist if t >= horizon]
             if len(hist) >= kind.escalate_repeats and kind.escalate_to.rank > action.rank:
                 action = kind.escalate_to
-        if action is LadderAction.RESET_GPU:
-            if self.resets[n] >= p.cap_reset_gpu:
-                action = LadderAction.REBOOT_NODE
-            else:
-                self.resets[n] += 1
-        if action is LadderAction.REBOOT_NODE:
-            if self.reboots[n] >= p.cap_reboot_node:
-                action = LadderAction.REPLACE
-            else:
-                self.reboots[n] += 1
+        if action is LadderAction.RESET_GPU and self._capped(self.resets[n], p.cap_reset_gpu):
+            action = LadderAction.REBOOT_NODE
+        if action is LadderAction.REBOOT_NODE and self._capped(self.reboots[n], p.cap_reboot_node):
+            action = LadderAction.REPLACE
         if action is LadderAction.REPLACE:
-            self.resets[n] = self.reboots[n] = 0
+            self._new_machine(n)
         return action
+
+    def _new_machine(self, n: int) -> None:
+        """A replaced node is a new machine: the ordinary rate (no lemon multiplier, no recurrence)
+        and no history for the attempt caps or escalation."""
+        self.failures[n] = 0
+        self.base_mult[n] = self.fresh_mult
+        self.resets[n].clear()
+        self.reboots[n].clear()
+        self.history[n].clear()
 
     def _outage(self, action: LadderAction) -> float:
         p = self.p
@@ -318,10 +402,19 @@ class _Model:
         if self.waiting is not None and not self.waiting.triggered:
             self.waiting.succeed()
 
+    def _fleet_rate(self, k: int) -> float:
+        """Fleet-level events per second of a domain kind. Store-wide faults happen to the one
+        checkpoint store: their rate is the catalog's per-GPU rate times the size of the fleet it
+        was observed on (`store_reference_gpus`), not times ours."""
+        p = self.p
+        kind = p.kinds[k]
+        if kind.fault_class in STORE_CLASSES or p.handling[kind.fault_class].domain == "cluster":
+            return kind.per_node_hour / p.gpus_per_node * p.store_reference_gpus / 3600.0
+        return kind.per_node_hour * p.total_nodes / 3600.0
+
     def _domains(self) -> Generator[simpy.Event, Any, None]:
         """Correlated faults: fleet-level Poisson arrivals, each hitting one whole failure domain."""
-        p = self.p
-        rates = [p.kinds[k].per_node_hour * p.total_nodes / 3600.0 for k in self.domain_kinds]
+        rates = [self._fleet_rate(k) for k in self.domain_kinds]
         total = sum(rates)
         cum = np.cumsum(rates) / total
         while True:
@@ -331,94 +424,158 @@ class _Model:
             yield self.env.timeout(delay)
             self.events += 1
             j = min(int(np.searchsorted(cum, self.rng_pick.random(), side="right")), len(rates) - 1)
-            self._domain_fault(self.domain_kinds[j])
+            self._domain_fault(self.domain_kinds[j], None)
 
-    def _domain_fault(self, k: int) -> None:
+    def _domain_fault(self, k: int, node: int | None) -> None:
         p = self.p
         kind = p.kinds[k]
         h = p.handling[kind.fault_class]
         self.faults_by_kind[k] += 1
-        restart = max(p.restart_seconds, h.restart_floor_seconds)
+        detect, isolate, floor = self._handling(k)
+        restart = max(p.restart_seconds, floor)
         outage = h.domain_outage_hours * 3600.0
-        if h.domain == "cluster":  # e.g. checkpoint storage: the job stops, no node is lost
-            self.storage_back = max(self.storage_back, self.env.now + h.detect_seconds + outage)
-            self._interrupt(k, h.detect_seconds, restart)
+        now = self.env.now
+        state = STORE_CLASSES.get(kind.fault_class)
+        if state is not None:
+            # The checkpoint store, for the whole job: down -> saves fail and restores wait;
+            # degraded -> both slower. The job only stops when the kind's action says so (a lost
+            # mount kills its rank); otherwise it trains on, unprotected (accounting).
+            self.store_windows.append((now, now + outage, state))
+            if state == STORE_DOWN:
+                self.blocked_until = max(self.blocked_until, now + outage)
+                if not self.running:
+                    self.job.interrupt(None)  # a restore under way fails: wait for the store
+            if kind.action is not LadderAction.NONE:
+                self._interrupt(k, detect, restart)
+            return
+        if h.domain == "cluster":  # the whole cluster stops, no node is lost
+            self.blocked_until = max(self.blocked_until, now + detect + outage)
+            self._interrupt(k, detect, restart)
             return
         size = p.nodes_per_leaf if h.domain == "leaf" else p.nodes_per_rack
-        first = int(self.rng_pick.integers(p.total_nodes)) // size * size
+        pick = int(self.rng_pick.integers(p.total_nodes)) if node is None else node
+        first = pick // size * size
         nodes = range(first, min(first + size, p.total_nodes))
         hit_job = any(self.status[n] == JOB for n in nodes)
-        isolate = p.manual_seconds if self._breaker_refuses(len(nodes)) else h.isolate_seconds
-        handle = h.detect_seconds + isolate
+        if self._breaker_refuses(len(nodes)):
+            isolate = p.manual_seconds
+        handle = detect + isolate
         for n in nodes:
             self._take_down(n, handle + outage)
         if hit_job:
             self._interrupt(k, handle, restart)
+
+    # ------------------------------------------------------------------ planned drains
+
+    def _upgrade(self) -> Generator[simpy.Event, Any, None]:
+        """Rolling upgrade: waves of `wave_nodes` nodes not yet upgraded, spares first. A node that
+        is already out (repairing) counts as upgraded when it comes back."""
+        up = self.p.upgrade
+        assert up is not None
+        if up.start_seconds >= self.T:
+            return
+        yield self.env.timeout(up.start_seconds)
+        todo = set(range(self.p.total_nodes))
+        while todo:
+            order = sorted(todo, key=lambda n: (self.status[n] == JOB, n))
+            wave = order[:up.wave_nodes]
+            todo.difference_update(wave)
+            hits_job = False
+            for n in wave:
+                if self.status[n] == DOWN:
+                    continue
+                hits_job |= self.status[n] == JOB
+                self._take_down(n, up.wave_seconds)
+            self.events += 1
+            if hits_job:  # the job checkpoints and restarts without these nodes
+                self.pending_restart = max(self.pending_restart, self.p.restart_seconds)
+                if self.running:
+                    self.pending_kind = PLANNED
+                self.job.interrupt(PLANNED)
+            if self.env.now + up.wave_seconds >= self.T:
+                return
+            yield self.env.timeout(up.wave_seconds)
 
     # ------------------------------------------------------------------ the job
 
     def _interrupt(self, k: int, handle: float, restart: float) -> None:
         self.int_by_kind[k] += 1
         self.pending_kind = k
-        self.pending_handle = handle
-        self.pending_restart = restart
+        self.ready_at = max(self.ready_at, self.env.now + handle)
+        self.pending_restart = max(self.pending_restart, restart)
         self.job.interrupt(k)
 
     def _attribute_down(self) -> None:
         now = self.env.now
         if self.down_kind >= 0:
             self.down_by_kind[self.down_kind] += now - self.down_mark
+        elif self.down_kind == PLANNED:
+            self.planned_down += now - self.down_mark
         self.down_mark = now
+
+    def _store_state(self, t: float) -> int | None:
+        states = [s for a, b, s in self.store_windows if a <= t < b]
+        return min(states) if states else None
+
+    def _recover(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        p = self.p
+        while True:
+            self.events += 1
+            t = max(self.ready_at, self.blocked_until, self.boot_until)
+            if t > env.now:
+                yield env.timeout(t - env.now)
+                continue
+            if self.job_size >= p.job_nodes:
+                break
+            if self.warm:
+                n = self.warm.pop()
+            elif self.cold:
+                n = self.cold.pop()
+                self._arm_all([n])  # powered on: it can fail from now
+                self.boot_until = max(self.boot_until, env.now + p.cold_start_seconds)
+            else:
+                self.exhausted = True
+                self.waiting = env.event()
+                self.wait_since = env.now
+                try:
+                    yield self.waiting
+                finally:
+                    self.wait_nodes += env.now - self.wait_since
+                    self.waiting = None
+                continue
+            self.status[n] = JOB
+            self.job_size += 1
+        restart = self.pending_restart
+        if self._store_state(env.now) == STORE_DEGRADED:
+            restart += p.checkpoint_load_seconds * (p.store_degraded_factor - 1.0)
+        yield env.timeout(restart)
 
     def _job(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
-        p = self.p
         while True:
             self.running = True
             self.run_since = env.now
             with contextlib.suppress(simpy.Interrupt):
-                yield env.event()  # runs until a fault interrupts it
+                yield env.event()  # runs until a fault (or a planned drain) interrupts it
             self.running = False
             self.run_start.append(self.run_since)
             self.run_end.append(env.now)
             self.run_cause.append(self.pending_kind)
+            self.run_save_u.append(float(self.rng_save.random()))
             self.down_mark = env.now
             self.down_kind = self.pending_kind
             while True:
                 try:
-                    self.events += 1
-                    yield env.timeout(self.pending_handle)  # detect + isolate
-                    if self.storage_back > env.now:
-                        yield env.timeout(self.storage_back - env.now)
-                    boot = False
-                    while self.job_size < p.job_nodes:
-                        if self.warm:
-                            n = self.warm.pop()
-                        elif self.cold:
-                            n = self.cold.pop()
-                            boot = True
-                            self._arm_all([n])  # powered on: it can fail from now
-                        else:
-                            self.exhausted = True
-                            self.waiting = env.event()
-                            self.wait_since = env.now
-                            try:
-                                yield self.waiting
-                            finally:
-                                self.wait_nodes += env.now - self.wait_since
-                                self.waiting = None
-                            continue
-                        self.status[n] = JOB
-                        self.job_size += 1
-                    if boot:
-                        yield env.timeout(p.cold_start_seconds)
-                    yield env.timeout(self.pending_restart)
+                    yield from self._recover()
                     break
-                except simpy.Interrupt:
-                    self._attribute_down()
-                    self.down_kind = self.pending_kind
+                except simpy.Interrupt as i:
+                    if i.cause is not None:  # a new fault (None: the store went down)
+                        self._attribute_down()
+                        self.down_kind = self.pending_kind
             self._attribute_down()
             self.down_kind = -1
+            self.pending_restart = 0.0
 
     # ------------------------------------------------------------------ run
 
@@ -428,10 +585,12 @@ class _Model:
             self.run_start.append(self.run_since)
             self.run_end.append(self.T)
             self.run_cause.append(-1)
+            self.run_save_u.append(float(self.rng_save.random()))
         else:
             self._attribute_down()
             if self.waiting is not None:
                 self.wait_nodes += self.T - self.wait_since
+        w = self.store_windows
         return ReplicationResult(
             horizon_seconds=self.T,
             run_start=np.asarray(self.run_start, dtype=float),
@@ -446,9 +605,21 @@ class _Model:
             wait_for_nodes_seconds=self.wait_nodes,
             breaker_trips=self.breaker_trips,
             events=self.events,
+            run_save_u=np.asarray(self.run_save_u, dtype=float),
+            store_start=np.asarray([a for a, _, _ in w], dtype=float),
+            store_end=np.asarray([min(b, self.T) for _, b, _ in w], dtype=float),
+            store_state=np.asarray([s for _, _, s in w], dtype=np.int64),
+            planned_down_seconds=self.planned_down,
         )
 
 
-def simulate_once(p: SimParams, seed: np.random.SeedSequence) -> ReplicationResult:
-    """Run one replication with its own seed sequence (children spawned per random stream)."""
-    return _Model(p, seed).run()
+_Model = Replication  # the former private name
+
+def simulate_once(p: SimParams, seed: np.random.SeedSequence,
+                  faults: list[ScriptedFault] | None = None) -> ReplicationResult:
+    """Run one replication with its own seed sequence (children spawned per random stream), plus
+    any scripted faults."""
+    r = Replication(p, seed)
+    if faults:
+        r.inject(faults)
+    return r.run()
