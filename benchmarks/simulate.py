@@ -39,6 +39,7 @@ def cluster(nodes: int, spares: int) -> StackSpec:
                    "mode": "rdma-shared"},
         "storage": {"checkpoint": {"location": "/ckpt"}},
         "scheduler": {"kind": "slurm", "queues": [{"name": "q"}]},
+        "monitoring": {"grafana": False},
     })
 
 

@@ -23,6 +23,7 @@ class Accounting:
     checkpoint_overhead: float
     lost_work_by_kind: np.ndarray
     down_by_kind: np.ndarray
+    planned_down: float = 0.0  # job stopped for planned drains
 
     @property
     def lost_work(self) -> float:
@@ -30,7 +31,90 @@ class Accounting:
 
     @property
     def down(self) -> float:
-        return float(self.down_by_kind.sum())
+        return float(self.down_by_kind.sum()) + self.planned_down
+
+
+def _kept_cycles(done: np.ndarray, save_u: np.ndarray | None, fail_prob: float) -> np.ndarray:
+    """Completed saves that still count at a fault: each save fails on its own with `fail_prob`, and
+    only the trailing run of failures matters (an earlier failed save is covered by the next good
+    one). P(the last j saves all failed) = q^j, so that run is floor(ln u / ln q) for a uniform u."""
+    if save_u is None or fail_prob <= 0.0:
+        return done
+    if fail_prob >= 1.0:
+        return np.zeros_like(done)
+    u = np.clip(save_u, 1e-300, 1.0)
+    trailing = np.floor(np.log(u) / math.log(fail_prob))
+    kept: np.ndarray = np.maximum(done - trailing, 0.0)
+    return kept
+
+
+@dataclass(frozen=True)
+class StoreWindows:
+    """The checkpoint store's bad spells: [start, end) with state 0 = down (saves fail), 1 =
+    degraded (saves take `factor` times longer)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    state: np.ndarray
+    factor: float
+
+    def state_at(self, t: float) -> int | None:
+        on = (self.start <= t) & (t < self.end)
+        return int(self.state[on].min()) if on.any() else None
+
+    def next_boundary(self, t: float) -> float:
+        b = np.concatenate([self.start, self.end])
+        later = b[b > t]
+        return float(later.min()) if later.size else math.inf
+
+
+def _walk(s: float, e: float, horizon: bool, u: float, interval: float, write: float,
+          fail_prob: float, store: StoreWindows) -> tuple[float, float, float]:
+    """(useful, overhead, lost) of one running period that meets a store window, cycle by cycle
+    (in runs of identical cycles): a save that starts while the store is down fails, one that
+    starts while it is degraded takes `factor` x longer."""
+    t = s
+    train = over = 0.0
+    good: list[tuple[float, float, float, int, float, float]] = []  # runs of good saves
+    while True:
+        save_at = t + interval
+        if save_at > e:
+            break
+        state = store.state_at(save_at)
+        w = write * (store.factor if state == 1 else 1.0)
+        cyc = interval + w
+        nxt = store.next_boundary(save_at)
+        m1 = math.inf if nxt == math.inf else math.ceil((nxt - save_at) / cyc)
+        m = int(min(m1, math.floor((e - t) / cyc)))
+        if m <= 0:
+            break  # the save is cut off by the end of the period
+        if state != 0:
+            good.append((t, cyc, interval, m, train, over))
+        t += m * cyc
+        train += m * interval
+        over += m * w
+    if horizon:  # still running (or drained at a checkpoint): nothing is lost
+        rem = e - t
+        part = min(rem, interval)
+        return train + part, over + rem - part, 0.0
+    drop = 0.0
+    if fail_prob >= 1.0:
+        drop = math.inf
+    elif fail_prob > 0.0:
+        drop = math.floor(math.log(max(u, 1e-300)) / math.log(fail_prob))
+    while good and drop > 0:  # the last `drop` good saves failed on their own
+        t0, cyc, dt, m, tr0, ov0 = good[-1]
+        if drop >= m:
+            good.pop()
+            drop -= m
+        else:
+            good[-1] = (t0, cyc, dt, m - int(drop), tr0, ov0)
+            drop = 0
+    if not good:
+        return 0.0, 0.0, e - s
+    t0, cyc, dt, m, tr0, ov0 = good[-1]
+    saved_at = t0 + m * cyc
+    return tr0 + m * dt, ov0 + m * (cyc - dt), e - saved_at
 
 
 def account(
@@ -40,9 +124,18 @@ def account(
     down_by_kind: np.ndarray,
     interval: float,
     write: float,
+    *,
+    save_u: np.ndarray | None = None,
+    fail_prob: float = 0.0,
+    store: StoreWindows | None = None,
 ) -> Accounting:
     """Split the running periods into saved work, write overhead and lost work (by the fault kind
-    that ended the period)."""
+    that ended the period).
+
+    A period ended by a fault (cause >= 0) loses everything since its last good save: a save cut
+    off by the fault, saves that failed on their own (`fail_prob`, one uniform per period in
+    `save_u`), and saves attempted while the checkpoint store was down (`store`). A period that
+    reaches the horizon (-1) or a planned drain (-2, checkpointed first) loses nothing."""
     if interval <= 0 or write < 0:
         raise ValueError("checkpoint interval must be > 0 and write time >= 0")
     length = end - start
@@ -50,10 +143,19 @@ def account(
     done = np.floor(length / cycle)
     rem = length - done * cycle
     at_horizon = cause < 0
-    useful = done * interval + np.where(at_horizon, np.minimum(rem, interval), 0.0)
-    overhead = done * write + np.where(at_horizon, np.maximum(rem - interval, 0.0), 0.0)
+    kept = np.where(at_horizon, done, _kept_cycles(done, save_u, fail_prob))
+    lost_len = np.where(at_horizon, 0.0, length - kept * cycle)
+    useful = kept * interval + np.where(at_horizon, np.minimum(rem, interval), 0.0)
+    overhead = kept * write + np.where(at_horizon, np.maximum(rem - interval, 0.0), 0.0)
+    if store is not None and store.start.size:
+        # Periods that meet a store window (few): walk them cycle by cycle.
+        for i in np.nonzero([bool(np.any((store.start < e) & (store.end > s)))
+                             for s, e in zip(start.tolist(), end.tolist(), strict=True)])[0]:
+            u = float(save_u[i]) if save_u is not None else 1.0
+            useful[i], overhead[i], lost_len[i] = _walk(
+                float(start[i]), float(end[i]), bool(at_horizon[i]), u, interval, write, fail_prob, store)
     lost = np.bincount(
-        cause[~at_horizon], weights=rem[~at_horizon], minlength=len(down_by_kind)
+        cause[~at_horizon], weights=lost_len[~at_horizon], minlength=len(down_by_kind)
     ).astype(float)
     return Accounting(float(useful.sum()), float(overhead.sum()), lost, down_by_kind)
 

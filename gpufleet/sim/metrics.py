@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gpufleet.sim.accounting import Accounting, account
+from gpufleet.sim.accounting import Accounting, StoreWindows, account
 from gpufleet.sim.engine import ReplicationResult
 from gpufleet.sim.params import SimParams
 from gpufleet.sim.stats import Estimate, mean_ci, proportion_ci
 
 CHECKPOINT_CAUSE = "checkpoint writes"
+PLANNED_CAUSE = "planned drains (upgrade waves)"
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,18 @@ def accounts(p: SimParams, results: Sequence[ReplicationResult], interval: float
              write: float | None = None) -> list[Accounting]:
     dt = p.checkpoint_interval_seconds if interval is None else interval
     w = p.checkpoint_write_seconds if write is None else write
-    return [account(r.run_start, r.run_end, r.run_cause, r.down_seconds_by_kind, dt, w) for r in results]
+    return [account_result(p, r, dt, w) for r in results]
+
+
+def account_result(p: SimParams, r: ReplicationResult, interval: float, write: float) -> Accounting:
+    """One replication's accounting at a checkpoint interval and write cost, with its failed saves,
+    store windows and planned drains."""
+    store = (StoreWindows(r.store_start, r.store_end, r.store_state, p.store_degraded_factor)
+             if r.store_start.size else None)
+    a = account(r.run_start, r.run_end, r.run_cause, r.down_seconds_by_kind, interval, write,
+                save_u=r.run_save_u if r.run_save_u.size else None,
+                fail_prob=p.checkpoint_failure_probability, store=store)
+    return dataclasses.replace(a, planned_down=r.planned_down_seconds)
 
 
 def ettr_values(p: SimParams, results: Sequence[ReplicationResult], interval: float | None = None,
@@ -87,6 +100,8 @@ def summarize(p: SimParams, results: Sequence[ReplicationResult]) -> Metrics:
                                    minlength=len(causes)) * gpu_h
     lost = {c: mean_ci(per_cause[:, i]) for c, i in index.items()}
     lost[CHECKPOINT_CAUSE] = mean_ci([a.checkpoint_overhead * gpu_h for a in acc])
+    if p.upgrade is not None:
+        lost[PLANNED_CAUSE] = mean_ci([a.planned_down * gpu_h for a in acc])
     lost = dict(sorted(lost.items(), key=lambda kv: -kv[1].mean))
     return Metrics(ettr, inter, per_day, mtbf, avail, cap, exhausted, trips, lost,
                    float(np.mean([r.events for r in results])))

@@ -45,6 +45,21 @@ class ClassHandling:
     weibull_shape: float = 1.0  # 1 = exponential; < 1 infant mortality after (re)entry to service
     domain: Domain = "node"
     domain_outage_hours: float = 4.0
+    # Game-day experiments of this class, one (detect, isolate, restart floor) triple each, in
+    # seconds: when present, every fault draws one of them (the measured distribution) instead of
+    # the fixed detect/isolate/floor above (which then hold the medians, for the record).
+    measured: tuple[tuple[float, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class UpgradeWave:
+    """A rolling drain (driver/firmware upgrade): every node, `wave_nodes` at a time, each wave out
+    of service for `wave_seconds`, the first starting at `start_seconds`. Spares are drained first;
+    a job node in a wave is swapped out at a checkpoint (a planned restart, no lost work)."""
+
+    start_seconds: float
+    wave_nodes: int
+    wave_seconds: float
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,14 @@ class SimParams:
     manual_seconds: float = 3600.0
     cap_reset_gpu: int = 2
     cap_reboot_node: int = 2
+    # Attempts counted within this window (None: since the node last entered service new).
+    attempt_window_seconds: float | None = None
+    # checkpoint store (job-wide): faults of the storage classes arrive at the catalog rate times
+    # `store_reference_gpus` (the size of the fleet the rate was observed on), whatever our size
+    checkpoint_failure_probability: float = 0.0  # each save fails on its own with this probability
+    store_reference_gpus: int = 16_384
+    store_degraded_factor: float = 5.0  # saves and loads take this many times longer when degraded
+    upgrade: UpgradeWave | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -81,6 +81,7 @@ def stack(
         "storage": {"checkpoint": {"location": "/ckpt", "intervalMinutes": interval_minutes,
                                    "writeSeconds": write_seconds, "loadSeconds": load_seconds}},
         "scheduler": {"kind": "slurm", "queues": [{"name": "q"}]},
+        "monitoring": {"grafana": False},
         "remediation": {"detection": detection or {}},
         "slos": {"ettr": ettr, "availability": availability},
     })

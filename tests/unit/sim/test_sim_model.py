@@ -13,7 +13,7 @@ from sim_testdata import fault, stack
 from gpufleet.catalog import Catalog
 from gpufleet.core.taxonomy import FaultClass
 from gpufleet.sim import replication_seeds, resolve
-from gpufleet.sim.accounting import StoreWindows, account
+from gpufleet.sim.accounting import Accounting, StoreWindows, account
 from gpufleet.sim.engine import ReplicationResult, ScriptedFault, simulate_once
 from gpufleet.sim.params import SimParams, UpgradeWave
 
@@ -82,7 +82,7 @@ def test_a_cold_spare_keeps_booting_through_a_second_fault() -> None:
 # ---------------------------------------------------------------- checkpoint saves
 
 def _one(length: float, cause: int, u: float | None = None, q: float = 0.0,
-         store: StoreWindows | None = None, interval: float = 1000.0, write: float = 0.0):  # type: ignore[no-untyped-def]
+         store: StoreWindows | None = None, interval: float = 1000.0, write: float = 0.0) -> Accounting:
     return account(np.array([0.0]), np.array([length]), np.array([cause]), np.zeros(1), interval,
                    write, save_u=None if u is None else np.array([u]), fail_prob=q, store=store)
 
