@@ -73,6 +73,7 @@ MANUAL_SECONDS = Sourced(3600.0, "assumed (page + manual triage)")
 DOMAIN_OUTAGE_HOURS: dict[FaultClass, Sourced] = {
     FaultClass.FABRIC_SWITCH_DOWN: Sourced(4.0, "assumed (leaf switch swap)"),
     FaultClass.STORAGE_OUTAGE: Sourced(1.0, "assumed (storage failover / restart)"),
+    FaultClass.STORAGE_DEGRADED: Sourced(1.0, "assumed (a degraded placement group recovers)"),
 }
 DOMAIN_OUTAGE_FALLBACK = Sourced(4.0, "assumed")
 
@@ -98,7 +99,18 @@ RECURRENCE_CAP = 20
 DEFAULT_DOMAINS: dict[FaultClass, str] = {
     FaultClass.FABRIC_SWITCH_DOWN: "leaf",
     FaultClass.STORAGE_OUTAGE: "cluster",
+    FaultClass.STORAGE_DEGRADED: "cluster",
 }
+
+# The checkpoint store is one system for the whole job: its faults do not multiply with our node
+# count. The catalog's storage rates are Llama 3's "Dependency" count over its GPU-hours, seen by
+# one job on 16,384 GPUs, so the store's events per hour = per-GPU-hour rate x 16,384 (D).
+STORE_REFERENCE_GPUS = Sourced(
+    16_384.0, "Llama 3 Herd of Models (Meta, 2024): the store's faults were seen by one 16,384-GPU job (D)")
+# How much slower saves and loads are while the store is degraded.
+STORE_DEGRADED_FACTOR = Sourced(5.0, "assumed (no published figure)")
+# A save that fails on its own (the store is up): off unless a scenario says otherwise.
+CHECKPOINT_FAILURE_PROBABILITY = Sourced(0.0, "assumed (no published figure): off")
 
 # Ladder rung for a class that a scenario adds a rate for but the catalog has no entry of
 # (assumed, following gpu-faults.md's ladder: restart app -> reset GPU -> reboot node -> replace).

@@ -4,8 +4,9 @@ Read fields (docs/simulator.md, "Game-day report input"): a top-level object wit
 list (a bare list is accepted too); per experiment `fault_class` (or `faultClass`) and the measured
 seconds from the fault, `detect_seconds`, `isolate_seconds`, `recover_seconds` (camelCase accepted),
 either on the experiment or inside its `measured` object. Missing or null values are "not
-measured". Other keys are ignored, so the report may grow. Several experiments of one class: the
-median is used.
+measured". Other keys are ignored, so the report may grow. Several experiments of one class: each
+fault of the projection draws one experiment's times (the measured distribution); the medians are
+recorded as the class's summary.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class Measured:
     isolate_seconds: float | None
     recover_seconds: float | None
     experiments: tuple[str, ...]
+    # every experiment's own (detect, isolate, recover) seconds from the fault (None: not measured),
+    # in report order: the measured distribution the projection draws from
+    samples: tuple[tuple[float | None, float | None, float | None], ...] = ()
 
 
 def _number(value: Any, path: str, problems: list[Problem]) -> float | None:
@@ -61,6 +65,7 @@ def parse_report(doc: Any, file: str) -> dict[FaultClass, Measured]:
     known = ", ".join(c.value for c in FaultClass)
     samples: dict[FaultClass, dict[str, list[float]]] = {}
     names: dict[FaultClass, list[str]] = {}
+    triples: dict[FaultClass, list[tuple[float | None, float | None, float | None]]] = {}
     for i, exp in enumerate(exps):
         where = f"{base}[{i}]"
         if not isinstance(exp, dict):
@@ -107,6 +112,8 @@ def parse_report(doc: Any, file: str) -> dict[FaultClass, Measured]:
             continue  # an experiment that measured nothing (e.g. it was aborted): nothing to use
         for name, v in values.items():
             samples.setdefault(cls, {}).setdefault(name, []).append(v)
+        triples.setdefault(cls, []).append(
+            (values.get("detect"), values.get("isolate"), values.get("recover")))
         names.setdefault(cls, []).append(str(exp.get("name", exp.get("experiment", where))))
     if problems:
         raise InputError(file, problems)
@@ -118,7 +125,8 @@ def parse_report(doc: Any, file: str) -> dict[FaultClass, Measured]:
         return float(statistics.median(vals)) if vals else None
 
     return {
-        cls: Measured(cls, med(cls, "detect"), med(cls, "isolate"), med(cls, "recover"), tuple(names[cls]))
+        cls: Measured(cls, med(cls, "detect"), med(cls, "isolate"), med(cls, "recover"),
+                      tuple(names[cls]), tuple(triples[cls]))
         for cls in samples
     }
 

@@ -15,7 +15,7 @@ from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.taxonomy import FaultClass, LadderAction
 from gpufleet.sim import defaults as d
 from gpufleet.sim.gameday_input import Measured
-from gpufleet.sim.params import ClassHandling, FaultKind, SimParams
+from gpufleet.sim.params import ClassHandling, FaultKind, SimParams, UpgradeWave
 from gpufleet.sim.scenario import Scenario
 
 
@@ -47,17 +47,20 @@ def apply_rate_overrides(kinds: list[FaultKind], sc: Scenario, gpus_per_node: in
         ov = sc.rates.get(k.fault_class)
         rate = k.per_node_hour * sc.rate_scale
         src = k.source if sc.rate_scale == 1.0 else f"{k.source}; x{sc.rate_scale} (scenario rateScale)"
-        if ov is not None:
+        action = k.action
+        if ov is not None and ov.has_rate:
             total = sum(x.per_node_hour for x in kinds if x.fault_class is k.fault_class)
             new_total = ov.per_gpu_hour(gpus_per_node) * gpus_per_node * sc.rate_scale
             rate = k.per_node_hour / total * new_total if total > 0 else 0.0
             src = f"{ov.source} (scenario rates.{k.fault_class.value}; split as in the catalog)"
-        out.append(FaultKind(k.fault_id, k.fault_class, k.cause, src, rate, k.action,
+        if ov is not None and ov.action is not None:
+            action = ov.action
+        out.append(FaultKind(k.fault_id, k.fault_class, k.cause, src, rate, action,
                              k.escalate_repeats, k.escalate_window_hours, k.escalate_to))
     present = {k.fault_class for k in kinds if k.per_node_hour > 0}
     for cls, ov in sc.rates.items():
-        if cls in present:
-            continue
+        if cls in present or not ov.has_rate:
+            continue  # (an action alone for a class without a rate is refused by `unused_keys`)
         action = ov.action or LadderAction(d.CLASS_DEFAULT_ACTION[cls])
         out.append(FaultKind(
             fault_id=f"scenario-{cls.value}", fault_class=cls, cause=f"{cls.value} (scenario)",
@@ -90,6 +93,29 @@ def restart_seconds(job_gpus: int, load_seconds: float, sc: Scenario) -> tuple[f
     return load_seconds + init, src
 
 
+def _manual_seconds(sc: Scenario) -> float:
+    ms = sc.circuit_breaker.manual_seconds
+    return ms if ms is not None else d.MANUAL_SECONDS.value
+
+
+def detection_mode(stack: StackSpec, sc: Scenario, cls: FaultClass) -> str:
+    return sc.detection.mode.get(cls) or stack.remediation.detection.get(cls) or "passive"
+
+
+def _triples(m: Measured, det: float, iso: float, floor: float, manual: float | None
+             ) -> tuple[tuple[float, float, float], ...]:
+    """One (detect, isolate, restart floor) per game-day experiment, in seconds; an unmeasured part
+    takes the class's resolved value."""
+    out = []
+    for md, mi, mr in m.samples:
+        dd = md if md is not None else det
+        ii = (mi - (md if md is not None else 0.0)) if mi is not None else iso
+        ii = manual if manual is not None else max(ii, 0.0)
+        ff = mr - max(v for v in (mi, md, 0.0) if v is not None) if mr is not None else floor
+        out.append((dd, ii, ff))
+    return tuple(out)
+
+
 def _handling(
     stack: StackSpec, sc: Scenario, measured: Mapping[FaultClass, Measured], report_file: str
 ) -> dict[FaultClass, ClassHandling]:
@@ -98,7 +124,7 @@ def _handling(
     manual_isolation = stack.remediation.mode == "monitor-only"
     out = {}
     for cls in FaultClass:
-        mode = sc.detection.mode.get(cls) or stack.remediation.detection.get(cls) or "passive"
+        mode = detection_mode(stack, sc, cls)
         if mode == "active":
             if cls in sc.detection.active_seconds:
                 det, det_src = sc.detection.active_seconds[cls], "scenario detection.activeSeconds"
@@ -111,8 +137,9 @@ def _handling(
         else:
             iso, iso_src = d.ISOLATE_SECONDS.value, d.ISOLATE_SECONDS.source
         if manual_isolation:
-            iso, iso_src = d.MANUAL_SECONDS.value, "remediation.mode monitor-only: a human isolates"
+            iso, iso_src = _manual_seconds(sc), "remediation.mode monitor-only: a human isolates"
         floor, floor_src = 0.0, "none"
+        triples: tuple[tuple[float, float, float], ...] = ()
         m = measured.get(cls)
         if m is not None:
             tag = f"game-day report {report_file} (median of {len(m.experiments)})"
@@ -123,6 +150,9 @@ def _handling(
             if m.recover_seconds is not None:
                 before = max(v for v in (m.isolate_seconds, m.detect_seconds, 0.0) if v is not None)
                 floor, floor_src = m.recover_seconds - before, f"{tag}: measured restart, a lower bound"
+            if len(m.samples) > 1:  # draw each fault's times from the experiments, not the median
+                triples = _triples(m, det, iso, floor, _manual_seconds(sc) if manual_isolation else None)
+                det_src = iso_src = f"{tag}; each fault draws one experiment's times"
         outage = sc.domain_outage_hours.get(
             cls, d.DOMAIN_OUTAGE_HOURS.get(cls, d.DOMAIN_OUTAGE_FALLBACK).value)
         out[cls] = ClassHandling(
@@ -131,6 +161,7 @@ def _handling(
             weibull_shape=sc.weibull_shape.get(cls, 1.0),
             domain=sc.domains.get(cls) or d.DEFAULT_DOMAINS.get(cls, "node"),  # type: ignore[arg-type]
             domain_outage_hours=outage,
+            measured=triples,
         )
     return out
 
@@ -168,6 +199,18 @@ def resolve(
     bins = (tuple((b.share, b.min_hours, b.max_hours) for b in rp.replace) if rp.replace is not None
             else d.REPAIR_BINS)
     horizon = days if days is not None else (sc.days if sc.days is not None else 54.0)
+    handling = _handling(stack, sc, measured or {}, report_file)
+    problems = unused_keys(stack, sc, kinds, handling, mode)
+    if problems:
+        raise InputError(scenario_file, problems)
+    up = sc.upgrade
+    upgrade = (UpgradeWave(up.start_hours * 3600.0, up.wave_nodes, up.wave_minutes * 60.0)
+               if up is not None else None)
+    st = sc.storage
+    ck_fail = sc.checkpoint.failure_probability
+    overridden = {k: f"scenario {k} {v!r} overridden by the command line"
+                  for k, v, cli in (("pool", sc.pool, pool), ("days", sc.days, days))
+                  if v is not None and cli is not None}
     return SimParams(
         pool=np_.name,
         accelerator=np_.accelerator.value,
@@ -179,7 +222,7 @@ def resolve(
         nodes_per_leaf=np_.topology.nodes_per_leaf,
         days=horizon,
         kinds=tuple(kinds),
-        handling=_handling(stack, sc, measured or {}, report_file),
+        handling=handling,
         lemon_fraction=sc.lemons.fraction,
         lemon_multiplier=sc.lemons.multiplier,
         recurrence_factor=sc.lemons.recurrence_factor,
@@ -202,11 +245,27 @@ def resolve(
         breaker_window_seconds=60.0 * (sc.circuit_breaker.window_minutes
                                        if sc.circuit_breaker.window_minutes is not None
                                        else br.window_minutes),
-        manual_seconds=(sc.circuit_breaker.manual_seconds if sc.circuit_breaker.manual_seconds is not None
-                        else d.MANUAL_SECONDS.value),
+        manual_seconds=_manual_seconds(sc),
         cap_reset_gpu=stack.remediation.attempt_caps.reset_gpu,
         cap_reboot_node=stack.remediation.attempt_caps.reboot_node,
+        attempt_window_seconds=(sc.attempt_caps.window_hours * 3600.0
+                                if sc.attempt_caps.window_hours is not None else None),
+        checkpoint_failure_probability=(ck_fail if ck_fail is not None
+                                        else d.CHECKPOINT_FAILURE_PROBABILITY.value),
+        store_reference_gpus=(st.reference_gpus if st.reference_gpus is not None
+                              else int(d.STORE_REFERENCE_GPUS.value)),
+        store_degraded_factor=(st.degraded_factor if st.degraded_factor is not None
+                               else d.STORE_DEGRADED_FACTOR.value),
+        upgrade=upgrade,
         sources={
+            **overridden,
+            "store": (f"reference {d.STORE_REFERENCE_GPUS.source}; degraded factor "
+                      f"{d.STORE_DEGRADED_FACTOR.source}" if not st.model_fields_set else "scenario storage"),
+            "checkpoint_failures": (d.CHECKPOINT_FAILURE_PROBABILITY.source if ck_fail is None
+                                    else "scenario checkpoint.failureProbability"),
+            "attempt_caps": "stack remediation.attemptCaps"
+            + (" within scenario attemptCaps.windowHours" if sc.attempt_caps.window_hours is not None
+               else ", counted since the node was new"),
             "rates": "fault catalog (gpufleet/catalog/data, rate.source per kind)",
             "checkpoint": "stack storage.checkpoint"
             + (" + scenario" if sc.checkpoint.model_fields_set else ""),
@@ -222,3 +281,76 @@ def resolve(
             "spares": "stack nodePools" if spares is None and sc.spares.count is None else "override",
         },
     )
+
+
+STORE = (FaultClass.STORAGE_OUTAGE, FaultClass.STORAGE_DEGRADED)
+
+
+def unused_keys(stack: StackSpec, sc: Scenario, kinds: list[FaultKind],
+                handling: Mapping[FaultClass, ClassHandling], spare_mode: SpareMode) -> list[Problem]:
+    """Every scenario key that would change nothing here, with its path: a silently ignored
+    input is an error (STYLE.md point 7)."""
+    out: list[Problem] = []
+    rated = {k.fault_class for k in kinds if k.per_node_hour > 0}
+    no_rate = "no fault of this class has a rate here, so it would change nothing"
+    for cls, ov in sc.rates.items():
+        if not ov.has_rate and cls not in rated:
+            out.append(Problem(f"rates.{cls.value}.action", f"{no_rate}; give a rate too"))
+    for key, table in (("weibullShape", sc.weibull_shape), ("domains", sc.domains),
+                       ("domainOutageHours", sc.domain_outage_hours),
+                       ("isolateSeconds", sc.isolate_seconds),
+                       ("detection.activeSeconds", sc.detection.active_seconds)):
+        for cls in table:
+            if cls not in rated:
+                out.append(Problem(f"{key}.{cls.value}", no_rate))
+    for cls in sc.weibull_shape:
+        if cls in rated and (handling[cls].domain != "node" or cls in STORE):
+            out.append(Problem(f"weibullShape.{cls.value}",
+                               "a shared-domain or store fault arrives at the fleet level (Poisson); "
+                               "a per-node Weibull shape does not apply"))
+    for cls, dom in sc.domains.items():
+        if cls in STORE and dom != "cluster":
+            out.append(Problem(f"domains.{cls.value}",
+                               "the checkpoint store serves the whole job: its domain is `cluster`"))
+    for cls in sc.domain_outage_hours:
+        if cls in rated and handling[cls].domain == "node" and cls not in STORE:
+            out.append(Problem(f"domainOutageHours.{cls.value}",
+                               "this class hits single nodes (domain `node`); set `domains` for it "
+                               "or drop the key"))
+    for cls in sc.isolate_seconds:
+        if cls in STORE:
+            out.append(Problem(f"isolateSeconds.{cls.value}", "a store fault isolates no node"))
+        elif stack.remediation.mode == "monitor-only":
+            out.append(Problem(f"isolateSeconds.{cls.value}",
+                               "remediation.mode is monitor-only: a human isolates every node "
+                               "(circuitBreaker.manualSeconds)"))
+    for cls in sc.detection.active_seconds:
+        if cls in rated and detection_mode(stack, sc, cls) != "active":
+            out.append(Problem(f"detection.activeSeconds.{cls.value}",
+                               "this class is detected passively (stack remediation.detection / "
+                               "scenario detection.mode); set its mode to active or drop the key"))
+    if sc.detection.collective_timeout_seconds is not None and all(
+            detection_mode(stack, sc, c) == "active" for c in rated):
+        out.append(Problem("detection.collectiveTimeoutSeconds",
+                           "every rated class is detected actively: the timeout is never waited for"))
+    lm = sc.lemons
+    if lm.multiplier != 1.0 and lm.fraction == 0.0:
+        out.append(Problem("lemons.multiplier", "lemons.fraction is 0: no node gets the multiplier"))
+    if lm.fraction > 0.0 and lm.multiplier == 1.0:
+        out.append(Problem("lemons.fraction", "lemons.multiplier is 1: the chosen nodes fail as the rest"))
+    if "recurrence_cap" in lm.model_fields_set and lm.recurrence_factor == 1.0:
+        out.append(Problem("lemons.recurrenceCap", "lemons.recurrenceFactor is 1: nothing to cap"))
+    if sc.spares.cold_start_seconds is not None and spare_mode is SpareMode.WARM:
+        out.append(Problem("spares.coldStartSeconds", "spares are warm here (stack nodePools / "
+                                                      "scenario spares.mode): no cold start"))
+    if sc.storage.reference_gpus is not None and not rated & set(STORE):
+        out.append(Problem("storage.referenceGpus", "no storage fault has a rate here"))
+    if sc.storage.degraded_factor is not None and FaultClass.STORAGE_DEGRADED not in rated:
+        out.append(Problem("storage.degradedFactor", "storage-degraded has no rate here"))
+    if stack.remediation.mode == "monitor-only":
+        for key in ("max_quarantined_share", "window_minutes"):
+            if key in sc.circuit_breaker.model_fields_set:
+                camel = "maxQuarantinedShare" if key == "max_quarantined_share" else "windowMinutes"
+                out.append(Problem(f"circuitBreaker.{camel}", "remediation.mode is monitor-only: "
+                                                              "the remediator quarantines nothing"))
+    return out

@@ -34,13 +34,20 @@ class RateOverride(_Model):
     per_million_gpu_hours: NonNegFloat | None = None
     per_thousand_node_days: NonNegFloat | None = None
     source: str = "scenario"
-    action: LadderAction | None = None  # only for a class the catalog has no rated entry of
+    # The ladder rung of every fault of this class (replaces the catalog's action; a new class
+    # without one gets defaults.CLASS_DEFAULT_ACTION).
+    action: LadderAction | None = None
 
     @model_validator(mode="after")
     def _one_unit(self) -> RateOverride:
-        if (self.per_million_gpu_hours is None) == (self.per_thousand_node_days is None):
-            raise ValueError("give exactly one of perMillionGpuHours or perThousandNodeDays")
+        both = self.per_million_gpu_hours is not None and self.per_thousand_node_days is not None
+        if both or (not self.has_rate and self.action is None):
+            raise ValueError("give one of perMillionGpuHours or perThousandNodeDays, or an action")
         return self
+
+    @property
+    def has_rate(self) -> bool:
+        return self.per_million_gpu_hours is not None or self.per_thousand_node_days is not None
 
     def per_gpu_hour(self, gpus_per_node: int) -> float:
         if self.per_million_gpu_hours is not None:
@@ -72,6 +79,26 @@ class CheckpointOverride(_Model):
     interval_minutes: PosFloat | None = None
     write_seconds: NonNegFloat | None = None
     load_seconds: NonNegFloat | None = None
+    failure_probability: Annotated[float, Field(ge=0, le=1)] | None = None  # each save, on its own
+
+
+class StorageOverride(_Model):
+    """The checkpoint store: one for the whole job."""
+
+    reference_gpus: Annotated[int, Field(ge=1)] | None = None  # fleet size its rates were seen on
+    degraded_factor: Annotated[float, Field(ge=1)] | None = None  # saves and loads this much slower
+
+
+class AttemptCapsOverride(_Model):
+    window_hours: PosFloat | None = None  # count ladder attempts within this window only
+
+
+class UpgradeSpec(_Model):
+    """A rolling drain of every node (driver/firmware upgrade), spares first."""
+
+    start_hours: NonNegFloat = 0.0
+    wave_nodes: Annotated[int, Field(ge=1)]
+    wave_minutes: PosFloat
 
 
 class SparesOverride(_Model):
@@ -127,6 +154,9 @@ class Scenario(_Model):
     spares: SparesOverride = Field(default_factory=SparesOverride)
     repair: RepairSpec = Field(default_factory=RepairSpec)
     circuit_breaker: BreakerOverride = Field(default_factory=BreakerOverride)
+    storage: StorageOverride = Field(default_factory=StorageOverride)
+    attempt_caps: AttemptCapsOverride = Field(default_factory=AttemptCapsOverride)
+    upgrade: UpgradeSpec | None = None
 
 
 def parse_scenario(data: object, file: str) -> Scenario:

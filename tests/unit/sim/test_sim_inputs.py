@@ -175,3 +175,78 @@ def test_cli_recommend(tmp_path: Path) -> None:
         cheaper = [c for c in rec["candidates"] if c["meets_slos"]
                    and c["gpu_hours_per_useful_gpu_hour"] < best["gpu_hours_per_useful_gpu_hour"]]
         assert not cheaper
+
+
+def test_a_scenario_action_changes_every_fault_of_its_class() -> None:
+    from gpufleet.core.taxonomy import LadderAction
+    from gpufleet.sim import parse_scenario
+
+    cat = Catalog((fault("a", "gpu-fatal", "reset-gpu", 3.0, "A"),
+                   fault("b", "gpu-fatal", "replace", 1.0, "B"),
+                   fault("c", "node-crash", "replace", 2.0, "C")))
+    sc = parse_scenario({"rates": {"gpu-fatal": {"action": "reboot-node"}}}, "s.yaml")
+    p = resolve(stack(), cat, sc)
+    actions = {k.fault_id: k.action for k in p.kinds}
+    assert actions == {"a": LadderAction.REBOOT_NODE, "b": LadderAction.REBOOT_NODE,
+                       "c": LadderAction.REPLACE}
+    per_m = {k.fault_id: k.per_node_hour / 8 * 1e6 for k in p.kinds}
+    assert per_m["a"] == pytest.approx(3.0)  # an action alone keeps the rate
+
+
+def test_scenario_keys_that_would_change_nothing_are_refused_with_their_paths() -> None:
+    from gpufleet.sim import parse_scenario
+
+    cat = Catalog((fault("a", "gpu-fatal", "reset-gpu", 3.0, "A"),
+                   fault("st", "storage-outage", "none", 1.0, "S")))
+    sc = parse_scenario({
+        "rates": {"node-hang": {"action": "replace"}},          # no rate for node-hang
+        "weibullShape": {"storage-outage": 0.7},                # store faults are fleet-level
+        "domainOutageHours": {"gpu-fatal": 2},                  # gpu-fatal hits single nodes
+        "isolateSeconds": {"storage-outage": 5},                # a store fault isolates nothing
+        "detection": {"activeSeconds": {"gpu-fatal": 3}},       # gpu-fatal is passive here
+        "lemons": {"multiplier": 5},                            # fraction 0
+        "spares": {"coldStartSeconds": 600},                    # spares are warm
+        "storage": {"degradedFactor": 3},                       # no storage-degraded rate
+        "domains": {"storage-outage": "leaf"},                  # the store is job-wide
+    }, "s.yaml")
+    with pytest.raises(InputError) as ei:
+        resolve(stack(), cat, sc, scenario_file="s.yaml")
+    assert ei.value.file == "s.yaml"
+    assert {p.path for p in ei.value.problems} == {
+        "rates.node-hang.action", "weibullShape.storage-outage", "domainOutageHours.gpu-fatal",
+        "isolateSeconds.storage-outage", "detection.activeSeconds.gpu-fatal", "lemons.multiplier",
+        "spares.coldStartSeconds", "storage.degradedFactor", "domains.storage-outage"}
+    # The same keys where they do change the model are accepted.
+    ok = parse_scenario({"detection": {"mode": {"gpu-fatal": "active"}, "activeSeconds": {"gpu-fatal": 3}},
+                         "lemons": {"fraction": 0.1, "multiplier": 5},
+                         "spares": {"mode": "cold", "coldStartSeconds": 600}}, "ok.yaml")
+    p = resolve(stack(), cat, ok)
+    assert p.handling[FaultClass.GPU_FATAL].detect_seconds == 3
+    assert (p.lemon_fraction, p.cold_start_seconds) == (0.1, 600)
+
+
+def test_new_scenario_keys_reach_the_parameters() -> None:
+    from gpufleet.sim import parse_scenario
+
+    cat = Catalog((fault("a", "gpu-fatal", "reset-gpu", 3.0, "A"),
+                   fault("sd", "storage-degraded", "none", 1.0, "S")))
+    sc = parse_scenario({
+        "checkpoint": {"failureProbability": 0.02}, "storage": {"referenceGpus": 4096, "degradedFactor": 3},
+        "attemptCaps": {"windowHours": 24}, "upgrade": {"startHours": 2, "waveNodes": 4, "waveMinutes": 30},
+    }, "s.yaml")
+    p = resolve(stack(), cat, sc)
+    assert p.checkpoint_failure_probability == 0.02
+    assert (p.store_reference_gpus, p.store_degraded_factor) == (4096, 3)
+    assert p.attempt_window_seconds == 86400
+    assert p.upgrade is not None and (p.upgrade.start_seconds, p.upgrade.wave_nodes,
+                                      p.upgrade.wave_seconds) == (7200, 4, 1800)
+    assert p.handling[FaultClass.STORAGE_DEGRADED].domain == "cluster"
+
+
+def test_report_experiments_drive_the_projection_as_a_distribution(tmp_path: Path) -> None:
+    m = load_report(_write(tmp_path, "r.json", json.dumps(REPORT)))
+    assert m[FaultClass.GPU_FATAL].samples == ((12.0, 40.0, 200.0), (20.0, 60.0, 260.0))
+    p = resolve(stack(), llama3_catalog(), measured=m, report_file="r.json")
+    # Each experiment: detect, isolate - detect, recover - isolate.
+    assert p.handling[FaultClass.GPU_FATAL].measured == ((12.0, 28.0, 160.0), (20.0, 40.0, 200.0))
+    assert p.handling[FaultClass.NODE_CRASH].measured == ()  # one experiment: its value is used
