@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-from pulumi.runtime.config import CONFIG, get_config_env
+from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
 
 from gpufleet.config import StackSpec, parse_stack
 from gpufleet.config.load import NAMESPACE
+from gpufleet.config.model import decrypted_by_pulumi
 from gpufleet.core.errors import InputError
 from gpufleet.infra import Platform, PlatformArgs
 
@@ -42,8 +43,13 @@ def read_stack_config() -> dict[str, Any]:
 def main() -> None:
     stack = pulumi.get_stack()
     file = f"stacks/Pulumi.{stack}.yaml"
+    data = read_stack_config()
+    # Keys Pulumi decrypted were `secure:` in the stack file; a plain secret anywhere else is a
+    # plain-text credential and validation refuses it outside the sandbox.
+    decrypted = frozenset(k for k in data if is_config_secret(f"{NAMESPACE}:{k}"))
     try:
-        spec = parse_stack(read_stack_config(), file)
+        with decrypted_by_pulumi(decrypted):
+            spec = parse_stack(data, file)
     except InputError as e:
         # Same lines `gpufleet validate` prints; the Pulumi engine shows them as the error.
         raise pulumi.RunError(e.render()) from None
@@ -52,7 +58,8 @@ def main() -> None:
             "this is the sandbox stack: its node patches address nodes named "
             f"{', '.join(p.node_names()[0] for p in spec.node_pools)}... (a small dev cluster such as kind)"
         )
-    platform = Platform(stack, PlatformArgs(spec, stack))
+    context = pulumi.Config("kubernetes").get("context")
+    platform = Platform(stack, PlatformArgs(spec, stack, context))
     for name, value in platform.outputs.items():
         pulumi.export(name, value)
 

@@ -174,7 +174,7 @@ def nccl_env_matches_fabric(resources: Sequence[tuple[str, Mapping[str, Any]]]) 
             out.append(
                 f"{name}: fabric {fabric} but the EFA device plugin is {'' if efa else 'not '}installed"
             )
-        if fabric in ("infiniband", "roce") and not nic:
+        if fabric in ("infiniband", "roce") and not nic and name != "collective-env-huawei":
             out.append(f"{name}: fabric {fabric} without a NicClusterPolicy")
         if name == "collective-env-huawei":
             continue  # HCCL: its own variable names

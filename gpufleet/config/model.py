@@ -8,8 +8,12 @@ values stay opaque.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -71,6 +75,29 @@ class Secret(BaseModel):
         return "[secret]"
 
     __repr__ = __str__
+
+
+# Top-level stack keys whose values Pulumi decrypted before handing them to the program (the
+# entry point sets this): their plain secrets were `secure:` in the stack file, not plain text.
+_PULUMI_DECRYPTED: ContextVar[frozenset[str]] = ContextVar("pulumi_decrypted", default=frozenset())
+
+
+@contextmanager
+def decrypted_by_pulumi(keys: frozenset[str]) -> Iterator[None]:
+    """Within this block, plain secrets under these top-level keys count as encrypted at rest."""
+    token = _PULUMI_DECRYPTED.set(keys)
+    try:
+        yield
+    finally:
+        _PULUMI_DECRYPTED.reset(token)
+
+
+def url_credentials(text: str) -> bool:
+    """Whether a URL carries a password in its userinfo (`scheme://user:password@host`)."""
+    try:
+        return urlsplit(text).password is not None
+    except ValueError:
+        return False
 
 
 # --------------------------------------------------------------------------- cluster
@@ -299,10 +326,19 @@ class CephPool(Model):
     failure_domain: Literal["host", "rack", "osd"] = "host"
 
 
+class CephStorageNode(Model):
+    """An existing node that hosts Ceph OSDs, and the rack it stands in (Rook's CRUSH map reads
+    the rack from the node's `topology.rook.io/rack` label, which the stack sets)."""
+
+    name: str
+    rack: Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")]
+
+
 class CephSpec(Model):
     mons: Annotated[int, Field(ge=1, le=9)] = 3
     mgrs: Annotated[int, Field(ge=1, le=2)] = 2
     osd_node_selector: dict[str, str] = Field(default_factory=dict)
+    storage_nodes: list[CephStorageNode] = Field(default_factory=list)
     osd_devices_filter: str = "^nvme[0-9]n1$"
     network_provider: Literal["host", "multus"] = "host"
     pools: list[CephPool] = Field(default_factory=lambda: [CephPool(name="replicapool")])
@@ -314,6 +350,37 @@ class CephSpec(Model):
         if v % 2 == 0:
             raise ValueError(f"mons must be odd for a quorum (got {v})")
         return v
+
+    @model_validator(mode="after")
+    def _placeable(self) -> CephSpec:
+        """Every pool's replicas must land in distinct failure domains: a size-3 rack pool needs
+        OSD nodes in 3 racks, or Ceph leaves its placement groups undersized forever."""
+        problems = []
+        names = [n.name for n in self.storage_nodes]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            problems.append(f"storageNodes repeat: {', '.join(dups)}")
+        racks = {n.rack for n in self.storage_nodes}
+        for pool in self.pools:
+            if pool.failure_domain == "rack":
+                if not self.storage_nodes:
+                    problems.append(
+                        f"pool {pool.name}: failureDomain rack needs storageNodes with their racks "
+                        "(the stack labels them topology.rook.io/rack)"
+                    )
+                elif len(racks) < pool.replicas:
+                    problems.append(
+                        f"pool {pool.name}: {pool.replicas} replicas across racks, but storageNodes "
+                        f"span {len(racks)} rack(s)"
+                    )
+            elif pool.failure_domain == "host" and self.storage_nodes and len(names) < pool.replicas:
+                problems.append(
+                    f"pool {pool.name}: {pool.replicas} replicas across hosts, but only "
+                    f"{len(names)} storageNodes"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class CheckpointSpec(Model):
@@ -356,6 +423,7 @@ class MonitoringSpec(Model):
     dcgm_scrape_interval: Annotated[str, Field(pattern=_DURATION)] = "15s"
     alert_routes: list[AlertRoute] = Field(default_factory=list)
     grafana: bool = True
+    grafana_admin_password: Secret | None = None  # required wherever Grafana runs outside a sandbox
 
 
 # --------------------------------------------------------------------------- scheduler
@@ -536,6 +604,7 @@ class StackSpec(Model):
             problems.append("nodePools: provisioning kind sandbox needs cluster.environment sandbox")
         if any(sandboxed) and self.sandbox is None:
             problems.append("sandbox: a stack with sandbox node pools needs a sandbox section")
+        problems += self._secret_problems()
         if self.sandbox is not None:
             nodes = sum(p.nodes for p in self.node_pools)
             if self.sandbox.training.nodes > nodes:
@@ -546,6 +615,52 @@ class StackSpec(Model):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def secrets(self) -> list[tuple[str, str, Secret]]:
+        """(top-level key, path, secret) of every secret value in the stack."""
+        out: list[tuple[str, str, Secret]] = []
+        js = self.storage.juicefs
+        if js is not None:
+            for field, value in (("metaUrl", js.meta_url), ("accessKey", js.access_key),
+                                 ("secretKey", js.secret_key)):
+                if value is not None:
+                    out.append(("storage", f"storage.juicefs.{field}", value))
+        if self.monitoring.grafana_admin_password is not None:
+            out.append(("monitoring", "monitoring.grafanaAdminPassword",
+                        self.monitoring.grafana_admin_password))
+        return out
+
+    def _secret_problems(self) -> list[str]:
+        """Outside the sandbox: no secret in plain text in the stack file, no credential inside a
+        plain URL, and no Grafana with the chart's default admin password."""
+        if self.cluster.environment is Environment.SANDBOX:
+            return []
+        problems = []
+        decrypted = _PULUMI_DECRYPTED.get()
+        for key, path, secret in self.secrets():
+            if secret.plain is not None and key not in decrypted:
+                problems.append(
+                    f"{path}: a plain-text secret in a {self.cluster.environment.value} stack; set it "
+                    f"with `pulumi config set --secret --path 'gpufleet:{path}' ...`"
+                )
+        plain_urls = [("storage.checkpoint.location", self.storage.checkpoint.location)]
+        if self.storage.juicefs is not None:
+            plain_urls.append(("storage.juicefs.bucket", self.storage.juicefs.bucket))
+        for path, url in plain_urls:
+            if url_credentials(url):
+                problems.append(f"{path}: the URL carries a password; move the credential to a secret")
+        if self.monitoring.grafana:
+            # Without a password the program deploys no Grafana at all (never the chart's default
+            # login); a production stack must say which it wants.
+            pw = self.monitoring.grafana_admin_password
+            if pw is None and self.cluster.environment is Environment.PRODUCTION:
+                problems.append(
+                    "monitoring.grafanaAdminPassword: Grafana needs an admin password (a secret), "
+                    "or set monitoring.grafana: false"
+                )
+            elif pw is not None and pw.plain in ("prom-operator", "admin"):  # chart defaults
+                problems.append("monitoring.grafanaAdminPassword: is a chart's default password")
+        return problems
 
     # Derived figures, used by preview, the simulator and reports.
     @property

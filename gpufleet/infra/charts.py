@@ -61,7 +61,50 @@ CHARTS: dict[str, ChartRef] = {
         "node-problem-detector", "2.3.14", "kube-system", "https://charts.deliveryhero.io/"
     ),
     "nvsentinel": ChartRef("oci://ghcr.io/nvidia/nvsentinel", "v0.6.0", "nvsentinel"),
+    # Slinky's slurm-operator (its values.yaml, `certManager.enabled: true` by default) and NVSentinel
+    # issue their webhook / client certificates through cert-manager: installed once, CRDs included.
+    "cert-manager": ChartRef("cert-manager", "v1.17.2", "cert-manager", "https://charts.jetstack.io"),
+    # Exactly one Node Feature Discovery per cluster: the GPU, Network and AMD operators each bundle
+    # one and each is switched off in favour of this release (ADR 0020).
+    "node-feature-discovery": ChartRef(
+        "node-feature-discovery",
+        "0.17.3",
+        "node-feature-discovery",
+        "https://kubernetes-sigs.github.io/node-feature-discovery/charts",
+    ),
 }
+
+# Pod Security admission level of each chart's namespace (kube-system is the cluster's and is left
+# alone). Driver, device-plugin, CNI, storage and node-agent operators run privileged pods with host
+# paths and host networking; a namespace without a label inherits the cluster default, which on a
+# hardened cluster is `baseline` or `restricted` and rejects those pods.
+POD_SECURITY: dict[str, str] = {
+    "gpu-operator": "privileged",
+    "network-operator": "privileged",
+    "amd-gpu-operator": "privileged",
+    "rook-ceph": "privileged",
+    "kube-prometheus-stack": "privileged",  # node-exporter: hostNetwork, hostPID, host paths
+    "nvsentinel": "privileged",  # its health monitors read the host's journal and DCGM
+    "node-feature-discovery": "privileged",  # nfd-worker mounts /sys, /proc and host paths
+    "slurm": "privileged",  # slurmd needs SYS_ADMIN and friends (the chart's capabilities list)
+    "volcano": "baseline",
+    "kueue": "restricted",
+    "slurm-operator": "restricted",
+    "cert-manager": "restricted",
+}
+
+# Releases whose deletion would pull drivers, RDMA or storage out from under running jobs: a
+# `pulumi destroy` leaves them installed (retain_on_delete) for a human to remove.
+RETAINED = frozenset(
+    {
+        "gpu-operator",
+        "network-operator",
+        "amd-gpu-operator",
+        "rook-ceph",
+        "juicefs-csi-driver",
+        "cert-manager",
+    }
+)
 
 # Versions of what the operators above install on the nodes (not charts, but just as pinned).
 # NVIDIA data-center driver branch 570 is the default of GPU Operator v25.3 (its release notes).
@@ -85,26 +128,58 @@ def image_fields(image: tuple[str, str, str]) -> dict[str, str]:
     return {"repository": repository, "image": name, "version": version}
 
 
+def namespace_labels(key: str) -> dict[str, str]:
+    """Labels of the namespace of chart `key`: ours, plus its Pod Security level enforced."""
+    labels = {"app.kubernetes.io/managed-by": "gpufleet"}
+    level = POD_SECURITY.get(key)
+    if level is not None:
+        for mode in ("enforce", "audit", "warn"):
+            labels[f"pod-security.kubernetes.io/{mode}"] = level
+    return labels
+
+
+def chart_namespace(resource_name: str, key: str, parent: pulumi.Resource) -> k8s.core.v1.Namespace | None:
+    """The namespace of chart `key` as a resource of ours (so it carries Pod Security labels and
+    exists before any Secret the chart reads); None for kube-system, which the cluster owns."""
+    ns = CHARTS[key].namespace
+    if ns == "kube-system":
+        return None
+    return k8s.core.v1.Namespace(
+        f"{resource_name}-ns",
+        metadata={"name": ns, "labels": namespace_labels(key)},
+        opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=key in RETAINED),
+    )
+
+
 def helm_release(
     resource_name: str,
     key: str,
     values: Mapping[str, Any],
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource] | None = None,
+    namespace: k8s.core.v1.Namespace | None = None,
+    protect: bool = False,
 ) -> k8s.helm.v3.Release:
     """A Helm release of the pinned chart `key` (a key of CHARTS), named after the chart so that
-    `helm list` shows what users expect."""
+    `helm list` shows what users expect, in a namespace the program declares (created here unless
+    given). Operators in RETAINED survive `pulumi destroy`; `protect` refuses their deletion."""
     ref = CHARTS[key]
+    ns = namespace if namespace is not None else chart_namespace(resource_name, key, parent)
     return k8s.helm.v3.Release(
         resource_name,
         chart=ref.chart,
         version=ref.version,
         name=key,
         namespace=ref.namespace,
-        create_namespace=True,
+        create_namespace=False,
         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=ref.repo) if ref.repo else None,
         values=dict(values),
         # Wait for the chart's workloads so CRs applied after it find their CRDs and webhooks.
         skip_await=False,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on or []),
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=[*(depends_on or []), *([ns] if ns is not None else [])],
+            retain_on_delete=key in RETAINED,
+            protect=protect,
+        ),
     )

@@ -56,6 +56,15 @@ def rdma_resource(fabric: FabricSpec) -> str | None:
     return None  # IPoIB: the pod gets an IPoIB interface through Multus, no device resource
 
 
+def connectx_fabric(fabric: FabricSpec, vendors: frozenset[Vendor]) -> bool:
+    """Whether the fabric runs on ConnectX NICs the NVIDIA Network Operator manages: InfiniBand or
+    RoCE with NVIDIA or AMD GPUs. Ascend servers' RoCE ports sit on the NPUs themselves and are
+    driven by the Ascend driver (HCCL), so an Ascend-only stack installs no Network Operator."""
+    if fabric.kind not in (FabricKind.INFINIBAND, FabricKind.ROCE):
+        return False
+    return bool(vendors - {Vendor.HUAWEI})
+
+
 def rail_ipam(rail: int) -> str:
     """Whereabouts IPAM of rail `rail`: one /16 per rail inside 172.16.0.0/12 (16 rails at most,
     the model's limit), so rail-optimised traffic stays on its own subnet."""
@@ -162,12 +171,12 @@ class Fabric(pulumi.ComponentResource):
         super().__init__("gpufleet:fabric:Fabric", name, None, opts)
         fabric = args.fabric
         self.nic_cluster_policy: k8s.apiextensions.CustomResource | None = None
-        if fabric.kind in (FabricKind.INFINIBAND, FabricKind.ROCE):
+        if connectx_fabric(fabric, args.vendors):
             self.network_operator = helm_release(
                 f"{name}-network-operator",
                 "network-operator",
                 {
-                    "nfd": {"enabled": True},
+                    "nfd": {"enabled": False},  # the cluster's single NFD is installed separately
                     "sriovNetworkOperator": {"enabled": False},
                     "operator": {"tolerations": args.tolerations},
                 },
@@ -190,7 +199,7 @@ class Fabric(pulumi.ComponentResource):
                     spec=spec,
                     opts=child(self, [self.nic_cluster_policy]),
                 )
-        else:
+        elif fabric.kind is FabricKind.EFA:
             self.efa_plugin = helm_release(
                 f"{name}-efa-device-plugin",
                 "aws-efa-k8s-device-plugin",
@@ -215,5 +224,6 @@ class Fabric(pulumi.ComponentResource):
                 data=env,
                 opts=child(self),
             )
-        self.rdma_resource = rdma_resource(fabric)
+        self.rdma_resource = rdma_resource(fabric) if (connectx_fabric(fabric, args.vendors) or
+                                                       fabric.kind is FabricKind.EFA) else None
         self.register_outputs({"collectiveEnv": self.environments, "rdmaResource": self.rdma_resource})

@@ -6,7 +6,16 @@ GPU Operator values (its chart's values.yaml, conventions.md): `driver.version` 
 drains one node at a time, `dcgmExporter.serviceMonitor` on so kube-prometheus-stack scrapes DCGM.
 AMD: `amd.com/v1alpha1 DeviceConfig` selecting nodes by NFD's `feature.node.kubernetes.io/amd-gpu`.
 Ascend: the MindCluster device plugin as a DaemonSet on nodes labelled `accelerator:
-huawei-Ascend910` (the labels the Ascend tooling uses; there is no published Helm chart for it).
+huawei-Ascend910` (the labels the Ascend tooling uses; there is no published Helm chart for it),
+under the ServiceAccount and ClusterRole its upstream manifests ship (MindCluster's
+device-plugin-*.yaml: `ascend-device-plugin-sa`, `pods-node-ascend-device-plugin-role`).
+
+Node Feature Discovery runs once per cluster (a release of its own, gpufleet.infra.platform): the
+GPU Operator's bundled NFD (`nfd.enabled`) and the AMD operator's (`node-feature-discovery.enabled`,
+helm-charts/values.yaml at v1.2.0) are switched off. The AMD operands tolerate the pools' taints
+through the DeviceConfig fields its CRD has at v1.2.0 (helm-charts/crds/deviceconfig-crd.yaml:
+`devicePlugin.devicePluginTolerations`, `devicePlugin.nodeLabellerTolerations`,
+`metricsExporter.tolerations`).
 """
 
 from __future__ import annotations
@@ -60,16 +69,48 @@ def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
         "gdrcopy": {"enabled": rdma},
         "cdi": {"enabled": True},
         "daemonsets": {"tolerations": args.tolerations},
+        "nfd": {"enabled": False},  # the cluster's single NFD is installed separately
     }
 
 
-def amd_device_config_spec() -> dict[str, Any]:
+def amd_operator_values() -> dict[str, Any]:
+    # The operator's own NFD is off; its default NodeFeatureRule (the amd-gpu label) stays on and is
+    # served by the cluster's single NFD.
+    return {"node-feature-discovery": {"enabled": False}, "installdefaultNFDRule": True}
+
+
+def amd_device_config_spec(tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    tol = list(tolerations or [])
     return {
         "driver": {"enable": True, "version": AMD_DRIVER_VERSION},
-        "devicePlugin": {"enableNodeLabeller": True},
-        "metricsExporter": {"enable": True, "serviceType": "ClusterIP", "port": 5000},
+        "devicePlugin": {
+            "enableNodeLabeller": True,
+            "devicePluginTolerations": tol,
+            "nodeLabellerTolerations": tol,
+        },
+        "metricsExporter": {"enable": True, "serviceType": "ClusterIP", "port": 5000, "tolerations": tol},
         "selector": {"feature.node.kubernetes.io/amd-gpu": "true"},
     }
+
+
+ASCEND_SERVICE_ACCOUNT = "ascend-device-plugin-sa"
+ASCEND_ROLE = "pods-node-ascend-device-plugin-role"
+
+
+def ascend_rbac_rules() -> list[dict[str, Any]]:
+    """What the device plugin does to the API (its upstream ClusterRole): annotate pods with the
+    NPUs they got, patch node status/labels with NPU health, keep per-node device-info ConfigMaps."""
+    return [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "update", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["get", "patch", "update"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "create", "update", "list", "watch"],
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
 
 
 def ascend_daemonset_spec(tolerations: list[dict[str, str]]) -> dict[str, Any]:
@@ -85,6 +126,7 @@ def ascend_daemonset_spec(tolerations: list[dict[str, str]]) -> dict[str, Any]:
         "template": {
             "metadata": {"labels": labels},
             "spec": {
+                "serviceAccountName": ASCEND_SERVICE_ACCOUNT,
                 "nodeSelector": {"accelerator": "huawei-Ascend910"},
                 "tolerations": tolerations,
                 "priorityClassName": "system-node-critical",
@@ -119,22 +161,48 @@ class GpuSoftware(pulumi.ComponentResource):
             )
             installed.append("gpu-operator")
         if Vendor.AMD in args.vendors:
-            self.amd_operator = helm_release(f"{name}-amd-gpu-operator", "amd-gpu-operator", {}, self)
+            self.amd_operator = helm_release(
+                f"{name}-amd-gpu-operator", "amd-gpu-operator", amd_operator_values(), self
+            )
             self.device_config = k8s.apiextensions.CustomResource(
                 f"{name}-amd-deviceconfig",
                 api_version="amd.com/v1alpha1",
                 kind="DeviceConfig",
                 metadata={"name": "gpufleet", "namespace": CHARTS["amd-gpu-operator"].namespace},
-                spec=amd_device_config_spec(),
+                spec=amd_device_config_spec(args.tolerations),
                 opts=child(self, [self.amd_operator]),
             )
             installed.append("amd-gpu-operator")
         if Vendor.HUAWEI in args.vendors:
+            sa = k8s.core.v1.ServiceAccount(
+                f"{name}-ascend-sa",
+                metadata={"name": ASCEND_SERVICE_ACCOUNT, "namespace": "kube-system", "labels": MANAGED_BY},
+                opts=child(self),
+            )
+            role = k8s.rbac.v1.ClusterRole(
+                f"{name}-ascend-role",
+                metadata={"name": ASCEND_ROLE, "labels": MANAGED_BY},
+                rules=ascend_rbac_rules(),
+                opts=child(self),
+            )
+            binding = k8s.rbac.v1.ClusterRoleBinding(
+                f"{name}-ascend-binding",
+                metadata={"name": f"{ASCEND_ROLE}binding", "labels": MANAGED_BY},
+                role_ref={
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": ASCEND_ROLE,
+                },
+                subjects=[
+                    {"kind": "ServiceAccount", "name": ASCEND_SERVICE_ACCOUNT, "namespace": "kube-system"}
+                ],
+                opts=child(self, [sa, role]),
+            )
             self.ascend_plugin = k8s.apps.v1.DaemonSet(
                 f"{name}-ascend-device-plugin",
                 metadata={"name": "ascend-device-plugin", "namespace": "kube-system", "labels": MANAGED_BY},
                 spec=ascend_daemonset_spec(args.tolerations),
-                opts=child(self),
+                opts=child(self, [binding]),
             )
             installed.append("ascend-device-plugin")
         self.installed = pulumi.Output.from_input(installed)

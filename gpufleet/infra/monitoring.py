@@ -4,6 +4,11 @@ Grafana dashboard as a ConfigMap the Grafana sidecar loads (label `grafana_dashb
 The `*SelectorNilUsesHelmValues: false` switches make Prometheus pick up every PrometheusRule and
 ServiceMonitor in the cluster (the GPU Operator's DCGM ServiceMonitor included), not only those
 labelled with this release (kube-prometheus-stack values.yaml).
+
+Grafana's admin login comes from a Secret the program declares (`grafana.admin.existingSecret`,
+`userKey`, `passwordKey` of the grafana subchart), never the chart's default `prom-operator`
+(`grafana.adminPassword` in kube-prometheus-stack values.yaml); a stack without a password gets no
+Grafana (`gpufleet validate` refuses that outside the sandbox).
 """
 
 from __future__ import annotations
@@ -17,10 +22,28 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpufleet.config.model import MonitoringSpec
-from gpufleet.infra.charts import CHARTS, helm_release
-from gpufleet.infra.common import MANAGED_BY, child
+from gpufleet.infra.charts import CHARTS, chart_namespace, helm_release
+from gpufleet.infra.common import MANAGED_BY, child, secret_input
 
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
+GRAFANA_SECRET = "grafana-admin"
+RELEASE = "kube-prometheus-stack"
+
+
+def grafana_enabled(mon: MonitoringSpec) -> bool:
+    return mon.grafana and mon.grafana_admin_password is not None
+
+
+def service_endpoints(release: str, namespace: str, grafana: bool) -> dict[str, str]:
+    """In-cluster URLs of the chart's Services (`<fullname>-prometheus`, `-alertmanager`, and the
+    grafana subchart's `<release>-grafana`, kube-prometheus-stack templates)."""
+    out = {
+        "prometheus": f"http://{release}-prometheus.{namespace}.svc:9090",
+        "alertmanager": f"http://{release}-alertmanager.{namespace}.svc:9093",
+    }
+    if grafana:
+        out["grafana"] = f"http://{release}-grafana.{namespace}.svc:80"
+    return out
 
 
 @dataclass(frozen=True)
@@ -70,7 +93,12 @@ def prometheus_stack_values(mon: MonitoringSpec) -> dict[str, Any]:
         },
         "alertmanager": {"config": alertmanager_config(mon)},
         "grafana": {
-            "enabled": mon.grafana,
+            "enabled": grafana_enabled(mon),
+            "admin": {
+                "existingSecret": GRAFANA_SECRET,
+                "userKey": "admin-user",
+                "passwordKey": "admin-password",
+            },
             "sidecar": {
                 "dashboards": {
                     "enabled": True,
@@ -92,13 +120,39 @@ def rule_resource_name(group_name: str) -> str:
 class Monitoring(pulumi.ComponentResource):
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:monitoring:Monitoring", name, None, opts)
-        ns = CHARTS["kube-prometheus-stack"].namespace
+        ns = CHARTS[RELEASE].namespace
+        mon = args.monitoring
+        namespace = chart_namespace(f"{name}-kube-prometheus-stack", RELEASE, self)
+        deps: list[pulumi.Resource] = []
+        if grafana_enabled(mon):
+            assert mon.grafana_admin_password is not None
+            deps.append(
+                k8s.core.v1.Secret(
+                    f"{name}-grafana-admin",
+                    metadata={"name": GRAFANA_SECRET, "namespace": ns, "labels": MANAGED_BY},
+                    string_data={
+                        "admin-user": "admin",
+                        "admin-password": secret_input(mon.grafana_admin_password),
+                    },
+                    opts=pulumi.ResourceOptions(
+                        parent=self,
+                        depends_on=[namespace] if namespace is not None else [],
+                        additional_secret_outputs=["data", "stringData"],
+                    ),
+                )
+            )
         self.prometheus_stack = helm_release(
             f"{name}-kube-prometheus-stack",
-            "kube-prometheus-stack",
-            prometheus_stack_values(args.monitoring),
+            RELEASE,
+            prometheus_stack_values(mon),
             self,
+            deps,
+            namespace=namespace,
         )
+        # Derived from the release as deployed (its name and namespace outputs).
+        self.endpoints: pulumi.Output[dict[str, str]] = pulumi.Output.all(
+            self.prometheus_stack.name, self.prometheus_stack.namespace
+        ).apply(lambda a: service_endpoints(str(a[0]), str(a[1]), grafana_enabled(mon)))
         for group in args.rule_groups:
             obj = rule_resource_name(str(group["name"]))
             k8s.apiextensions.CustomResource(
@@ -109,7 +163,7 @@ class Monitoring(pulumi.ComponentResource):
                 spec={"groups": [group]},
                 opts=child(self, [self.prometheus_stack]),
             )
-        if args.dashboard is not None and args.monitoring.grafana:
+        if args.dashboard is not None and grafana_enabled(mon):
             k8s.core.v1.ConfigMap(
                 f"{name}-dashboard",
                 metadata={
@@ -121,4 +175,6 @@ class Monitoring(pulumi.ComponentResource):
                 opts=child(self, [self.prometheus_stack]),
             )
         self.alerts = alert_count(args.rule_groups)
-        self.register_outputs({"alerts": self.alerts, "ruleGroups": len(args.rule_groups)})
+        self.register_outputs(
+            {"alerts": self.alerts, "ruleGroups": len(args.rule_groups), "endpoints": self.endpoints}
+        )

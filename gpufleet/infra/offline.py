@@ -42,6 +42,9 @@ class DeclaredResource:
     custom: bool
     inputs: dict[str, Any]
     secret_paths: tuple[str, ...]  # input paths that arrived as Pulumi secrets
+    provider: str = ""  # provider reference (`<urn>::<id>`) of a custom resource; "" for the default
+    protect: bool = False
+    retain_on_delete: bool = False
 
 
 @dataclass
@@ -89,6 +92,9 @@ class OfflinePreview:
             "resources": [
                 {
                     "type": r.type,
+                    "provider": r.provider,
+                    "protect": r.protect,
+                    "retainOnDelete": r.retain_on_delete,
                     "name": r.name,
                     "urn": r.urn,
                     "parent": r.parent_urn,
@@ -151,6 +157,9 @@ class _RecordingMonitor(MockMonitor):
                 bool(request.custom),
                 inputs,
                 tuple(found),
+                str(request.provider or ""),
+                bool(request.protect),
+                bool(getattr(request, "retainOnDelete", False)),
             )
             with self.lock:
                 self.declared.append(res)
@@ -169,10 +178,12 @@ def record_program(program: Callable[[], object], stack_name: str) -> list[Decla
 
 def run_offline(spec: StackSpec, stack_name: str) -> OfflinePreview:
     """Build the stack's Platform under the mock runtime and record what it declares."""
-    built: list[Platform] = []
+    resolved: list[dict[str, Any]] = []
 
-    def program() -> None:
-        built.append(Platform(stack_name, PlatformArgs(spec, stack_name)))
+    def program() -> pulumi.Output[None]:
+        platform = Platform(stack_name, PlatformArgs(spec, stack_name, f"{stack_name}-context"))
+        # Outputs derived from resources resolve once the (mock) engine answered their registrations.
+        return pulumi.Output.from_input(platform.outputs).apply(lambda v: resolved.append(dict(v)))
 
     resources = record_program(program, stack_name)
-    return OfflinePreview(stack_name, resources, built[0].outputs if built else {})
+    return OfflinePreview(stack_name, resources, resolved[0] if resolved else {})

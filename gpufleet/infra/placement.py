@@ -2,8 +2,10 @@
 
 Label names follow the field (conventions.md, "Kubernetes GPU nodes"): the vendor labels come from
 gpufleet.config.accelerators (what gpu-feature-discovery / NFD / the Ascend tooling would set), the
-GPU-count label from gpu-feature-discovery, and the network-topology labels are those Volcano's
-topology-aware scheduling reads (`volcano.sh/tor`, `volcano.sh/hypernode`).
+GPU-count label from gpu-feature-discovery, and the rack / leaf-group labels are gpufleet's own:
+Volcano 1.12 reads network topology only from HyperNode objects (its label discoverer is an
+unimplemented stub at v1.12.1, pkg/controllers/hypernode/discovery/label/label.go), so the program
+declares the HyperNodes itself; Kueue's Topology names these labels as its levels.
 """
 
 from __future__ import annotations
@@ -17,9 +19,7 @@ POOL_LABEL = "gpufleet.io/pool"
 ROLE_LABEL = "gpufleet.io/role"  # compute | spare
 RACK_LABEL = "gpufleet.io/rack"
 LEAF_LABEL = "gpufleet.io/leaf"
-TOR_LABEL = "volcano.sh/tor"
-HYPERNODE_LABEL = "volcano.sh/hypernode"
-TOPOLOGY_LABELS = (RACK_LABEL, LEAF_LABEL, TOR_LABEL, HYPERNODE_LABEL)
+TOPOLOGY_LABELS = (RACK_LABEL, LEAF_LABEL)
 
 # The taint every GPU node of a vendor carries unless the stack declares one with that key: it
 # keeps CPU-only pods off GPU nodes; GPU pods tolerate it (the GPU Operator's and Volcano's
@@ -89,8 +89,6 @@ def topology_labels(pool: NodePool, index: int) -> dict[str, str]:
     return {
         RACK_LABEL: f"{pool.name}-rack-{index // t.nodes_per_rack:04d}",
         LEAF_LABEL: leaf,
-        TOR_LABEL: leaf,
-        HYPERNODE_LABEL: pool.name,
     }
 
 

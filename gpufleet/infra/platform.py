@@ -13,19 +13,34 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.catalog import load_catalog
+from gpufleet.catalog import OverrideSpec, XidRule, load_catalog, xid_policy
 from gpufleet.catalog.dashboard import dashboard
 from gpufleet.catalog.rules import rule_groups
-from gpufleet.config import StackSpec, Vendor, accelerator_spec, collective_environment
-from gpufleet.infra.charts import CHARTS
-from gpufleet.infra.common import MANAGED_BY, SYSTEM_NAMESPACE, child
-from gpufleet.infra.fabric import Fabric, FabricArgs, rdma_resource
+from gpufleet.config import (
+    FabricMode,
+    NodePool,
+    SchedulerKind,
+    StackSpec,
+    Vendor,
+    accelerator_spec,
+    collective_environment,
+)
+from gpufleet.infra.charts import CHARTS, helm_release
+from gpufleet.infra.common import MANAGED_BY, SYSTEM_NAMESPACE
+from gpufleet.infra.fabric import (
+    TRAINING_NAMESPACE,
+    Fabric,
+    FabricArgs,
+    connectx_fabric,
+    network_crs,
+    rdma_resource,
+)
 from gpufleet.infra.gameday import GamedayArgs, GamedaySchedule
 from gpufleet.infra.gpu_software import GpuSoftware, GpuSoftwareArgs
 from gpufleet.infra.monitoring import Monitoring, MonitoringArgs, alert_count
 from gpufleet.infra.nodepools import GpuNodePool, GpuNodePoolArgs
 from gpufleet.infra.placement import pool_taints
-from gpufleet.infra.scheduler import Scheduler, SchedulerArgs
+from gpufleet.infra.scheduler import QUEUE_LABEL, Scheduler, SchedulerArgs
 from gpufleet.infra.self_healing import SelfHealing, SelfHealingArgs
 from gpufleet.infra.storage import Storage, StorageArgs
 
@@ -34,6 +49,7 @@ from gpufleet.infra.storage import Storage, StorageArgs
 class PlatformArgs:
     spec: StackSpec
     stack_name: str  # the Pulumi stack (the game-day CronJob passes it to `gpufleet gameday`)
+    kube_context: str | None = None  # the stack's `kubernetes:context` (None: kubeconfig's current)
 
 
 @functools.cache
@@ -42,6 +58,64 @@ def catalog_outputs() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     package data, fixed for the life of the process, so it is parsed once per process."""
     catalog = load_catalog()
     return rule_groups(catalog), dashboard(catalog)
+
+
+def xid_table(spec: StackSpec) -> dict[int, XidRule]:
+    """The catalog's XID policy with the stack's overrides applied (validated with the stack)."""
+    overrides = {
+        x: OverrideSpec(o.action, o.reason, o.fault_class) for x, o in spec.remediation.xid_overrides.items()
+    }
+    table, _ = xid_policy(load_catalog(), overrides)
+    return table
+
+
+def fabric_resource(spec: StackSpec) -> str | None:
+    """The RDMA device resource training pods request, where the stack installs its plugin."""
+    if spec.fabric.kind.value == "efa" or connectx_fabric(spec.fabric, vendors(spec)):
+        return rdma_resource(spec.fabric)
+    return None
+
+
+def training_pod_template(spec: StackSpec, pool: NodePool) -> dict[str, Any]:
+    """What a training pod on this pool requests: every GPU of a node, the fabric's device
+    resource, CPU and memory; IPC_LOCK, a memory-backed /dev/shm and the secondary networks for
+    RDMA (conventions.md). Kueue stacks label it with the first queue. A template for users to
+    start from, and what the queue-coverage test checks against the ClusterQueues."""
+    acc = accelerator_spec(pool.accelerator)
+    requests: dict[str, str] = {acc.resource_name: str(pool.gpus_per_node), "cpu": "16", "memory": "64Gi"}
+    rdma = fabric_resource(spec)
+    if rdma is not None:
+        requests[rdma] = (
+            "1" if spec.fabric.mode is FabricMode.RDMA_SHARED else str(spec.fabric.rails_per_node)
+        )
+    labels = {**MANAGED_BY, "gpufleet.io/pool": pool.name}
+    if spec.scheduler.kind is SchedulerKind.KUEUE:
+        labels[QUEUE_LABEL] = spec.scheduler.queues[0].name
+    annotations = {}
+    nets = (
+        [name for _, name, _ in network_crs(spec.fabric)]
+        if connectx_fabric(spec.fabric, vendors(spec))
+        else []
+    )
+    if nets:
+        annotations["k8s.v1.cni.cncf.io/networks"] = ",".join(nets)
+    return {
+        "metadata": {"labels": labels, "annotations": annotations},
+        "spec": {
+            "nodeSelector": {"gpufleet.io/pool": pool.name},
+            "tolerations": [t.toleration() for t in pool_taints(pool)],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "REPLACE-WITH-YOUR-TRAINING-IMAGE",
+                    "resources": {"requests": requests, "limits": dict(requests)},
+                    "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                }
+            ],
+            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        },
+    }
 
 
 def vendors(spec: StackSpec) -> frozenset[Vendor]:
@@ -73,7 +147,7 @@ def stack_outputs(spec: StackSpec, alerts: int) -> dict[str, Any]:
             "mode": spec.fabric.mode.value,
             "railsPerNode": spec.fabric.rails_per_node,
             "linkSpeedGbps": spec.fabric.link_speed_gbps,
-            "rdmaResource": rdma_resource(spec.fabric),
+            "rdmaResource": fabric_resource(spec),
         },
         "ncclEnv": {v.value: collective_environment(spec.fabric, v) for v in sorted(vendors(spec), key=str)},
         "scheduler": spec.scheduler.kind.value,
@@ -93,11 +167,24 @@ class Platform(pulumi.ComponentResource):
         super().__init__("gpufleet:platform:Platform", name, None, opts)
         spec = args.spec
         tolerations = gpu_tolerations(spec)
+        # One explicit provider per stack: every Kubernetes object of the stack goes to the cluster
+        # the stack names, never to whatever the ambient kubeconfig points at.
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            context=args.kube_context,
+            enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        own = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        sub = pulumi.ResourceOptions(parent=self, providers=[self.provider])
         ns = k8s.core.v1.Namespace(
-            f"{name}-system", metadata={"name": SYSTEM_NAMESPACE, "labels": MANAGED_BY}, opts=child(self)
+            f"{name}-system", metadata={"name": SYSTEM_NAMESPACE, "labels": MANAGED_BY}, opts=own
         )
         system_ns = ns.metadata.apply(lambda m: m.name)
-        sub = pulumi.ResourceOptions(parent=self)
+        # Cluster-wide singletons: one Node Feature Discovery (ADR 0020), and cert-manager when
+        # something needs certificates (Slinky's webhook, NVSentinel).
+        nvidia = Vendor.NVIDIA in vendors(spec)
+        hub = Singletons(f"{name}-cluster", spec, sub)
 
         self.pools = [
             GpuNodePool(f"{name}-pool-{p.name}", GpuNodePoolArgs(p, spec.cluster.name), sub)
@@ -113,20 +200,67 @@ class Platform(pulumi.ComponentResource):
         self.fabric = Fabric(
             f"{name}-fabric", FabricArgs(spec.fabric, vendors(spec), system_ns, tolerations), sub
         )
-        self.storage = Storage(f"{name}-storage", StorageArgs(spec.storage), sub)
+        sandbox = spec.cluster.environment.value == "sandbox"
+        self.storage = Storage(f"{name}-storage", StorageArgs(spec.storage, protect=not sandbox), sub)
         groups, board = catalog_outputs()
         self.monitoring = Monitoring(
             f"{name}-monitoring",
-            MonitoringArgs(spec.monitoring, groups, board if spec.monitoring.grafana else None),
+            MonitoringArgs(spec.monitoring, groups, board),
             sub,
         )
+        certs = tuple(hub.cert_manager) if hub.cert_manager is not None else ()
         self.scheduler = Scheduler(
-            f"{name}-scheduler", SchedulerArgs(spec.scheduler, list(spec.node_pools)), sub
+            f"{name}-scheduler", SchedulerArgs(spec.scheduler, list(spec.node_pools), certs), sub
         )
         self.healing = SelfHealing(
-            f"{name}-healing", SelfHealingArgs(spec.remediation, spec.slos, tolerations), sub
+            f"{name}-healing",
+            SelfHealingArgs(spec.remediation, spec.slos, tolerations, xid_table(spec), nvidia, certs),
+            sub,
         )
         self.gameday = GamedaySchedule(f"{name}-gameday", GamedayArgs(spec, args.stack_name), sub)
+        self.training_templates = [
+            k8s.core.v1.PodTemplate(
+                f"{name}-training-{p.name}",
+                metadata={
+                    "name": f"training-{p.name}",
+                    "namespace": TRAINING_NAMESPACE,
+                    "labels": MANAGED_BY,
+                },
+                template=training_pod_template(spec, p),
+                opts=own,
+            )
+            for p in spec.node_pools
+        ]
 
         self.outputs = stack_outputs(spec, alert_count(groups))
+        # Derived from the declared resources, not restated from the stack file.
+        self.outputs["storageClasses"] = self.storage.storage_classes
+        self.outputs["queues"] = self.scheduler.queue_names
+        self.outputs["endpoints"] = self.monitoring.endpoints
+        self.outputs["trainingPodTemplates"] = pulumi.Output.all(
+            *(t.metadata for t in self.training_templates)
+        ).apply(
+            lambda ms: [
+                f"{TRAINING_NAMESPACE}/{m.name if not isinstance(m, dict) else m['name']}" for m in ms
+            ]
+        )
         self.register_outputs(self.outputs)
+
+
+class Singletons(pulumi.ComponentResource):
+    """What a cluster runs once whatever the vendors: Node Feature Discovery (the GPU, AMD and
+    Network operators each bundle one; NVIDIA's docs require exactly one per cluster), and
+    cert-manager when Slinky or NVSentinel need certificates."""
+
+    def __init__(self, name: str, spec: StackSpec, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:cluster:Singletons", name, None, opts)
+        vs = vendors(spec)
+        self.nfd: k8s.helm.v3.Release | None = None
+        if vs - {Vendor.HUAWEI}:
+            self.nfd = helm_release(f"{name}-node-feature-discovery", "node-feature-discovery", {}, self)
+        self.cert_manager: list[pulumi.Resource] | None = None
+        if Vendor.NVIDIA in vs or spec.scheduler.kind is SchedulerKind.SLURM:
+            self.cert_manager = [
+                helm_release(f"{name}-cert-manager", "cert-manager", {"crds": {"enabled": True}}, self)
+            ]
+        self.register_outputs({"nfd": self.nfd is not None, "certManager": self.cert_manager is not None})

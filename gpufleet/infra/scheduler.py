@@ -6,6 +6,22 @@ Volcano: `scheduling.volcano.sh/v1beta1` Queue (weight, capability); `topology.v
 HyperNode (tier 1 = the nodes behind one leaf group, tier 2 = the pool) with `exactMatch` members.
 Kueue: `kueue.x-k8s.io/v1beta1` ResourceFlavor/ClusterQueue/LocalQueue, `waitForPodsReady` so a
 gang that cannot start is requeued instead of holding GPUs; `v1alpha1` Topology levels.
+
+Facts read at the pinned versions (ADR 0021):
+- Kueue v0.12.3: a pod request for a resource no resource group covers is refused ("resource %s
+  unavailable in ClusterQueue", pkg/scheduler/flavorassigner/flavorassigner.go); resources whose
+  name starts with a `resources.excludeResourcePrefixes` entry are dropped from a workload first
+  (pkg/workload/workload.go dropExcludedResources). `managerConfig.controllerManagerConfigYaml`
+  replaces the chart's whole Configuration (charts/kueue/values.yaml), so it is written out in full
+  here, job integrations included. TopologyAwareScheduling is alpha and off by default
+  (pkg/features/kube_features.go), switched on through `controllerManager.featureGates`.
+- Volcano v1.12.1: the chart's default scheduler configuration
+  (installer/helm/chart/volcano/config/volcano-scheduler.conf) has no `network-topology-aware`
+  plugin, without which HyperNodes do nothing; `custom.scheduler_config_override` replaces it.
+- Slinky slurm 0.3.0: a NodeSet renders only when `enabled` (templates/compute/compute-nodeset.yaml)
+  and a partition line only when `enabled` and given nodesets, its `config` a map
+  (templates/controller/slurm-configmap.yaml); accounting (slurmdbd + MariaDB) and slurm-exporter
+  are on by default (values.yaml) and are decided explicitly here.
 """
 
 from __future__ import annotations
@@ -15,13 +31,13 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from gpufleet.config import NodePool, SchedulerKind, accelerator_spec
 from gpufleet.config.model import Queue, SchedulerSpec
 from gpufleet.infra.charts import CHARTS, helm_release
 from gpufleet.infra.common import MANAGED_BY, child
 from gpufleet.infra.placement import (
-    HYPERNODE_LABEL,
     LEAF_LABEL,
     POOL_LABEL,
     RACK_LABEL,
@@ -32,18 +48,128 @@ from gpufleet.infra.placement import (
 
 QUEUE_NAMESPACE = "default"  # where Kueue LocalQueues are offered to jobs
 TOPOLOGY_NAME = "gpufleet"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+# What Kueue does not count: CPU, memory and the fabric's device resources are not what the
+# queues ration (GPUs are), and requests for them would otherwise need a quota in every flavor.
+KUEUE_EXCLUDED_PREFIXES = (
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "hugepages-",
+    "rdma/",
+    "nvidia.com/hostdev",
+    "vpc.amazonaws.com/efa",
+)
+# Job kinds Kueue admits: the chart's default list at v0.12.3, which a managerConfig must repeat.
+KUEUE_FRAMEWORKS = (
+    "batch/job",
+    "kubeflow.org/mpijob",
+    "ray.io/rayjob",
+    "ray.io/raycluster",
+    "jobset.x-k8s.io/jobset",
+    "kubeflow.org/paddlejob",
+    "kubeflow.org/pytorchjob",
+    "kubeflow.org/tfjob",
+    "kubeflow.org/xgboostjob",
+    "kubeflow.org/jaxjob",
+    "workload.codeflare.dev/appwrapper",
+)
+
+
+def kueue_configuration() -> dict[str, Any]:
+    """The whole Kueue Configuration: the chart's defaults (health, metrics, webhook, leader
+    election, concurrency, client QPS, integrations) plus gang readiness and resource exclusions."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 5,
+                "LocalQueue.kueue.x-k8s.io": 1,
+                "ClusterQueue.kueue.x-k8s.io": 1,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
+        "clientConnection": {"qps": 50, "burst": 100},
+        "waitForPodsReady": {"enable": True, "timeout": "10m", "blockAdmission": True},
+        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "resources": {"excludeResourcePrefixes": list(KUEUE_EXCLUDED_PREFIXES)},
+    }
+
+
+def kueue_values(topology: bool) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "managerConfig": {
+            "controllerManagerConfigYaml": yaml.safe_dump(kueue_configuration(), sort_keys=False)
+        }
+    }
+    if topology:
+        values["controllerManager"] = {"featureGates": [{"name": "TopologyAwareScheduling", "enabled": True}]}
+    return values
+
+
+def kueue_excluded(resource: str) -> bool:
+    return any(resource.startswith(p) for p in KUEUE_EXCLUDED_PREFIXES)
+
+
+# Volcano's default scheduler configuration at v1.12.1 with the network-topology-aware plugin added.
+VOLCANO_SCHEDULER_CONF: dict[str, Any] = {
+    "actions": "enqueue, allocate, backfill",
+    "tiers": [
+        {
+            "plugins": [
+                {"name": "priority"},
+                {"name": "gang", "enablePreemptable": False},
+                {"name": "conformance"},
+            ]
+        },
+        {
+            "plugins": [
+                {"name": "overcommit"},
+                {"name": "drf", "enablePreemptable": False},
+                {"name": "predicates"},
+                {"name": "proportion"},
+                {"name": "nodeorder"},
+                {"name": "binpack"},
+                {"name": "network-topology-aware"},
+            ]
+        },
+    ],
+}
+
+
+def volcano_values() -> dict[str, Any]:
+    return {
+        "custom": {
+            "scheduler_log_level": 2,
+            "scheduler_config_override": yaml.safe_dump(VOLCANO_SCHEDULER_CONF, sort_keys=False),
+        }
+    }
 
 
 @dataclass(frozen=True)
 class SchedulerArgs:
     scheduler: SchedulerSpec
     pools: list[NodePool]
+    depends_on: tuple[pulumi.Resource, ...] = ()  # cert-manager (Slinky's webhook certificate)
 
 
 def gpu_resource(pools: list[NodePool]) -> str:
     """The extended resource that queue quotas are counted in: the one of the largest pool."""
     largest = max(pools, key=lambda p: p.total_gpus)
     return accelerator_spec(largest.accelerator).resource_name
+
+
+def object_name(meta: Any) -> str:
+    """metadata.name of a declared object, whether the engine hands back a dict or ObjectMeta."""
+    return str(meta["name"] if isinstance(meta, dict) else meta.name)
 
 
 def volcano_queue_spec(queue: Queue, resource: str) -> dict[str, Any]:
@@ -109,26 +235,41 @@ def slurm_values(spec: SchedulerSpec, pools: list[NodePool]) -> dict[str, Any]:
             "nodeSelector": {POOL_LABEL: p.name},
             "tolerations": [t.toleration() for t in pool_taints(p)],
             "resources": {"limits": {accelerator_spec(p.accelerator).resource_name: p.gpus_per_node}},
+            "enabled": True,
+            # One partition per queue below, not one per NodeSet.
+            "partition": {"enabled": False},
         }
         for p in pools
     ]
     partitions = [
-        {"name": q.name, "nodesets": [p.name for p in pools], "config": "State=UP"} for q in spec.queues
+        {
+            "name": q.name,
+            "enabled": True,
+            "nodesets": [p.name for p in pools],
+            "config": {"State": "UP", "MaxTime": "UNLIMITED", **({"Default": "YES"} if i == 0 else {})},
+        }
+        for i, q in enumerate(spec.queues)
     ]
-    return {"compute": {"nodesets": nodesets, "partitions": partitions}}
+    return {
+        "compute": {"nodesets": nodesets, "partitions": partitions},
+        # No job accounting database to run and back up: gpufleet reads Slurm's live state.
+        "accounting": {"enabled": False},
+        "mariadb": {"enabled": False},
+        # Slurm metrics for Prometheus, through slurmrestd (which stays on).
+        "slurm-exporter": {"enabled": True},
+    }
 
 
 class Scheduler(pulumi.ComponentResource):
     def __init__(self, name: str, args: SchedulerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:scheduler:Scheduler", name, None, opts)
         spec, pools = args.scheduler, args.pools
+        queue_objects: list[pulumi.Output[Any]] = []
         if spec.kind is SchedulerKind.VOLCANO:
-            self.release = helm_release(
-                f"{name}-volcano", "volcano", {"custom": {"scheduler_log_level": 2}}, self
-            )
+            self.release = helm_release(f"{name}-volcano", "volcano", volcano_values(), self)
             resource = gpu_resource(pools)
             for q in spec.queues:
-                k8s.apiextensions.CustomResource(
+                vq = k8s.apiextensions.CustomResource(
                     f"{name}-queue-{q.name}",
                     api_version="scheduling.volcano.sh/v1beta1",
                     kind="Queue",
@@ -136,6 +277,7 @@ class Scheduler(pulumi.ComponentResource):
                     spec=volcano_queue_spec(q, resource),
                     opts=child(self, [self.release]),
                 )
+                queue_objects.append(vq.metadata)
             for hn, tier, members in hypernodes(pools):
                 k8s.apiextensions.CustomResource(
                     f"{name}-hypernode-{hn}",
@@ -146,18 +288,8 @@ class Scheduler(pulumi.ComponentResource):
                     opts=child(self, [self.release]),
                 )
         elif spec.kind is SchedulerKind.KUEUE:
-            self.release = helm_release(
-                f"{name}-kueue",
-                "kueue",
-                {
-                    "managerConfig": {
-                        "controllerManagerConfigYaml": "waitForPodsReady:\n  enable: true\n"
-                        "  timeout: 10m\n  blockAdmission: true\n"
-                    }
-                },
-                self,
-            )
             topology = any(owns_nodes(p) for p in pools)
+            self.release = helm_release(f"{name}-kueue", "kueue", kueue_values(topology), self)
             if topology:
                 k8s.apiextensions.CustomResource(
                     f"{name}-topology",
@@ -166,7 +298,7 @@ class Scheduler(pulumi.ComponentResource):
                     metadata={"name": TOPOLOGY_NAME, "labels": MANAGED_BY},
                     spec={
                         "levels": [
-                            {"nodeLabel": HYPERNODE_LABEL},
+                            {"nodeLabel": POOL_LABEL},
                             {"nodeLabel": LEAF_LABEL},
                             {"nodeLabel": RACK_LABEL},
                             {"nodeLabel": "kubernetes.io/hostname"},
@@ -192,7 +324,7 @@ class Scheduler(pulumi.ComponentResource):
                     spec=cluster_queue_spec(q, pools),
                     opts=child(self, [self.release]),
                 )
-                k8s.apiextensions.CustomResource(
+                lq = k8s.apiextensions.CustomResource(
                     f"{name}-localqueue-{q.name}",
                     api_version="kueue.x-k8s.io/v1beta1",
                     kind="LocalQueue",
@@ -200,12 +332,23 @@ class Scheduler(pulumi.ComponentResource):
                     spec={"clusterQueue": q.name},
                     opts=child(self, [cq]),
                 )
+                queue_objects.append(lq.metadata)
         else:
-            self.operator = helm_release(f"{name}-slurm-operator", "slurm-operator", {}, self)
+            self.operator = helm_release(
+                f"{name}-slurm-operator", "slurm-operator", {}, self, list(args.depends_on)
+            )
             self.release = helm_release(
                 f"{name}-slurm", "slurm", slurm_values(spec, pools), self, [self.operator]
             )
         self.kind = spec.kind.value
+        if queue_objects:
+            self.queue_names: pulumi.Output[list[str]] = pulumi.Output.all(*queue_objects).apply(
+                lambda ms: [object_name(m) for m in ms]
+            )
+        else:  # Slurm: the partitions the slurm release renders
+            self.queue_names = self.release.values.apply(
+                lambda v: [str(p["name"]) for p in v["compute"]["partitions"]]
+            )
         self.register_outputs(
             {
                 "kind": self.kind,

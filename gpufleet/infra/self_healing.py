@@ -3,27 +3,38 @@ monitor, and NVSentinel (detection, quarantine, drain, remediation) with the sta
 breaker and remediation mode.
 
 node-problem-detector custom plugins (its docs, "Custom Plugin Monitor"): exit 0 = OK, 1 = NonOK
-(problem), 2 = Unknown; a `permanent` rule sets a node condition. NVSentinel values (its
-configuration docs): `global.dryRun`, `global.faultQuarantine/nodeDrainer/faultRemediation.enabled`,
+(problem), 2 = Unknown; a `permanent` rule sets a node condition. The check itself is a generated
+POSIX shell script (gpufleet.infra.npd_check, ADR 0020) shipped in NPD's custom-config ConfigMap,
+because the NPD image has no Python. NVSentinel values (its configuration docs):
+`global.dryRun`, `global.faultQuarantine/nodeDrainer/faultRemediation.enabled`,
 `fault-quarantine.circuitBreaker.{enabled, percentage, duration}` where percentage is the share of
-nodes that may be quarantined within the sliding window before the breaker trips.
+nodes that may be quarantined within the sliding window before the breaker trips, and
+`fault-quarantine.ruleSets` (CEL rules, docs/configuration/fault-quarantine.md "Rule Sets") into
+which the stack's XID policy is rendered. NVSentinel is NVIDIA-only: installed only when the stack
+has NVIDIA GPUs.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
+from gpufleet.catalog import XidRule
 from gpufleet.config.model import RemediationSpec, SloSpec
-from gpufleet.infra.charts import helm_release
+from gpufleet.infra.charts import CHARTS, chart_namespace, helm_release
+from gpufleet.infra.common import MANAGED_BY, child
+from gpufleet.infra.npd_check import MAX_OUTPUT, SCRIPT_NAME, isolating_xids, render_script
 
-GPUFLEET_HOST_DIR = "/opt/gpufleet/bin"  # where the node image installs the `gpufleet` binary
+CUSTOM_CONFIG_DIR = "/custom-config"  # where the NPD chart mounts settings.custom_monitor_definitions
 PLUGIN_FILE = "gpufleet-health.json"
 CONDITION = "GpuFleetProblem"
+POLICY_CONFIG_MAP = "gpufleet-remediation-policy"
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,9 @@ class SelfHealingArgs:
     remediation: RemediationSpec
     slos: SloSpec
     tolerations: list[dict[str, str]]
+    xid_table: Mapping[int, XidRule]  # the catalog's XID policy with the stack's overrides applied
+    nvidia: bool = True  # NVSentinel watches NVIDIA GPUs only
+    depends_on: tuple[pulumi.Resource, ...] = ()  # cert-manager: NVSentinel's certificates
 
 
 def health_check_interval_seconds(slos: SloSpec) -> int:
@@ -50,7 +64,7 @@ def npd_plugin_config(slos: SloSpec) -> dict[str, Any]:
         "pluginConfig": {
             "invoke_interval": f"{interval}s",
             "timeout": timeout,
-            "max_output_length": 200,
+            "max_output_length": MAX_OUTPUT,
             "concurrency": 1,
         },
         "source": "gpufleet-node-health",
@@ -63,8 +77,9 @@ def npd_plugin_config(slos: SloSpec) -> dict[str, Any]:
                 "type": "permanent",
                 "condition": CONDITION,
                 "reason": "GpuFleetCheckFailed",
-                "path": f"{GPUFLEET_HOST_DIR}/gpufleet",
-                "args": ["node-health", "--format", "npd"],
+                # A ConfigMap file has no exec bit: the shell runs it (dash in the NPD image).
+                "path": "/bin/sh",
+                "args": [f"{CUSTOM_CONFIG_DIR}/{SCRIPT_NAME}"],
                 "timeout": timeout,
             }
         ],
@@ -75,17 +90,70 @@ def npd_values(args: SelfHealingArgs) -> dict[str, Any]:
     return {
         "settings": {
             "custom_monitor_definitions": {
-                PLUGIN_FILE: json.dumps(npd_plugin_config(args.slos), sort_keys=True)
+                PLUGIN_FILE: json.dumps(npd_plugin_config(args.slos), sort_keys=True),
+                SCRIPT_NAME: render_script(args.xid_table),
             },
-            "custom_plugin_monitors": [f"/custom-config/{PLUGIN_FILE}"],
+            "custom_plugin_monitors": [f"{CUSTOM_CONFIG_DIR}/{PLUGIN_FILE}"],
         },
-        "extraVolumes": [{"name": "gpufleet", "hostPath": {"path": GPUFLEET_HOST_DIR}}],
-        "extraVolumeMounts": [{"name": "gpufleet", "mountPath": GPUFLEET_HOST_DIR, "readOnly": True}],
         "tolerations": args.tolerations,
     }
 
 
-def nvsentinel_values(rem: RemediationSpec, tolerations: list[dict[str, str]]) -> dict[str, Any]:
+def xid_rule_sets(table: Mapping[int, XidRule]) -> list[dict[str, Any]]:
+    """fault-quarantine rule sets: cordon on fatal GPU health-monitor events, and on kernel-log XIDs
+    exactly when the stack's resolved policy isolates the node for them (an override to a milder
+    action removes the XID from the list; one to reset/reboot/replace adds it)."""
+    codes = ", ".join(f"'{x}'" for x in isolating_xids(table))
+    return [
+        {
+            "version": "1",
+            "name": "gpufleet-gpu-fatal",
+            "match": {
+                "all": [
+                    {
+                        "kind": "HealthEvent",
+                        "expression": "event.agent == 'gpu-health-monitor' && "
+                        "event.componentClass == 'GPU' && event.isFatal == true",
+                    }
+                ]
+            },
+            "cordon": {"shouldCordon": True},
+        },
+        {
+            "version": "1",
+            "name": "gpufleet-isolating-xids",
+            "match": {
+                "all": [
+                    {
+                        "kind": "HealthEvent",
+                        "expression": "event.agent == 'syslog-health-monitor' && "
+                        "event.componentClass == 'GPU' && event.errorCode != null && "
+                        f"event.errorCode.exists(e, e in [{codes}])",
+                    }
+                ]
+            },
+            "cordon": {"shouldCordon": True},
+        },
+    ]
+
+
+def remediation_policy(rem: RemediationSpec, table: Mapping[int, XidRule]) -> dict[str, Any]:
+    """The stack's whole remediation policy as one document (mode, breaker, attempt caps, the
+    resolved XID table with each entry's source), published next to NVSentinel."""
+    return {
+        "mode": rem.mode,
+        "circuitBreaker": rem.circuit_breaker.model_dump(mode="json", by_alias=True),
+        "attemptCaps": rem.attempt_caps.model_dump(mode="json", by_alias=True),
+        "xids": {
+            str(x): {"action": r.action.value, "faultClass": r.fault_class.value, "source": r.source}
+            for x, r in sorted(table.items())
+        },
+    }
+
+
+def nvsentinel_values(
+    rem: RemediationSpec, tolerations: list[dict[str, str]], table: Mapping[int, XidRule] | None = None
+) -> dict[str, Any]:
     """Remediation mode -> which NVSentinel modules act: monitor-only runs everything dry."""
     drain = rem.mode == "cordon-drain-remediate"
     breaker = rem.circuit_breaker
@@ -103,7 +171,8 @@ def nvsentinel_values(rem: RemediationSpec, tolerations: list[dict[str, str]]) -
                 # A whole percent, rounded up so a small share never becomes 0 (which would block all).
                 "percentage": max(1, math.ceil(breaker.max_quarantined_share * 100)),
                 "duration": f"{round(breaker.window_minutes * 60)}s",
-            }
+            },
+            "ruleSets": xid_rule_sets(table or {}),
         },
     }
 
@@ -114,9 +183,31 @@ class SelfHealing(pulumi.ComponentResource):
         self.npd = helm_release(
             f"{name}-node-problem-detector", "node-problem-detector", npd_values(args), self
         )
-        self.nvsentinel = helm_release(
-            f"{name}-nvsentinel", "nvsentinel", nvsentinel_values(args.remediation, args.tolerations), self
-        )
+        self.nvsentinel: k8s.helm.v3.Release | None = None
+        if args.nvidia:
+            ns = chart_namespace(f"{name}-nvsentinel", "nvsentinel", self)
+            k8s.core.v1.ConfigMap(
+                f"{name}-remediation-policy",
+                metadata={
+                    "name": POLICY_CONFIG_MAP,
+                    "namespace": CHARTS["nvsentinel"].namespace,
+                    "labels": MANAGED_BY,
+                },
+                data={
+                    "policy.json": json.dumps(
+                        remediation_policy(args.remediation, args.xid_table), sort_keys=True
+                    )
+                },
+                opts=child(self, [ns] if ns is not None else []),
+            )
+            self.nvsentinel = helm_release(
+                f"{name}-nvsentinel",
+                "nvsentinel",
+                nvsentinel_values(args.remediation, args.tolerations, args.xid_table),
+                self,
+                namespace=ns,
+                depends_on=list(args.depends_on),
+            )
         self.register_outputs(
             {"mode": args.remediation.mode, "checkIntervalSeconds": health_check_interval_seconds(args.slos)}
         )

@@ -6,6 +6,11 @@ keys `name`, `metaurl`, `storage`, `bucket`, `access-key`, `secret-key`, referen
 StorageClass through the `csi.storage.k8s.io/*-secret-*` parameters; `cache-size` is in MiB.
 Rook (CephCluster CRD docs): odd mon count, `mgr.count` <= 2, `network.provider` host|multus,
 `disruptionManagement.managePodBudgets` so node drains never take more OSDs than the pools tolerate.
+Rook builds the CRUSH hierarchy from `topology.rook.io/*` node labels (its CephCluster docs,
+"OSD Topology"): a pool with `failureDomain: rack` needs every OSD node labelled with its rack, so
+the stack's `storageNodes` are patched with the OSD selector labels and `topology.rook.io/rack`
+(and `gpufleet validate` refuses a pool that its racks cannot place). Storage objects are
+`protect`ed outside the sandbox and retained on delete: checkpoints outlive a mistaken destroy.
 """
 
 from __future__ import annotations
@@ -23,9 +28,17 @@ from gpufleet.infra.common import MANAGED_BY, child, secret_input
 JUICEFS_PROVISIONER = "csi.juicefs.com"
 
 
+ROOK_RACK_LABEL = "topology.rook.io/rack"
+
+
 @dataclass(frozen=True)
 class StorageArgs:
     storage: StorageSpec
+    protect: bool = True  # refuse deletion of storage objects (False only in the sandbox)
+
+
+def storage_node_labels(ceph: CephSpec, rack: str) -> dict[str, str]:
+    return {**ceph.osd_node_selector, ROOK_RACK_LABEL: rack}
 
 
 def juicefs_secret_name(js: JuiceFsSpec) -> str:
@@ -111,9 +124,20 @@ class Storage(pulumi.ComponentResource):
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:storage:Storage", name, None, opts)
         st = args.storage
-        classes: list[str] = []
+        keep = pulumi.ResourceOptions(parent=self, protect=args.protect, retain_on_delete=True)
+        classes: list[pulumi.Output[str]] = []
         if st.ceph is not None:
             ns = CHARTS["rook-ceph"].namespace
+            self.storage_nodes = [
+                k8s.core.v1.NodePatch(
+                    f"{name}-osd-node-{n.name}",
+                    metadata=k8s.meta.v1.ObjectMetaPatchArgs(
+                        name=n.name, labels=storage_node_labels(st.ceph, n.rack)
+                    ),
+                    opts=child(self),
+                )
+                for n in st.ceph.storage_nodes
+            ]
             self.rook = helm_release(
                 f"{name}-rook-ceph", "rook-ceph", {"monitoring": {"enabled": True}}, self
             )
@@ -123,7 +147,7 @@ class Storage(pulumi.ComponentResource):
                 kind="CephCluster",
                 metadata={"name": "rook-ceph", "namespace": ns, "labels": MANAGED_BY},
                 spec=ceph_cluster_spec(st.ceph),
-                opts=child(self, [self.rook]),
+                opts=pulumi.ResourceOptions.merge(keep, child(self, [self.rook, *self.storage_nodes])),
             )
             for pool in st.ceph.pools:
                 k8s.apiextensions.CustomResource(
@@ -132,7 +156,7 @@ class Storage(pulumi.ComponentResource):
                     kind="CephBlockPool",
                     metadata={"name": pool.name, "namespace": ns, "labels": MANAGED_BY},
                     spec={"failureDomain": pool.failure_domain, "replicated": {"size": pool.replicas}},
-                    opts=child(self, [self.ceph_cluster]),
+                    opts=pulumi.ResourceOptions.merge(keep, child(self, [self.ceph_cluster])),
                 )
             if st.ceph.object_store is not None:
                 k8s.apiextensions.CustomResource(
@@ -141,7 +165,7 @@ class Storage(pulumi.ComponentResource):
                     kind="CephObjectStore",
                     metadata={"name": st.ceph.object_store, "namespace": ns, "labels": MANAGED_BY},
                     spec=ceph_object_store_spec(st.ceph),
-                    opts=child(self, [self.ceph_cluster]),
+                    opts=pulumi.ResourceOptions.merge(keep, child(self, [self.ceph_cluster])),
                 )
         if st.juicefs is not None:
             js = st.juicefs
@@ -157,7 +181,9 @@ class Storage(pulumi.ComponentResource):
                     "labels": {**MANAGED_BY, "juicefs.com/validate-secret": "true"},
                 },
                 string_data=juicefs_secret_data(js),
-                opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["data", "stringData"]),
+                opts=pulumi.ResourceOptions.merge(
+                    keep, pulumi.ResourceOptions(additional_secret_outputs=["data", "stringData"])
+                ),
             )
             self.juicefs_class = k8s.storage.v1.StorageClass(
                 f"{name}-juicefs-sc",
@@ -166,8 +192,9 @@ class Storage(pulumi.ComponentResource):
                 parameters=juicefs_storage_class_parameters(js, ns),
                 reclaim_policy="Retain",  # deleting a claim must not delete checkpoints
                 mount_options=[f"cache-dir={js.cache_dir}", f"cache-size={js.cache_size_gib * 1024}"],
-                opts=child(self, [self.juicefs_csi, self.juicefs_secret]),
+                opts=pulumi.ResourceOptions.merge(keep, child(self, [self.juicefs_csi, self.juicefs_secret])),
             )
-            classes.append(f"juicefs-{js.name}")
-        self.storage_classes = classes
-        self.register_outputs({"storageClasses": classes, "checkpoint": st.checkpoint.location})
+            classes.append(self.juicefs_class.metadata.apply(lambda m: str(m.name)))
+        # Names as the API server holds them (outputs of the StorageClass resources).
+        self.storage_classes: pulumi.Output[list[str]] = pulumi.Output.all(*classes).apply(list)
+        self.register_outputs({"storageClasses": self.storage_classes, "checkpoint": st.checkpoint.location})

@@ -53,8 +53,15 @@ def _storage_spec() -> Any:
 @pulumi.runtime.test
 def test_juicefs_secret_output_is_secret() -> pulumi.Output[Any]:
     storage = Storage("st", StorageArgs(_storage_spec()))
-    assert storage.storage_classes == ["juicefs-ckpt"]
-    return pulumi.Output.from_input(storage.juicefs_secret.string_data.is_secret()).apply(lambda s: _true(s))
+
+    def check(args: list[Any]) -> None:
+        classes, secret = args
+        assert classes == ["juicefs-ckpt"]  # read back from the StorageClass resource
+        assert secret is True
+
+    return pulumi.Output.all(
+        storage.storage_classes, pulumi.Output.from_input(storage.juicefs_secret.string_data.is_secret())
+    ).apply(check)
 
 
 def _true(value: bool) -> None:
@@ -248,6 +255,6 @@ def test_npd_runs_node_health_within_the_tightest_detection_budget() -> None:
     assert health_check_interval_seconds(slos) == 15
     config = npd_plugin_config(slos)
     (rule,) = config["rules"]
-    assert rule["args"] == ["node-health", "--format", "npd"] and rule["path"].endswith("/gpufleet")
+    assert rule["path"] == "/bin/sh" and rule["args"] == ["/custom-config/gpufleet-node-health.sh"]
     assert config["pluginConfig"]["invoke_interval"] == "15s"
     assert health_check_interval_seconds(SloSpec()) == 60

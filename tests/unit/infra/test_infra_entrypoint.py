@@ -52,12 +52,16 @@ def test_entry_point_builds_the_stack_and_keeps_decrypted_values_secret(configur
     doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.h200-ib.yaml").read_text())
     cipher = doc["config"]["gpufleet:storage"]["juicefs"]["metaUrl"]["secure"]
     config, secret_keys = engine_config("h200-ib", {cipher: PLAIN_META_URL})
-    assert secret_keys == ["gpufleet:storage"]
+    assert secret_keys == ["gpufleet:monitoring", "gpufleet:storage"]
     pulumi.runtime.set_all_config(config, secret_keys)
     resources = record_program(lambda: runpy.run_path(MAIN, run_name="__main__"), "h200-ib")
     types = {r.type for r in resources}
     assert "gpufleet:platform:Platform" in types and "kubernetes:core/v1:NodePatch" in types
-    (secret,) = [r for r in resources if r.type == "kubernetes:core/v1:Secret"]
+    (secret,) = [
+        r
+        for r in resources
+        if r.type == "kubernetes:core/v1:Secret" and r.inputs["metadata"]["name"] != "grafana-admin"
+    ]
     assert secret.inputs["stringData"] == SECRET_MARK
     # The decrypted credential reached the program but no resource input in the clear.
     assert PLAIN_META_URL not in json.dumps([r.inputs for r in resources])

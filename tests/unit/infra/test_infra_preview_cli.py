@@ -23,10 +23,12 @@ def test_preview_prints_an_offline_view_and_writes_json(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["offline"] is True and doc["stack"] == "h200-ib"
     assert doc["resourceCount"] == sum(1 for r in doc["resources"] if r["custom"])
-    assert doc["byType"]["kubernetes:core/v1:NodePatch"] == spec.total_nodes
+    assert spec.storage.ceph is not None
+    storage_nodes = len(spec.storage.ceph.storage_nodes)
+    assert doc["byType"]["kubernetes:core/v1:NodePatch"] == spec.total_nodes + storage_nodes
     assert doc["outputs"]["gpus"] == spec.total_gpus
-    (secret,) = [r for r in doc["resources"] if r["type"] == "kubernetes:core/v1:Secret"]
-    assert secret["inputs"]["stringData"] == "[secret]"
+    secrets = [r for r in doc["resources"] if r["type"] == "kubernetes:core/v1:Secret"]
+    assert len(secrets) == 2 and all(s["inputs"]["stringData"] == "[secret]" for s in secrets)
 
 
 def test_preview_of_a_bad_stack_exits_2(tmp_path: Path) -> None:
