@@ -6,6 +6,11 @@ PY          := $(VENV)/bin/python
 BIN         := $(VENV)/bin
 APT_PACKAGES := prometheus slurmctld slurmd slurm-client munge iproute2 nftables procps util-linux
 REPORT      ?= reports/gameday
+# torch (the training workload) comes from PyPI as a ~3 GiB CUDA build with its nvidia-* wheels, and
+# PyPI's answers here carry no-store, so pip's HTTP cache keeps nothing: keep the wheels ourselves in
+# a wheelhouse keyed by the pinned version, so a second clone installs them without a download.
+TORCH       := $(shell grep -o "torch==[0-9.]*" pyproject.toml)
+WHEELHOUSE  ?= $(HOME)/.cache/gpufleet/wheels/$(TORCH)
 
 .PHONY: test gameday deps apt venv lint unit e2e generate clean
 
@@ -23,6 +28,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	test -f $(WHEELHOUSE)/.complete || { $(PY) -m pip download -q -d $(WHEELHOUSE) '$(TORCH)' && touch $(WHEELHOUSE)/.complete; }
+	$(PY) -m pip install -q --no-index --find-links $(WHEELHOUSE) '$(TORCH)'
 	$(PY) -m pip install -q -e '.[test,train]'
 	touch $@
 

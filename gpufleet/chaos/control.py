@@ -8,6 +8,9 @@ Declare it in an experiment:
   that revert this run's faults at once, then interrupt the run (chaoslib turns SIGTERM into an
   exception that a running activity swallows as a failure, so the method would go on; and with its
   default rollback strategy an interrupted or failed run plays no rollbacks at all);
+- before the experiment: the cluster must be in its steady state (gpufleet.chaos.steady: daemons
+  up, nodes schedulable, nothing pending in the ledger, no critical alert, training progressing),
+  else the run stops at once with "cluster not in steady state: ..." (not in dry-run);
 - after the experiment (whatever its status: completed, failed, aborted, interrupted): reverts every
   fault of this run still in the ledger, so rollbacks run even when the method failed;
 - a `kill -9` of the runner skips all of this: `gpufleet chaos revert` replays the ledger.
@@ -79,6 +82,30 @@ def configure_control(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             _previous[sig] = signal.signal(sig, _on_signal)
+
+
+def before_experiment_control(
+    context: Experiment,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+    **kwargs: Any,
+) -> None:
+    from chaoslib.exceptions import ActivityFailed, InterruptExecution, InvalidActivity
+
+    from gpufleet.chaos import steady
+
+    try:
+        ctx = engine.context(configuration)
+        if ctx.settings.dry_run:
+            return
+        found = steady.check(ctx.backend(), ctx.ledger)
+    except (ActivityFailed, InvalidActivity) as e:
+        raise InterruptExecution(f"cluster steady state unknown: {e}") from None
+    if found:
+        msg = "cluster not in steady state: " + "; ".join(found)
+        msg += " (`gpufleet chaos steady --heal` restores it)"
+        logger.error("gpufleet: %s", msg)
+        raise InterruptExecution(msg)
 
 
 def after_experiment_control(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from chaoslib.exceptions import ActivityFailed
 
+from gpufleet.core.procs import start_time
+
 COMMAND_TIMEOUT_S = 20.0
 
 
@@ -24,19 +26,6 @@ def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S, check: bool = T
     if check and cp.returncode != 0:
         raise ActivityFailed(f"`{' '.join(argv)}` failed ({cp.returncode}): {cp.stderr.strip()[:500]}")
     return cp.stdout
-
-
-def start_time(pid: int) -> int | None:
-    """/proc/<pid>/stat field 22 (proc(5)); None when gone or a zombie. Checked before every
-    signal because PIDs get reused (sandbox-notes.md, 10)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = raw[raw.rindex(")") + 2 :].split()
-    if rest[0] == "Z":
-        return None
-    return int(rest[19])
 
 
 def netns_pids(netns: str) -> list[int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -65,6 +66,33 @@ class SandboxProcess(_M):
     node: str | None = None  # the sandbox node it belongs to, if any
 
 
+class Restart(_M):
+    """One resubmission by the auto-resume controller."""
+
+    t: float
+    incarnation: int  # the incarnation submitted
+    job_id: str  # the new job
+    previous_job_id: str | None
+    previous_state: str  # how the previous incarnation ended
+
+
+class ControllerStatus(_M):
+    """The auto-resume controller's status file (SandboxState.training_controller): written by
+    gpufleet.sandbox.training.autoresume, read by the chaos backend's steady-state check."""
+
+
+    pid: int
+    incarnation: int = -1  # -1: nothing submitted yet
+    job_id: str | None = None
+    job_state: str | None = None
+    ended_at: float | None = None  # when the current job was first seen over
+    restarts: list[Restart] = Field(default_factory=list)
+    budget_since: float = 0.0  # restarts before this time do not count against the budget
+    gave_up: str | None = None  # why no job will be submitted any more
+    finished: bool = False
+    updated_at: float = 0.0
+
+
 class SandboxState(_M):
     """Everything a running sandbox made, and how to reach it."""
 
@@ -88,6 +116,9 @@ class SandboxState(_M):
     checkpoint_dir: str | None = None
     training_job_name: str | None = None
     training_events: str | None = None  # JSONL: {"t", "event", "step", "restart", "job_id", "node"}
+    # JSON status of the auto-resume controller (process "autoresume"): incarnation, job id,
+    # restarts; SIGHUP to it resets its restart budget.
+    training_controller: str | None = None
     spare_nodes: list[str] = Field(default_factory=list)
 
     def node(self, name: str) -> SandboxNode:
@@ -118,3 +149,15 @@ def write_state(state: SandboxState, root: Path | None = None) -> Path:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return path
+
+
+def read_controller_status(path: Path) -> ControllerStatus:
+    return ControllerStatus.model_validate_json(path.read_text())
+
+
+def write_controller_status(path: Path, status: ControllerStatus) -> None:
+    """Atomically replace the controller's status file."""
+    status.updated_at = time.time()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(status.model_dump_json(indent=2))
+    os.replace(tmp, path)

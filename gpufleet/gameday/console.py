@@ -3,7 +3,10 @@ table at the end (rich)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -14,6 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from gpufleet.core.tables import Col, fit_table
 from gpufleet.gameday.evaluate import ExperimentResult, Result
 from gpufleet.gameday.report.summary import SuiteRun
 from gpufleet.gameday.runner import Listener
@@ -48,6 +52,13 @@ class RichListener(Listener):
     def sandbox(self, message: str) -> None:
         self.progress.console.print(f"[dim]sandbox:[/] {message}", highlight=False)
 
+    def healed(self, index: int, experiment: Experiment, report: dict[str, Any]) -> None:
+        state = "healed" if report["ok"] else "[yellow]NOT healed[/]"
+        self.progress.console.print(
+            f"[dim]steady state before {experiment.name}:[/] {state} in {report['seconds']} s "
+            f"({'; '.join(report['problems'])})", highlight=False,
+        )
+
     def experiment_started(self, index: int, experiment: Experiment) -> None:
         self.progress.update(self.task, description=f"{experiment.name}: starting")
 
@@ -71,22 +82,40 @@ def _cell(check: Check | None) -> str:
     return f"[{_STYLE[check.outcome.value]}]{text}[/]"
 
 
-def verdict_table(run: SuiteRun) -> Table:
-    table = Table(title=f"game-day {run.stack} ({run.backend}): {run.outcome}", title_justify="left")
-    for col in ("experiment", "fault class", "detect s", "isolate s", "recover s", "verdict", "expected",
-                "result"):
-        table.add_column(col, justify="right" if col.endswith(" s") else "left")
+# Verdict table columns. At 80 columns (or in a pipe) the expected outcome and the fault class are
+# dropped first (both are in the report); the measured times, the verdict and the result - what the
+# game-day is for - always stay, and long experiment names and results wrap instead of being cut.
+VERDICT_COLUMNS = (
+    Col("experiment", wrap=True, min_width=16),
+    Col("fault class", drop=1),
+    Col("detect s", justify="right"),
+    Col("isolate s", justify="right"),
+    Col("recover s", justify="right"),
+    Col("verdict", drop=2),
+    Col("expected", drop=0),
+    Col("result", wrap=True, min_width=9, compact_max=9),  # "failed as expected": 2 lines
+)
+
+
+def verdict_rows(run: SuiteRun) -> list[list[str]]:
+    rows = []
     for r in run.results:
         checks = {c.name: c for c in r.checks}
         verdict = f"[{_STYLE[r.verdict.value]}]{r.verdict.value}[/]"
         result = f"[{_STYLE[r.result.value]}]{r.result_label}[/]"
-        table.add_row(
-            r.name, r.fault_class or "-", _cell(checks.get("detect")), _cell(checks.get("isolate")),
-            _cell(checks.get("recover")), verdict, r.expected.value, result,
-        )
+        rows.append([
+            escape(r.name), escape(r.fault_class or "-"), _cell(checks.get("detect")),
+            _cell(checks.get("isolate")), _cell(checks.get("recover")), verdict, r.expected.value, result,
+        ])
     for name in run.not_run:
-        table.add_row(name, "-", "-", "-", "-", "-", "-", "[yellow]not run[/]")
-    return table
+        rows.append([escape(name), "-", "-", "-", "-", "-", "-", "[yellow]not run[/]"])
+    return rows
+
+
+def verdict_table(run: SuiteRun, width: int | None = None) -> Table:
+    """The verdict table for a terminal `width` columns wide (None: every column)."""
+    title = f"game-day {run.stack} ({run.backend}): {run.outcome}"
+    return fit_table(VERDICT_COLUMNS, verdict_rows(run), width or 10_000, title=escape(title))
 
 
 def explain(run: SuiteRun) -> list[str]:

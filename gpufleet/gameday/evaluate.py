@@ -71,6 +71,9 @@ class ExperimentResult:
     started_at: float
     wall_seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
+    # What the runner healed before this experiment so it started from the steady state
+    # (gpufleet.chaos.steady.HealReport.to_json()); None: the check was not run.
+    healing: dict[str, Any] | None = None
 
     @property
     def expected_failure(self) -> bool:

@@ -9,6 +9,7 @@ process. Everything the runner does is bounded in time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.config import load_named_stack
+from gpufleet.core.procs import alive
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.gameday.evaluate import ExperimentResult, evaluate
 from gpufleet.gameday.journal import read_journal
@@ -45,6 +47,8 @@ class GamedayOptions:
     rollback_grace_s: float = 90.0  # after SIGUSR1, time left for rollbacks before SIGTERM
     sandbox_timeout_s: float = 600.0
     settle_s: float = 2.0  # pause between experiments (lets the scrape/health loops see the revert)
+    # Before each experiment: check the steady state, heal, and wait at most this long for it.
+    steady_timeout_s: float = 150.0
     # Undoes the fault ledger after a run that was killed or left no journal; () = `gpufleet chaos revert`.
     revert_argv: tuple[str, ...] = ()
     python: str = sys.executable
@@ -64,6 +68,7 @@ class Listener:
     def experiment_started(self, index: int, experiment: Experiment) -> None: ...
     def tick(self, index: int, experiment: Experiment, elapsed_s: float) -> None: ...
     def experiment_done(self, index: int, result: ExperimentResult) -> None: ...
+    def healed(self, index: int, experiment: Experiment, report: dict[str, Any]) -> None: ...
 
 
 def stack_budgets(stack: str, stacks_dir: Path) -> dict[str, Budget]:
@@ -78,22 +83,12 @@ def stack_budgets(stack: str, stacks_dir: Path) -> dict[str, Budget]:
 # --------------------------------------------------------------------------- sandbox
 
 
-def _alive(pid: int, start_time: int) -> bool:
-    """The process still runs and is the same one (PID reuse, sandbox-notes.md pitfall 10)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(")") + 2:].split()
-    return len(fields) > 19 and int(fields[19]) == start_time  # field 22 overall
-
-
 def sandbox_status(state: SandboxState) -> tuple[str, str]:
     """("up" | "broken", why): broken = a state file whose run is not fully alive; it is torn
     down before a fresh `up`."""
     if state.phase != "up":
         return "broken", f"sandbox {state.stack} is {state.phase}"
-    dead = [p.name for p in state.processes if not _alive(p.pid, p.start_time)]
+    dead = [p.name for p in state.processes if not alive(p.pid, p.start_time)]
     if dead:
         return "broken", f"sandbox {state.stack} has dead processes: {', '.join(dead[:5])}"
     return "up", f"sandbox {state.stack} is up (run {state.run_id})"
@@ -235,6 +230,46 @@ def _revert(opts: GamedayOptions) -> str:
     return f"`{shown}` failed (exit {proc.returncode}): run `gpufleet chaos revert` by hand"
 
 
+# --------------------------------------------------------------------------- steady state
+
+
+def ensure_steady_state(opts: GamedayOptions, listener: Listener) -> dict[str, Any]:
+    """Check the steady state before an experiment and heal it (gpufleet.chaos.steady.ensure). On a
+    sandbox whose head daemons died, healing rebuilds the sandbox and checks again. Returns the
+    HealReport as JSON (`ok` false: the experiment is not run and is judged UNKNOWN)."""
+    from chaoslib.exceptions import ActivityFailed, InvalidActivity
+
+    from gpufleet.chaos import engine, steady
+
+    cfg = {"gpufleet_backend": opts.backend, "gpufleet_stack": opts.stack,
+           "gpufleet_stacks_dir": str(opts.stacks_dir)}
+    t = time.monotonic()
+    actions: list[str] = []
+    for attempt in (1, 2):
+        try:
+            ctx = engine.context(cfg)
+            report = steady.ensure(ctx.backend, ctx.ledger, timeout_s=opts.steady_timeout_s).to_json()
+        except (ActivityFailed, InvalidActivity) as e:
+            report = {"problems": [str(e)], "actions": [], "seconds": 0.0, "ok": False, "remaining": [str(e)]}
+        report["actions"] = actions + report["actions"]
+        report["seconds"] = round(time.monotonic() - t, 1)
+        if report["ok"] or opts.backend != "sandbox" or attempt == 2:
+            return report
+        # Healing in place failed (a head daemon died, the sandbox is gone): rebuild it once.
+        listener.sandbox("steady state not restored in place: rebuilding the sandbox")
+        actions = [*report["actions"], "rebuilt the sandbox"]
+        first = report["problems"]
+        teardown_sandbox(opts, listener)
+        try:
+            ensure_sandbox(opts, listener)
+        except RuntimeError as e:
+            report["remaining"] = [*report["remaining"], str(e)]
+            return report
+        # The sandbox was rebuilt: report the problems seen before it, not only after.
+        report = {**report, "problems": first}
+    return report
+
+
 # --------------------------------------------------------------------------- the suite
 
 
@@ -270,15 +305,25 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
         for i, exp in enumerate(suite):
             if i and opts.settle_s > 0:
                 time.sleep(opts.settle_s)
+            healing = ensure_steady_state(opts, listener)
+            if healing["problems"]:
+                listener.healed(i, exp, healing)
             listener.experiment_started(i, exp)
             run_started = time.time()
             jpath, lpath = journals / f"{exp.name}.json", logs / f"{exp.name}.log"
-            outcome = run_one(opts, exp, jpath, lpath, _ticker(listener, i, exp))
-            result = evaluate(
-                exp, read_journal(outcome.journal), budgets,
-                journal=str(jpath.relative_to(opts.report_dir)) if outcome.journal is not None else None,
-                started_at=run_started, wall_seconds=outcome.wall_seconds, error=outcome.error,
-            )
+            if not healing["ok"]:
+                why = (f"not run: cluster not in steady state after {healing['seconds']} s of healing: "
+                       + "; ".join(healing["remaining"]))
+                result = evaluate(exp, read_journal(None), budgets, journal=None, started_at=run_started,
+                                  wall_seconds=0.0, error=why)
+            else:
+                outcome = run_one(opts, exp, jpath, lpath, _ticker(listener, i, exp))
+                result = evaluate(
+                    exp, read_journal(outcome.journal), budgets,
+                    journal=str(jpath.relative_to(opts.report_dir)) if outcome.journal is not None else None,
+                    started_at=run_started, wall_seconds=outcome.wall_seconds, error=outcome.error,
+                )
+            result = dataclasses.replace(result, healing=healing)
             results.append(result)
             listener.experiment_done(i, result)
     except KeyboardInterrupt:

@@ -16,24 +16,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.core import procs
+from gpufleet.core.procs import start_time
 from gpufleet.core.sandbox_contract import SandboxProcess
 
 
-def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat (clock ticks after boot); None if gone or a zombie."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm (field 2) may hold spaces and parentheses: split after its closing ')'.
-    rest = raw[raw.rindex(")") + 2 :].split()
-    if rest[0] == "Z":  # a zombie is dead; only its parent's wait() remains
-        return None
-    return int(rest[19])  # rest[0] is field 3
-
-
 def alive(p: SandboxProcess) -> bool:
-    return start_time(p.pid) == p.start_time
+    return procs.alive(p.pid, p.start_time)
 
 
 def netns_argv(netns: str | None, argv: Sequence[str], hostname: str | None = None) -> list[str]:

@@ -222,9 +222,12 @@ def _bring_up(
     timings.mark("prometheus")
 
     if opts.training:
-        job_id = workload.submit(layout, opts.python)
-        rec.update(training_job_name=workload.job_name(layout))
-        say(f"training job {job_id} submitted")
+        started.append(_record(rec, workload.start_controller(layout, opts.python)))
+        rec.update(
+            training_job_name=workload.job_name(layout),
+            training_controller=str(workload.controller_status_file(layout)),
+        )
+        say("auto-resume controller started; it submits the training job")
 
         def training_progressing() -> bool:
             _check_alive(started)

@@ -1,32 +1,29 @@
-"""Submitting the training workload (gpufleet.sandbox.training) to the sandbox's Slurm and reading
-its progress from the events file it appends to."""
+"""The training workload (gpufleet.sandbox.training): its job script, the auto-resume controller that
+submits it to the sandbox's Slurm, and its progress read from the events file it appends to."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpufleet.sandbox.layout import Layout
-from gpufleet.sandbox.slurm import slurm_argv
+from gpufleet.sandbox.processes import Started, spawn
 
 
 def job_name(layout: Layout) -> str:
     return f"train-{layout.run_id}"
 
 
-def requeue_delay_seconds(health_check_interval: float, cred_expire: float) -> float:
-    """How long the job script waits after a failed step before `scontrol requeue`.
+def resubmit_delay_seconds(health_check_interval: float) -> float:
+    """How long the auto-resume controller waits after a failed job before submitting the next one.
 
-    The wait exists so that the node health check drains the faulty node before the job is placed
-    again. A requeued job cannot start before `cred_expire` anyway (sandbox-notes.md pitfall 4), so
-    only the part of a health-check period that `cred_expire` does not cover (plus 1 s for the check
-    itself) needs waiting: 0 with the sandbox's 5 s checks and 10 s cred_expire. A fixed 6 s wait
-    used to add 6 s to every GPU-fault recovery."""
-    return max(0.0, float(health_check_interval) + 1.0 - float(cred_expire))
+    The wait exists so that the node health check (HealthCheckInterval) drains a faulty node before
+    the job is placed again: one check period plus 1 s for the check itself. A new job does not wait
+    `cred_expire` the way a requeued one did (sandbox-notes.md pitfall 4), so this is the only wait."""
+    return float(health_check_interval) + 1.0
 
 
 def job_script(layout: Layout, python: str = sys.executable) -> str:
@@ -47,21 +44,20 @@ def job_script(layout: Layout, python: str = sys.executable) -> str:
         step_sleep_seconds=t.step_sleep_seconds,
         max_steps=t.max_steps,
         pg_timeout=t.process_group_timeout_seconds,
-        requeue_delay_seconds=requeue_delay_seconds(
-            layout.sandbox.slurm.health_check_interval, layout.sandbox.slurm.cred_expire
-        ),
     )
     return str(render_job_script(params))
 
 
-def sbatch_argv(layout: Layout, script: Path) -> list[str]:
+def sbatch_argv(layout: Layout) -> list[str]:
+    """sbatch up to the script; the controller adds --export with the incarnation and the script."""
     t = layout.sandbox.training
     gpus = layout.compute_nodes[0].gpus
     return [
-        "sbatch",
+        "/usr/bin/sbatch",
         "--parsable",
-        # Requeue after a node failure (JobRequeue=1 makes it the default; explicit for clarity).
-        "--requeue",
+        # A failed job ends; the auto-resume controller submits a new one (never a requeue that
+        # keeps the JobId: autoresume.py says why).
+        "--no-requeue",
         f"--job-name={job_name(layout)}",
         f"--partition={layout.queue}",
         f"--nodes={t.nodes}",
@@ -69,26 +65,45 @@ def sbatch_argv(layout: Layout, script: Path) -> list[str]:
         f"--gres=gpu:{gpus}",
         f"--output={layout.path('training', 'slurm-%j.out')}",
         f"--chdir={layout.path('training')}",
-        str(script),
     ]
 
 
-def submit(layout: Layout, python: str = sys.executable) -> str:
+def controller_status_file(layout: Layout) -> Path:
+    return layout.path("training", "autoresume.json")
+
+
+def write_controller_config(layout: Layout, python: str = sys.executable) -> Path:
+    """Write the job script and the auto-resume controller's configuration; returns the latter."""
+    from gpufleet.sandbox.training.autoresume import ControllerConfig
+
     d = layout.path("training")
     d.mkdir(parents=True, exist_ok=True)
     layout.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     script = d / "job.sh"
     script.write_text(job_script(layout, python))
     script.chmod(0o755)
-    res = subprocess.run(
-        slurm_argv(layout.head.netns, layout.slurm_conf, *sbatch_argv(layout, script)),
-        capture_output=True,
-        text=True,
-        timeout=30,
+    cfg = ControllerConfig(
+        sbatch=sbatch_argv(layout),
+        script=str(script),
+        slurm_conf=str(layout.slurm_conf),
+        status_file=str(controller_status_file(layout)),
+        events_file=str(layout.events_file),
+        delay_s=resubmit_delay_seconds(layout.sandbox.slurm.health_check_interval),
     )
-    if res.returncode != 0:
-        raise RuntimeError(f"sbatch failed: {res.stderr.strip()}")
-    return res.stdout.strip().split(";")[0]
+    path = d / "autoresume-config.json"
+    path.write_text(cfg.model_dump_json(indent=2))
+    return path
+
+
+def start_controller(layout: Layout, python: str = sys.executable) -> Started:
+    """The auto-resume controller, a daemon in the head namespace that submits the job."""
+    config = write_controller_config(layout, python)
+    return spawn(
+        "autoresume",
+        [python, "-m", "gpufleet.sandbox.training.autoresume", "--config", str(config)],
+        layout.path("logs", "autoresume.log"),
+        netns=layout.head.netns,
+    )
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaoslib.exceptions import InvalidActivity
+from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.scheduler import NodeObs
@@ -56,6 +56,25 @@ class Backend:
     def workload_events(self) -> str | None:
         """Path of the training events JSONL, where the backend has one."""
         return None
+
+    def dead_daemons(self) -> list[str]:
+        """Cluster daemons the backend knows of that are not running (steady-state check)."""
+        return []
+
+    def training_note(self) -> str:
+        """Why the training job is not running, when the platform says (e.g. its auto-resume
+        controller spent its restart budget); empty when it says nothing."""
+        return ""
+
+    # ------------------------------------------------------------ healing (steady.py)
+    def restart_dead_daemons(self) -> list[str]:
+        raise ActivityFailed(f"backend {self.name} cannot restart daemons: heal the cluster by hand")
+
+    def resume_node(self, node: str) -> None:
+        raise ActivityFailed(f"backend {self.name} cannot resume node {node}: resume it by hand")
+
+    def resume_training(self) -> str:
+        raise ActivityFailed(f"backend {self.name} cannot resubmit the training job: resubmit it by hand")
 
     # ------------------------------------------------------------ faults
     def _unsupported(self, method: str, why: str = "") -> InvalidActivity:

@@ -24,7 +24,16 @@ from gpufleet.chaos import sysops
 from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, tbf_argv
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
-from gpufleet.core.sandbox_contract import SandboxNode, SandboxState, read_state, state_path, write_state
+from gpufleet.core.procs import alive, start_time
+from gpufleet.core.sandbox_contract import (
+    ControllerStatus,
+    SandboxNode,
+    SandboxState,
+    read_controller_status,
+    read_state,
+    state_path,
+    write_state,
+)
 
 logger = logging.getLogger("chaostoolkit")
 AGENT_TIMEOUT_S = 5.0
@@ -125,7 +134,7 @@ def rb_reboot_hung(args: dict[str, Any]) -> None:
     for pid, st in procs:
         sysops.signal_verified(pid, st, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(sysops.start_time(p) == st for p, st in procs):
+    while time.monotonic() < deadline and any(start_time(p) == st for p, st in procs):
         time.sleep(0.1)
     rb_restart_daemons(args["restart"])
 
@@ -156,7 +165,7 @@ def rb_restart_daemons(args: dict[str, Any]) -> None:
                 start_new_session=True,
                 close_fds=True,
             )
-        st = sysops.start_time(p.pid)
+        st = start_time(p.pid)
         if st is None:
             raise ActivityFailed(f"restarting {d['name']} failed at once ({p.wait(5)}); see {log}")
         _update_state_pid(args.get("stack"), args.get("state_root"), d["name"], p.pid, st)
@@ -268,6 +277,51 @@ class SandboxBackend(Backend):
             out += sysops.run(self.state.slurm_command("scontrol", "show", "hostnames", p)).split()
         return out
 
+    def dead_daemons(self) -> list[str]:
+        return [p.name for p in self.state.processes if not alive(p.pid, p.start_time)]
+
+    def _controller(self) -> ControllerStatus | None:
+        if not self.state.training_controller:
+            return None
+        try:
+            return read_controller_status(Path(self.state.training_controller))
+        except (OSError, ValueError):
+            return None
+
+    def training_note(self) -> str:
+        st = self._controller()
+        if st is None:
+            return ""
+        if st.gave_up:
+            return f"auto-resume gave up: {st.gave_up}"
+        return f"auto-resume: incarnation {st.incarnation}, job {st.job_id} {st.job_state or ''}".strip()
+
+    def restart_dead_daemons(self) -> list[str]:
+        """Restart every node's dead daemons from the state file's argv. A dead head daemon
+        (slurmctld, Prometheus, munged, the controller) is not restarted here: the sandbox must be
+        rebuilt (`gpufleet sandbox down` + `up`)."""
+        dead = {p.name: p for p in self.state.processes if not alive(p.pid, p.start_time)}
+        node_names = {n.name for n in self.state.nodes if n.role != "head"}
+        on_nodes = sorted({p.node for p in dead.values() if p.node in node_names}, key=str)
+        head = [name for name, p in dead.items() if p.node not in node_names]
+        if head:
+            raise ActivityFailed(f"head daemon(s) {', '.join(sorted(head))} not running: rebuild the sandbox")
+        for node in on_nodes:
+            rb_restart_daemons(self._restart_rb(self._node(str(node))).args)
+        return [f"restarted daemons of {node}" for node in on_nodes]
+
+    def resume_node(self, node: str) -> None:
+        _resume_node(self._slurm_prefix(), node)
+
+    def resume_training(self) -> str:
+        """Ask the auto-resume controller for a job: SIGHUP resets its restart budget, and it submits
+        the next incarnation when no job is running."""
+        ctl = next((p for p in self.state.processes if p.name == "autoresume"), None)
+        if ctl is None:
+            raise ActivityFailed("this sandbox has no auto-resume controller: rebuild it")
+        sysops.signal_verified(ctl.pid, ctl.start_time, signal.SIGHUP)
+        return "asked the auto-resume controller to resubmit training (restart budget reset)"
+
     def _node(self, name: str) -> SandboxNode:
         try:
             n = self.state.node(name)
@@ -329,7 +383,7 @@ class SandboxBackend(Backend):
         for p in self.state.processes:
             if p.node != n.name and not (p.node is None and p.netns == n.netns):
                 continue
-            live = sysops.start_time(p.pid) == p.start_time
+            live = start_time(p.pid) == p.start_time
             inner = list(p.argv) or (sysops.cmdline(p.pid) if live else None) or []
             env = dict(p.env) or (sysops.environ(p.pid) if live else None) or {}
             if not inner:
@@ -594,7 +648,7 @@ class SandboxBackend(Backend):
                 # Slurm gives each task its rank as SLURM_PROCID (torchrun-style launchers: RANK).
                 ids = (env.get("SLURM_PROCID"), env.get("RANK"))
                 if str(rank) in ids and any("python" in c for c in cmd[:2]):
-                    st = sysops.start_time(pid)
+                    st = start_time(pid)
                     if st is not None:
                         found.append((pid, st, n.name))
         if not found:

@@ -85,6 +85,7 @@ def experiment_dict(r: ExperimentResult) -> dict[str, Any]:
         "started_at": r.started_at,
         "wall_seconds": r.wall_seconds,
         "capacity": r.extra.get("capacity"),
+        "healing": r.healing,
         "timeline": r.timeline.model_dump(mode="json") if r.timeline else None,
     }
 

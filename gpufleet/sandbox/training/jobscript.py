@@ -34,15 +34,10 @@ class JobParams(BaseModel):
     keep_checkpoints: Annotated[int, Field(ge=1)] = 3
     rendezvous_port: Annotated[int, Field(ge=1024, le=64000)] = 29500
     metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9410
-    max_restarts: Annotated[int, Field(ge=0)] = 20  # cap requeues: no endless loop on a broken job
-    requeue_delay_seconds: Annotated[float, Field(ge=0)] = 6.0
     srun: str = "/usr/bin/srun"
-    scontrol: str = "/usr/bin/scontrol"
-    grep: str = "/usr/bin/grep"
-    sleep: str = "/usr/bin/sleep"
 
     @field_validator("python", "base_dir", "checkpoint_dir", "events_file", "file_sd_dir", "hosts_file",
-                     "srun", "scontrol", "grep", "sleep")
+                     "srun")
     @classmethod
     def _absolute(cls, v: str) -> str:
         if not Path(v).is_absolute():

@@ -3,6 +3,7 @@ ENVIRONMENT VARIABLES"), and Slurm's hostlist syntax (`gpu-[0-3,7],spare-0`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class RankInfo:
     nodes: tuple[str, ...]
     job_id: int
     restart: int
+    gpus: tuple[int, ...] = ()  # the GPUs of this node the job holds (empty: only local_rank's)
 
     @property
     def master_node(self) -> str:
@@ -90,10 +92,26 @@ def rank_info(env: Mapping[str, str]) -> RankInfo:
         node=env["SLURMD_NODENAME"],
         nodes=nodes,
         job_id=int(env["SLURM_JOB_ID"]),
-        restart=int(env.get("SLURM_RESTART_COUNT") or 0),
+        # The auto-resume controller numbers incarnations (each a new job); Slurm's own requeue
+        # count is the fallback for a job submitted by hand with --requeue.
+        restart=int(env.get("GPUFLEET_INCARNATION") or env.get("SLURM_RESTART_COUNT") or 0),
     )
+    info = dataclasses.replace(info, gpus=held_gpus(env, info.local_rank))
     if not 0 <= info.rank < info.world_size:
         raise ValueError(f"SLURM_PROCID {info.rank} outside 0..{info.world_size - 1}")
     if info.node not in nodes:
         raise ValueError(f"SLURMD_NODENAME {info.node} is not in SLURM_JOB_NODELIST {nodes}")
     return info
+
+
+def held_gpus(env: Mapping[str, str], local_rank: int) -> tuple[int, ...]:
+    """The GPUs of its node a task's job holds: Slurm's SLURM_STEP_GPUS / SLURM_JOB_GPUS (set for a
+    GRES with device files, gres.conf(5)), else CUDA_VISIBLE_DEVICES, else the local rank's GPU."""
+    for key in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        raw = env.get(key, "").strip()
+        if raw:
+            try:
+                return tuple(sorted({int(x) for x in raw.split(",") if x.strip()}))
+            except ValueError:
+                continue  # e.g. GPU UUIDs in CUDA_VISIBLE_DEVICES: no index to watch
+    return (local_rank,)

@@ -87,26 +87,30 @@ class Trainer:
         self.ckpt = CheckpointDir(args.checkpoint_dir)
         node_dir = args.base_dir / "nodes" / info.node
         # Faults that kill only the running process (XID 94) apply to processes started before them.
-        self.health = GpuHealth(node_dir / "gpu-health.json", info.local_rank, started_at=time.time())
-        self.proc_file = node_dir / "procs" / f"gpu{info.local_rank}.json"
+        self.health = GpuHealth(node_dir / "gpu-health.json", info.gpus or (info.local_rank,),
+                                started_at=time.time())
+        self.proc_files = [node_dir / "procs" / f"gpu{g}.json" for g in info.gpus or (info.local_rank,)]
         self.progress = TrainingProgress(info.job_id, args.job_name, info.world_size, info.restart)
         self.step = 0
 
     # ------------------------------------------------------------------ setup
 
     def register_gpu(self) -> None:
-        """Tell the node agent which process uses this GPU (busy metrics, the pid in Xid lines)."""
-        if self.proc_file.parent.parent.is_dir():
-            self.proc_file.parent.mkdir(exist_ok=True)
-            self.proc_file.write_text(json.dumps({"pid": os.getpid(), "name": "python"}))
+        """Tell the node agent which process uses the GPUs it holds (busy metrics, the pid in Xid
+        lines)."""
+        for f in self.proc_files:
+            if f.parent.parent.is_dir():
+                f.parent.mkdir(exist_ok=True)
+                f.write_text(json.dumps({"pid": os.getpid(), "name": "python"}))
 
     def unregister_gpu(self) -> None:
-        try:
-            doc = json.loads(self.proc_file.read_text())
-            if doc.get("pid") == os.getpid():
-                self.proc_file.unlink()
-        except (OSError, ValueError):
-            pass
+        for f in self.proc_files:
+            try:
+                doc = json.loads(f.read_text())
+                if doc.get("pid") == os.getpid():
+                    f.unlink()
+            except (OSError, ValueError):
+                pass
 
     def init_group(self) -> None:
         import torch.distributed as dist

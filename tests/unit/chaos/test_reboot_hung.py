@@ -9,15 +9,15 @@ import time
 
 import pytest
 
-from gpufleet.chaos import sysops
 from gpufleet.chaos.backends import sandbox
 from gpufleet.chaos.rollbacks import ROLLBACKS
+from gpufleet.core import procs
 
 
 def test_reboot_hung_kills_the_frozen_processes_then_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
     p = subprocess.Popen(["sleep", "60"])
     try:
-        st = sysops.start_time(p.pid)
+        st = procs.start_time(p.pid)
         assert st is not None
         p.send_signal(signal.SIGSTOP)
         restarted: list[dict[str, object]] = []
@@ -36,7 +36,7 @@ def test_reboot_hung_kills_the_frozen_processes_then_restarts(monkeypatch: pytes
 def test_reboot_hung_never_signals_a_reused_pid(monkeypatch: pytest.MonkeyPatch) -> None:
     p = subprocess.Popen(["sleep", "60"])
     try:
-        st = sysops.start_time(p.pid)
+        st = procs.start_time(p.pid)
         assert st is not None
         monkeypatch.setattr(sandbox, "rb_restart_daemons", lambda a: None)
         sandbox.rb_reboot_hung({"pids": [[p.pid, st + 1]], "restart": {}})  # another process

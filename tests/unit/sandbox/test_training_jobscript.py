@@ -1,4 +1,4 @@
-"""The job script (rendering, absolute paths, requeue logic) and the Slurm task environment."""
+"""The job script (rendering, absolute paths, no requeue) and the Slurm task environment."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def params(**kw: object) -> JobParams:
     return JobParams.model_validate(base)
 
 
-def test_script_is_valid_bash_with_absolute_commands_and_requeue() -> None:
+def test_script_is_valid_bash_with_absolute_commands() -> None:
     text = render_job_script(params())
     assert text.startswith("#!/bin/bash\n")
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
-    assert "#SBATCH --requeue" in text and "#SBATCH --nodes=3" in text
+    assert "#SBATCH --nodes=3" in text
     srun = next(ln for ln in text.splitlines() if ln.startswith("/usr/bin/srun "))
     assert "--kill-on-bad-exit=1" in srun and "--export=ALL" in srun
     launch = text[text.index("/usr/bin/srun"):text.index("rc=$?")].replace("\\\n", " ")
@@ -37,12 +37,11 @@ def test_script_is_valid_bash_with_absolute_commands_and_requeue() -> None:
     # The rank's flags parse with the trainer's own parser and carry the params.
     ns = build_parser().parse_args(argv[argv.index("-m") + 2:])
     assert ns.checkpoint_every == 7 and ns.pg_timeout == 10.0 and str(ns.hosts_file) == "/run/sb/hosts.json"
-    assert '/usr/bin/scontrol requeue "$SLURM_JOB_ID"' in text
     # Every command the script runs is an absolute path (jobs get no PATH with --export=NONE).
     for ln in text.splitlines():
         s = ln.strip()
-        if s and not s.startswith(("#", "if", "fi", "exit", "echo", "export", "restart=", "rc=",
-                                   "current=", "then", "else", "set ", '"')) and not s.startswith("--"):
+        if s and not s.startswith(("#", "if", "fi", "exit", "echo", "export", "incarnation=", "rc=",
+                                   "then", "else", "set ", '"')) and not s.startswith("--"):
             first = shlex.split(s.rstrip("\\"))[0]
             assert first.startswith("/"), ln
 
@@ -58,35 +57,28 @@ def test_paths_must_be_absolute_and_quoted() -> None:
     assert "'/run/with space'" in quoted and "'/run/with space'" in text
 
 
-def run_script_tail(tmp_path: Path, restarts_now: str, restart_env: str, srun_rc: int, cap: int = 20) -> str:
-    """Run the rendered script with fake srun/scontrol to observe its requeue decision."""
+def run_script(tmp_path: Path, srun_rc: int, incarnation: str | None) -> tuple[int, str, str]:
+    """Run the rendered script with a fake srun that records its environment."""
     log = tmp_path / "calls.log"
     srun = tmp_path / "srun"
-    srun.write_text(f"#!/bin/bash\necho srun \"$@\" >> {log}\nexit {srun_rc}\n")
-    scontrol = tmp_path / "scontrol"
-    scontrol.write_text(f"#!/bin/bash\necho scontrol \"$@\" >> {log}\n"
-                        f"[ \"$1\" = -o ] && echo 'JobId=5 Restarts={restarts_now} BatchFlag=1'\nexit 0\n")
-    for f in (srun, scontrol):
-        f.chmod(0o755)
-    text = render_job_script(params(srun=str(srun), scontrol=str(scontrol), requeue_delay_seconds=0,
-                                    max_restarts=cap))
-    env = {"SLURM_JOB_ID": "5", "SLURM_RESTART_COUNT": restart_env, "SLURM_JOB_NODELIST": "gpu-[0-2]"}
+    srun.write_text(f"#!/bin/bash\necho srun inc=$GPUFLEET_INCARNATION \"$@\" >> {log}\nexit {srun_rc}\n")
+    srun.chmod(0o755)
+    text = render_job_script(params(srun=str(srun)))
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu-[0-2]"}
+    if incarnation is not None:
+        env["GPUFLEET_INCARNATION"] = incarnation
     res = subprocess.run(["/bin/bash", "-c", text], env=env, capture_output=True, text=True, timeout=30)
-    return (log.read_text() if log.exists() else "") + f"rc={res.returncode}\n" + res.stdout
+    return res.returncode, log.read_text(), res.stdout
 
 
-def test_failed_srun_requeues_only_the_current_incarnation(tmp_path: Path) -> None:
-    out = run_script_tail(tmp_path, restarts_now="1", restart_env="1", srun_rc=1)
-    assert "scontrol requeue 5" in out and "rc=1" in out
+def test_script_never_requeues_and_passes_its_incarnation_to_the_ranks(tmp_path: Path) -> None:
+    text = render_job_script(params())
+    assert "#SBATCH --no-requeue" in text and "scontrol" not in text
+    rc, calls, out = run_script(tmp_path, srun_rc=3, incarnation="4")
+    assert rc == 3 and "srun inc=4 --kill-on-bad-exit=1" in calls and "incarnation 4" in out
     (tmp_path / "calls.log").unlink()
-    stale = run_script_tail(tmp_path, restarts_now="2", restart_env="1", srun_rc=1)
-    assert "scontrol requeue" not in stale and "not requeueing" in stale
-    (tmp_path / "calls.log").unlink()
-    ok = run_script_tail(tmp_path, restarts_now="0", restart_env="0", srun_rc=0)
-    assert "scontrol" not in ok and "rc=0" in ok
-    (tmp_path / "calls.log").unlink()
-    capped = run_script_tail(tmp_path, restarts_now="3", restart_env="3", srun_rc=1, cap=3)
-    assert "scontrol requeue" not in capped and "cap" in capped
+    rc, calls, out = run_script(tmp_path, srun_rc=0, incarnation=None)
+    assert rc == 0 and "srun inc=0 " in calls and "training finished" in out
 
 
 @pytest.mark.parametrize(
@@ -117,6 +109,8 @@ def test_rank_info() -> None:
     assert (info.rank, info.world_size, info.local_rank, info.job_id, info.restart) == (1, 2, 0, 42, 3)
     assert info.master_node == "gpu-1"
     assert rank_info({**env, "SLURM_RESTART_COUNT": ""}).restart == 0
+    # The auto-resume controller's incarnation wins over Slurm's requeue count.
+    assert rank_info({**env, "GPUFLEET_INCARNATION": "7"}).restart == 7
     with pytest.raises(ValueError, match="SLURM_PROCID"):
         rank_info({k: v for k, v in env.items() if k != "SLURM_PROCID"})
     with pytest.raises(ValueError, match="not in SLURM_JOB_NODELIST"):

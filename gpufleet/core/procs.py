@@ -1,0 +1,28 @@
+"""Process identity and liveness, one home for every layer (sandbox, chaos, game-day).
+
+A process is identified by its PID and its start time (/proc/<pid>/stat field 22, proc(5)): PIDs get
+reused after a crash (sandbox-notes.md, 10), so the start time is checked before anything is done to
+a recorded PID. A zombie is dead: only its parent's wait() remains of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (clock ticks after boot); None if gone or a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after its closing ')'.
+    rest = raw[raw.rindex(")") + 2 :].split()
+    if rest[0] == "Z":
+        return None
+    return int(rest[19])  # rest[0] is field 3
+
+
+def alive(pid: int, started: int) -> bool:
+    """The process runs and is the one recorded (not a reused PID, not a zombie)."""
+    return start_time(pid) == started
