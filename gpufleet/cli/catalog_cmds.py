@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from gpufleet.catalog.load import DATA_DIR, load_catalog
-from gpufleet.catalog.model import runbook_url
+from gpufleet.catalog.load import DATA_DIR, Catalog, load_catalog
+from gpufleet.catalog.model import Fault, runbook_url
 from gpufleet.catalog.rules import RUNBOOK_BASE, domain_of
 from gpufleet.catalog.validate import load_path
-from gpufleet.cli.common import console, fail, input_errors
+from gpufleet.cli.common import OutputFormat, OutputOpt, console, fail, input_errors, print_json
+from gpufleet.core.tables import Col, fit_table
 from gpufleet.core.taxonomy import FaultClass
 
 catalog_app = typer.Typer(help="Browse and validate the fault catalog.", no_args_is_help=True)
@@ -22,6 +23,42 @@ DataDir = Annotated[
 ]
 
 
+# `catalog list` columns; on a narrow terminal the lowest `drop` goes first: escalation and domain
+# (the id says it), then the alert name, the XID (in the id of XID faults) and the severity. The id,
+# class and action, what an operator looks up, always stay.
+LIST_COLUMNS = (
+    Col("id"),
+    Col("domain", drop=1),
+    Col("class"),
+    Col("severity", drop=4),
+    Col("XID", drop=3, justify="right"),
+    Col("alert", drop=2),
+    Col("action"),
+    Col("escalation", drop=0),
+)
+
+
+def _escalation(f: Fault) -> str:
+    e = f.escalation
+    return f"{e.repeats}x/{e.window_hours:g}h -> {e.to.value}" if e else ""
+
+
+def fault_row(f: Fault, catalog: Catalog) -> list[str]:
+    return [f.id, domain_of(f, catalog), f.fault_class.value, f.severity.value, str(f.xid or ""),
+            f.alert.name if f.alert else "(exempt)", f.action.value, _escalation(f)]
+
+
+def fault_summary(f: Fault, catalog: Catalog) -> dict[str, Any]:
+    """One fault as `catalog list --output json` prints it."""
+    e = f.escalation
+    return {
+        "id": f.id, "title": f.title, "domain": domain_of(f, catalog), "class": f.fault_class.value,
+        "severity": f.severity.value, "xid": f.xid, "alert": f.alert.name if f.alert else None,
+        "action": f.action.value,
+        "escalation": {"repeats": e.repeats, "window_hours": e.window_hours, "to": e.to.value} if e else None,
+    }
+
+
 @catalog_app.command("list")
 @input_errors
 def list_faults(
@@ -29,31 +66,44 @@ def list_faults(
         FaultClass | None, typer.Option("--class", help="Only faults of this class.")
     ] = None,
     data_dir: DataDir = DATA_DIR,
+    output: OutputOpt = OutputFormat.TABLE,
 ) -> None:
-    """List the faults of the catalog."""
+    """List the faults of the catalog (the columns that fit the terminal; --output json has all)."""
     catalog = load_catalog(data_dir)
     faults = [f for f in catalog if fault_class is None or f.fault_class is fault_class]
-    table = Table(title=f"Fault catalog ({len(faults)} of {len(catalog)})")
-    for col in ("id", "domain", "class", "severity", "XID", "alert", "action", "escalation"):
-        table.add_column(col, no_wrap=col in ("id", "alert"))
-    for f in faults:
-        e = f.escalation
-        esc = f"{e.repeats}x/{e.window_hours:g}h -> {e.to.value}" if e else ""
-        table.add_row(f.id, domain_of(f, catalog), f.fault_class.value, f.severity.value,
-                      str(f.xid or ""), f.alert.name if f.alert else "(exempt)", f.action.value, esc)
+    if output is OutputFormat.JSON:
+        print_json([fault_summary(f, catalog) for f in faults])
+        return
+    rows = [fault_row(f, catalog) for f in faults]
+    # Cells are plain text: markup in catalog data (e.g. "[secondary]") must print as written.
+    table = fit_table(LIST_COLUMNS, [[_escape(c) for c in r] for r in rows], console.width,
+                      title=f"Fault catalog ({len(faults)} of {len(catalog)})")
     console.print(table)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 @catalog_app.command("show")
 @input_errors
 def show(fault_id: Annotated[str, typer.Argument(help="Fault id, e.g. gpu-xid-79.")],
-         data_dir: DataDir = DATA_DIR) -> None:
+         data_dir: DataDir = DATA_DIR, output: OutputOpt = OutputFormat.TABLE) -> None:
     """Show one fault in full."""
     catalog = load_catalog(data_dir)
     try:
         f = catalog.get(fault_id)
     except KeyError as missing:
         raise fail(str(missing.args[0])) from None
+    if output is OutputFormat.JSON:
+        doc = f.model_dump(mode="json", by_alias=True, exclude_none=True)
+        doc.update(domain=domain_of(f, catalog), source_file=catalog.sources.get(f.id, ""))
+        if f.alert:
+            doc["runbook_url"] = runbook_url(f.alert.name, RUNBOOK_BASE)
+        print_json(doc)
+        return
     console.print(f"[bold]{f.id}[/] - {f.title}", highlight=False)
     rows: list[tuple[str, str]] = [
         ("class", f.fault_class.value), ("severity", f.severity.value), ("domain", domain_of(f, catalog)),
@@ -84,10 +134,10 @@ def show(fault_id: Annotated[str, typer.Argument(help="Fault id, e.g. gpu-xid-79
                  else f"{r.per_thousand_node_days:g} per 1k node-days")
         rows.append(("rate", f"{value} x share {r.share:g} - {r.cause}; {r.source}"))
     table = Table(show_header=False, box=None)
-    table.add_column(style="bold")
-    table.add_column()
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, _escape(v))
     console.print(table)
     if f.alert:
         console.print(f.alert.expr, highlight=False, markup=False)

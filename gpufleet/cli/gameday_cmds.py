@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import console, err_console, fail, input_errors
+from gpufleet.cli.common import OutputFormat, OutputOpt, console, err_console, fail, input_errors, print_json
+from gpufleet.core.inputs import check_output_dir
 
 BACKENDS = ("sandbox", "slurm", "kubernetes")
 
@@ -31,16 +32,19 @@ def gameday(
     ] = Path("experiments"),
     stacks_dir: Annotated[Path, typer.Option(help="Where the stack files are.")] = Path("stacks"),
     timeout: Annotated[
-        float, typer.Option(help="Seconds one experiment may take, rollbacks included.")
+        float, typer.Option(help="Seconds one experiment may take, rollbacks included.", min=1, max=86_400)
     ] = 300.0,
+    output: OutputOpt = OutputFormat.TABLE,
 ) -> None:
     """Run the game-day suite one experiment at a time, judge every run against the stack's
     recovery budgets and write the report. Exit 0: every target met; 1: a target missed (or a
-    rollback failed); 3: a run could not be judged; 2: bad input."""
+    rollback failed); 3: a run could not be judged; 2: bad input. With --output json, progress goes
+    to stderr and stdout gets summary.json's document."""
     from gpufleet.config import load_named_stack
     from gpufleet.gameday import GamedayOptions, run_gameday, write_report
     from gpufleet.gameday.console import RichListener, explain, verdict_table
 
+    check_output_dir(report, "--report")
     spec = load_named_stack(stack, stacks_dir)
     chosen = backend or spec.gameday.backend
     if chosen not in BACKENDS:
@@ -52,19 +56,26 @@ def gameday(
         stack=stack, backend=chosen, experiments=names, report_dir=report, keep_sandbox=keep_sandbox,
         experiments_dir=experiments_dir, stacks_dir=stacks_dir, experiment_timeout_s=timeout,
     )
+    as_json = output is OutputFormat.JSON
     try:
-        with RichListener(console) as listener:
+        with RichListener(err_console if as_json else console) as listener:
             run = run_gameday(opts, listener)
     except RuntimeError as e:
         raise fail(str(e), 3) from None
     paths = write_report(run, report)
-    console.print(verdict_table(run))
+    if as_json:
+        from gpufleet.gameday.report.summary import summary_dict
+
+        print_json(summary_dict(run))
+    else:
+        console.print(verdict_table(run, console.width))
     for line in explain(run):
         err_console.print(f"  {line}", highlight=False, soft_wrap=True)
     if not run.results:
         err_console.print(f"no experiment is tagged {chosen!r} in {experiments_dir}", highlight=False)
-    console.print(f"report: {paths['html']}  summary: {paths['summary']}  junit: {paths['junit']}",
-                  highlight=False)
+    (err_console if as_json else console).print(
+        f"report: {paths['html']}  summary: {paths['summary']}  junit: {paths['junit']}", highlight=False
+    )
     raise typer.Exit(run.exit_code)
 
 

@@ -10,8 +10,9 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from gpufleet.cli.common import console, input_errors
+from gpufleet.cli.common import OutputFormat, OutputOpt, console, err_console, input_errors, print_json
 from gpufleet.config import load_named_stack
+from gpufleet.core.inputs import check_output_file
 from gpufleet.infra.offline import OfflinePreview, run_offline
 
 OFFLINE_NOTE = (
@@ -78,24 +79,41 @@ def register(app: typer.Typer) -> None:
         stack: str = typer.Option(..., "--stack", "-s", help="Stack name: stacks/Pulumi.<stack>.yaml"),
         json_file: Path | None = typer.Option(None, "--json", help="Write the declared resources here"),
         stacks_dir: Path = typer.Option(Path("stacks"), "--stacks-dir", help="Folder of stack files"),
+        output: OutputOpt = OutputFormat.TABLE,
     ) -> None:
         """Offline view of what `pulumi up` would declare for a stack (Pulumi mock runtime)."""
         spec = load_named_stack(stack, stacks_dir)
+        if json_file is not None:
+            check_output_file(json_file, "--json")
         view = run_offline(spec, stack)
-        console.print(f"[bold yellow]{OFFLINE_NOTE.format(stack=stack)}[/]", highlight=False)
-        console.print(_table(f"stack {stack}", ("", ""), summary_rows(view)))
-        by_type = [(t, str(n)) for t, n in sorted(view.by_type().items(), key=lambda x: (-x[1], x[0]))]
-        console.print(_table("resources by type", ("type", "count"), by_type))
-        by_comp = [(t, str(n)) for t, n in sorted(view.by_component().items(), key=lambda x: (-x[1], x[0]))]
-        console.print(_table("resources by component", ("component", "count"), by_comp))
-        console.print(
-            _table("reliability targets (SLOs)", ("target", "value"), slo_rows(view.outputs["slos"]))
-        )
+        if output is OutputFormat.JSON:
+            print_json({
+                "offline": True,
+                "note": OFFLINE_NOTE.format(stack=stack),
+                "stack": stack,
+                "outputs": view.outputs,
+                "resources_by_type": dict(sorted(view.by_type().items())),
+                "resources_by_component": dict(sorted(view.by_component().items())),
+            })
+        else:
+            _print_tables(stack, view)
         if json_file is not None:
             json_file.parent.mkdir(parents=True, exist_ok=True)
             json_file.write_text(json.dumps(view.to_json(), indent=1, sort_keys=True, default=str) + "\n")
-            console.print(
+            (console if output is OutputFormat.TABLE else err_console).print(
                 f"wrote {json_file} ({len(view.resources)} entries; secret inputs shown as [secret])",
                 markup=False,
                 highlight=False,
             )
+
+
+def _print_tables(stack: str, view: OfflinePreview) -> None:
+    console.print(f"[bold yellow]{OFFLINE_NOTE.format(stack=stack)}[/]", highlight=False)
+    console.print(_table(f"stack {stack}", ("", ""), summary_rows(view)))
+    by_type = [(t, str(n)) for t, n in sorted(view.by_type().items(), key=lambda x: (-x[1], x[0]))]
+    console.print(_table("resources by type", ("type", "count"), by_type))
+    by_comp = [(t, str(n)) for t, n in sorted(view.by_component().items(), key=lambda x: (-x[1], x[0]))]
+    console.print(_table("resources by component", ("component", "count"), by_comp))
+    console.print(
+        _table("reliability targets (SLOs)", ("target", "value"), slo_rows(view.outputs["slos"]))
+    )

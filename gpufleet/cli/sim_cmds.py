@@ -8,10 +8,31 @@ import typer
 from rich.table import Table
 
 from gpufleet.catalog import load_catalog
-from gpufleet.cli.common import console, input_errors
+from gpufleet.cli.common import (
+    OutputFormat,
+    OutputOpt,
+    console,
+    err_console,
+    input_errors,
+    print_json,
+)
 from gpufleet.config import StackSpec, load_named_stack, load_stack
-from gpufleet.sim import Study, load_report, load_scenario, resolve, run_study, write_study
+from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inputs import check_output_dir, read_json
+from gpufleet.sim import SimParams, Study, load_scenario, parse_report, resolve, run_study, write_study
 from gpufleet.sim.stats import Estimate
+
+# Bounds of the numeric options: a typo (`--days 1e9`) must be refused at once, not run for hours.
+# MAX_DAYS: ten years, more than a GPU server's service life (3-5 years); the catalog's failure rates
+# describe servers in service, not beyond. MAX_RUNS: the 95% intervals narrow as 1/sqrt(runs), so
+# beyond 100,000 runs they stop changing in the digits printed.
+MAX_DAYS = 3650.0
+MAX_RUNS = 100_000
+MAX_WORKERS = 1024
+# The cost of a study grows with GPUs x days x runs (faults happen per GPU-hour). Reference: 200 runs
+# of 54 days at 16,384 GPUs take ~6.6 s on 2 cores (docs/simulator.md); a hundred times that, about
+# ten minutes there, is the most one command may ask for.
+MAX_GPU_DAYS = 100 * 200 * 54 * 16_384
 
 
 def _load(stack: str, stacks_dir: Path) -> tuple[StackSpec, str]:
@@ -23,6 +44,23 @@ def _load(stack: str, stacks_dir: Path) -> tuple[StackSpec, str]:
 
 def _ci(e: Estimate, fmt: str = "{:.4f}") -> str:
     return f"{fmt.format(e.mean)}  [{fmt.format(e.low)}, {fmt.format(e.high)}]"
+
+
+def check_size(params: SimParams, runs: int, where: str) -> None:
+    """Refuse a study beyond MAX_DAYS or MAX_GPU_DAYS, whichever input set the horizon."""
+    problems = []
+    if params.days > MAX_DAYS:
+        problems.append(Problem("days", f"{params.days:g} days is more than the {MAX_DAYS:g} allowed"))
+    cost = params.days * runs * params.job_gpus
+    if cost > MAX_GPU_DAYS:
+        problems.append(Problem(
+            "runs x days x GPUs",
+            f"{runs:,} runs x {params.days:g} days x {params.job_gpus:,} GPUs = {cost:.3g} GPU-days, more "
+            f"than the {MAX_GPU_DAYS:.3g} one command may simulate (about ten minutes on 2 cores); "
+            "lower --runs or --days",
+        ))
+    if problems:
+        raise InputError(where, problems)
 
 
 def print_study(s: Study) -> None:
@@ -76,30 +114,47 @@ def register(app: typer.Typer) -> None:
     @input_errors
     def simulate(
         stack: str = typer.Option(..., "--stack", help="stack name (stacks/Pulumi.<s>.yaml) or file"),
-        days: float | None = typer.Option(None, "--days", min=0.001, help="horizon (default 54)"),
-        runs: int = typer.Option(200, "--runs", min=1, help="Monte Carlo replications"),
+        days: float | None = typer.Option(
+            None, "--days", min=0.001, max=MAX_DAYS, help=f"horizon (default 54, at most {MAX_DAYS:g})"
+        ),
+        runs: int = typer.Option(
+            200, "--runs", min=1, max=MAX_RUNS, help=f"Monte Carlo replications (at most {MAX_RUNS:,})"
+        ),
         scenario: Path | None = typer.Option(None, "--scenario", help="scenario YAML (overrides)"),
         from_report: Path | None = typer.Option(None, "--from-report", help="game-day report JSON"),
         out: Path | None = typer.Option(None, "--out", help="output folder (default simulate-out/<cluster>)"),
-        seed: int = typer.Option(1, "--seed", min=0),
-        workers: int | None = typer.Option(None, "--workers", min=1, help="processes (default: all CPUs)"),
+        seed: int = typer.Option(1, "--seed", min=0, max=2**63 - 1),
+        workers: int | None = typer.Option(
+            None, "--workers", min=1, max=MAX_WORKERS, help="processes (default: all CPUs)"
+        ),
         pool: str | None = typer.Option(None, "--pool", help="node pool of the job (default: largest)"),
         recommend: bool = typer.Option(False, "--recommend", help="search interval and spares for SLOs"),
         plots: bool = typer.Option(True, "--plots/--no-plots"),
         stacks_dir: Path = typer.Option(Path("stacks"), "--stacks-dir"),
+        output: OutputOpt = OutputFormat.TABLE,
     ) -> None:
-        """Project ETTR, interruptions, MTBF, lost time and availability at full scale."""
+        """Project ETTR, interruptions, MTBF, lost time and availability at full scale. Every input
+        is checked before the simulation starts; --output json prints simulate.json's document."""
         spec, stack_file = _load(stack, stacks_dir)
+        target = out if out is not None else Path("simulate-out") / spec.cluster.name
+        check_output_dir(target, "--out")
         sc = load_scenario(scenario) if scenario is not None else None
-        measured = load_report(from_report) if from_report is not None else None
+        measured = parse_report(read_json(from_report), str(from_report)) if from_report is not None else None
         params = resolve(spec, load_catalog(), sc, scenario_file=str(scenario or "(scenario)"),
                          measured=measured, report_file=str(from_report or ""), days=days, pool=pool)
+        check_size(params, runs, "--days" if days is not None else str(scenario or stack_file))
         inputs = {"stack": stack_file, "scenario": str(scenario or ""), "report": str(from_report or "")}
-        study = run_study(params, seed, runs, workers=workers, ettr_target=spec.slos.ettr,
-                          availability_target=spec.slos.availability, inputs=inputs,
-                          do_recommend=recommend)
-        print_study(study)
-        target = out if out is not None else Path("simulate-out") / spec.cluster.name
+        what = f"simulating {runs:,} runs of {params.days:g} days at {params.job_gpus:,} GPUs"
+        # The spinner goes to stderr and only on a terminal: stdout stays clean for --output json.
+        with err_console.status(what + (" and searching for the SLOs" if recommend else "")):
+            study = run_study(params, seed, runs, workers=workers, ettr_target=spec.slos.ettr,
+                              availability_target=spec.slos.availability, inputs=inputs,
+                              do_recommend=recommend)
         files = write_study(study, target, plots=plots)
-        console.print(f"wrote {', '.join(str(f) for f in files)} ({study.elapsed_seconds:.1f} s)",
-                      highlight=False)
+        wrote = f"wrote {', '.join(str(f) for f in files)} ({study.elapsed_seconds:.1f} s)"
+        if output is OutputFormat.JSON:
+            print_json(study.as_dict())
+            err_console.print(wrote, highlight=False)
+            return
+        print_study(study)
+        console.print(wrote, highlight=False)

@@ -10,7 +10,23 @@ from gpufleet.catalog import OverrideSpec, load_catalog, xid_policy
 from gpufleet.cli.common import console, input_errors
 from gpufleet.config import load_stack
 from gpufleet.config.model import StackSpec
-from gpufleet.core.errors import InputError
+from gpufleet.core.errors import InputError, Problem
+
+
+def gameday_experiment_problems(stack: StackSpec, experiments_dir: Path) -> list[Problem]:
+    """Every experiment the stack's game-day names must be a file `<experiments_dir>/<name>.json`
+    (the game-day CronJob and `gpufleet gameday` run them by that name)."""
+    names = stack.gameday.experiments
+    problems = []
+    for i, name in enumerate(names):
+        path = experiments_dir / f"{name}.json"
+        if not path.is_file():
+            known = sorted(p.stem for p in experiments_dir.glob("*.json") if p.is_file())
+            problems.append(Problem(
+                f"gameday.experiments[{i}]",
+                f"no experiment file {path}; known: {', '.join(known) or f'none in {experiments_dir}'}",
+            ))
+    return problems
 
 
 def check_stack_policy(stack: StackSpec, file: str) -> None:
@@ -29,10 +45,18 @@ def register(app: typer.Typer) -> None:
     @input_errors
     def validate(
         stack_file: Path = typer.Argument(..., help="Stack file, e.g. stacks/Pulumi.h200-ib.yaml"),
+        experiments_dir: Path = typer.Option(
+            Path("experiments"), "--experiments-dir", help="Where the game-day's experiment files are."
+        ),
     ) -> None:
-        """Validate a stack file: every problem is reported with its path; exit 2 if any."""
+        """Validate a stack file: every problem is reported with its path; exit 2 if any. Also checks
+        the catalog's XID policy against the stack's overrides and that every experiment the stack's
+        game-day names exists."""
         stack = load_stack(stack_file)
         check_stack_policy(stack, str(stack_file))
+        missing = gameday_experiment_problems(stack, experiments_dir)
+        if missing:
+            raise InputError(str(stack_file), missing)
         pools = ", ".join(
             f"{p.name}: {p.nodes}+{p.spares} x {p.gpus_per_node} {p.accelerator.value}"
             for p in stack.node_pools
