@@ -4,6 +4,11 @@ Each function returns the violations it finds (an empty list when the resource i
 tested directly with fake inputs and wrapped into pulumi-policy policies by `__main__.py` for real
 `pulumi preview --policy-pack policypack` runs. The same invariants are asserted on the program's
 output by tests/unit/infra under Pulumi's mock runtime.
+
+Self-contained: it imports only the standard library (and pulumi-policy in __main__.py), so the
+pack installs from its own requirements.txt without the gpufleet package. The two tables it shares
+with gpufleet (vendor node labels, RBAC rule matching) are checked against gpufleet's own by the
+unit tests.
 """
 
 from __future__ import annotations
@@ -11,9 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-from gpufleet.config import Vendor, all_specs
-from gpufleet.infra.gameday import rules_allow
+from urllib.parse import urlsplit
 
 RELEASE_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
 NIC_POLICY_TYPE = "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy"
@@ -29,9 +32,98 @@ GAMEDAY_ROLE = "gpufleet-gameday"
 
 # A version that floats: empty, a wildcard, a range, or a moving tag.
 _FLOATING = re.compile(r"^$|[*^~<>=| x]|latest|\.x(\.|$)", re.IGNORECASE)
-# Keys whose values are credentials (JuiceFS Secret keys, common names in chart values).
-_CREDENTIAL_KEY = re.compile(
-    r"(^|[-_.])(metaurl|access-?key|secret-?key|password|token|apikey)$", re.IGNORECASE
+WORKLOAD_TYPES = (
+    "kubernetes:apps/v1:DaemonSet",
+    "kubernetes:apps/v1:Deployment",
+    "kubernetes:apps/v1:StatefulSet",
+    "kubernetes:batch/v1:CronJob",
+    "kubernetes:batch/v1:Job",
+    "kubernetes:core/v1:PodTemplate",
+)
+
+# Key names (lower case, separators dropped) whose values are credentials: JuiceFS Secret keys,
+# chart values (grafana adminPassword), S3 (secret_key, secretAccessKey), Alertmanager receivers
+# (PagerDuty routing_key/service_key, Slack/webhook URLs, OpsGenie api_key).
+_CREDENTIAL_SUFFIXES = (
+    "password",
+    "passwd",
+    "secretkey",
+    "secretaccesskey",
+    "accesskey",
+    "accesskeyid",
+    "token",
+    "apikey",
+    "routingkey",
+    "servicekey",
+    "integrationkey",
+    "clientsecret",
+    "privatekey",
+    "metaurl",
+    "webhookurl",
+    "credentials",
+)
+_CREDENTIAL_EXACT = ("secret",)
+# Names that point at a credential rather than hold one (grafana admin.existingSecret, ...Ref).
+_REFERENCE_SUFFIXES = ("existingsecret", "secretname", "secretref", "keyref", "file", "path")
+
+# Values that are credentials whatever their key: key-shaped strings and webhook URLs.
+_CREDENTIAL_VALUE = re.compile(
+    r"(AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key id
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|\bgh[pousr]_[A-Za-z0-9]{36}"  # GitHub token
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack token
+    r"|hooks\.slack\.com/services/|discord(?:app)?\.com/api/webhooks/|\.webhook\.office\.com/"
+    r"|\bsk_live_[A-Za-z0-9]{16,}"
+)
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"']+")
+
+
+def credential_name(key: str) -> bool:
+    norm = re.sub(r"[^a-z0-9]", "", key.lower())
+    if norm.endswith(_REFERENCE_SUFFIXES):
+        return False
+    return norm in _CREDENTIAL_EXACT or norm.endswith(_CREDENTIAL_SUFFIXES)
+
+
+def credential_value(value: str) -> str | None:
+    """Why a string value is a credential (a password inside a URL, a key-shaped string, a
+    webhook URL), or None."""
+    for url in _URL.findall(value):
+        try:
+            if urlsplit(url).password:
+                return "a URL with a password"
+        except ValueError:
+            continue
+    m = _CREDENTIAL_VALUE.search(value)
+    return f"a credential-shaped value ({m.group(0)[:12]}...)" if m else None
+
+
+def rules_allow(rules: list[dict[str, Any]], verb: str, resource: str, group: str = "") -> bool:
+    """Whether RBAC rules grant `verb` on `resource` (wildcards included), as the API server
+    evaluates a PolicyRule (the same decision as gpufleet.infra.gameday.rules_allow)."""
+    for r in rules:
+        groups, resources, verbs = r.get("apiGroups", []), r.get("resources", []), r.get("verbs", [])
+        if (
+            (group in groups or "*" in groups)
+            and (resource in resources or "*" in resources)
+            and (verb in verbs or "*" in verbs)
+        ):
+            return True
+    return False
+
+
+# GPU vendors as node labels show them: (vendor, labels every node of it carries with these values,
+# labels it carries with a model-specific value, the GPU resource). gpufleet.config.accelerators is
+# the source; tests/unit/infra checks that every accelerator there satisfies this table.
+GPU_VENDORS: tuple[tuple[str, dict[str, str], tuple[str, ...], str], ...] = (
+    (
+        "nvidia",
+        {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"},
+        ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count"),
+        "nvidia.com/gpu",
+    ),
+    ("amd", {"feature.node.kubernetes.io/amd-gpu": "true"}, (), "amd.com/gpu"),
+    ("huawei", {"accelerator": "huawei-Ascend910"}, ("accelerator-type",), "huawei.com/Ascend910"),
 )
 
 
@@ -69,15 +161,14 @@ def nic_policy_not_a_hook(resource_type: str, props: Mapping[str, Any]) -> list[
     )
 
 
-def _gpu_vendor_of(labels: Mapping[str, Any]) -> tuple[str, dict[str, str], str] | None:
-    """(vendor, expected labels, GPU resource) if the labels mark a GPU node of some vendor: the
-    accelerator whose labels all match, else the first one whose marker label is present."""
-    candidates = [s for s in all_specs() if next(iter(s.node_labels)) in labels]
-    if not candidates:
-        return None
-    exact = [s for s in candidates if all(labels.get(k) == v for k, v in s.node_labels.items())]
-    spec = (exact or candidates)[0]
-    return spec.vendor.value, spec.node_labels, spec.resource_name
+def _gpu_vendor_of(
+    labels: Mapping[str, Any],
+) -> tuple[str, dict[str, str], tuple[str, ...], str] | None:
+    """The GPU_VENDORS entry whose marker label (its first fixed label) the node carries."""
+    for entry in GPU_VENDORS:
+        if next(iter(entry[1])) in labels:
+            return entry
+    return None
 
 
 def gpu_node_tainted_and_labelled(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -99,41 +190,53 @@ def gpu_node_tainted_and_labelled(resource_type: str, props: Mapping[str, Any]) 
             "GPU pool node has no vendor GPU labels (nvidia.com/gpu.present, "
             "feature.node.kubernetes.io/amd-gpu or accelerator)"
         ]
-    vendor, expected, resource = found
+    vendor, expected, present, resource = found
     out = [f"{vendor} GPU node lacks label {k}={v}" for k, v in expected.items() if labels.get(k) != v]
-    if vendor == Vendor.NVIDIA.value and "nvidia.com/gpu.count" not in labels:
-        out.append("NVIDIA GPU node lacks label nvidia.com/gpu.count")
+    out += [f"{vendor} GPU node lacks label {k}" for k in present if not labels.get(k)]
     if not any(t.get("key") == resource and t.get("effect") in ("NoSchedule", "NoExecute") for t in taints):
         out.append(f"{vendor} GPU node is not tainted {resource}:NoSchedule")
     return out
 
 
-def _credential_paths(value: Any, path: str = "") -> Iterable[str]:
+def _credential_paths(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
+    """(path, why) of every credential in a nested value: a credential-named key with a value, an
+    env entry `{name: <credential name>, value: ...}`, or a credential-shaped string anywhere."""
     if isinstance(value, Mapping):
+        env_name = value.get("name") if set(value) >= {"name", "value"} else None
+        if isinstance(env_name, str) and credential_name(env_name) and value.get("value"):
+            yield f"{path}.value" if path else "value", f"env {env_name}"
         for k, v in value.items():
             sub = f"{path}.{k}" if path else str(k)
-            if _CREDENTIAL_KEY.search(str(k)) and isinstance(v, str) and v:
-                yield sub
+            if credential_name(str(k)) and isinstance(v, str) and v:
+                yield sub, f"key {k}"
             else:
                 yield from _credential_paths(v, sub)
     elif isinstance(value, list):
         for i, v in enumerate(value):
             yield from _credential_paths(v, f"{path}[{i}]")
+    elif isinstance(value, str):
+        why = credential_value(value)
+        if why is not None:
+            yield path or "(value)", why
 
 
 def credentials_only_in_secrets(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    """Credentials (metaurl, access/secret keys, passwords, tokens) appear only in Secrets, never
-    in ConfigMaps, StorageClass parameters or Helm values, where anyone who can read the object
-    (or the Helm release Secret's values) reads them."""
+    """Credentials appear only in Secrets, never in ConfigMaps, StorageClass parameters, Helm
+    values or workload environments, where anyone who can read the object (or the Helm release
+    Secret's values) reads them. Both names (adminPassword, secret_key, secretAccessKey,
+    routing_key, webhook_url, ...) and values (passwords inside URLs, key-shaped strings, webhook
+    URLs) are checked."""
     if resource_type in (CONFIG_MAP_TYPE, STORAGE_CLASS_TYPE):
         target: Any = {"data": props.get("data"), "parameters": props.get("parameters")}
     elif resource_type in RELEASE_TYPES:
         target = props.get("values")
+    elif resource_type in WORKLOAD_TYPES:
+        target = {"spec": props.get("spec"), "template": props.get("template")}
     else:
         return []
     return [
-        f"credential in plain text at {p}: keep it in a Secret (a stack `secure:` value)"
-        for p in _credential_paths(target)
+        f"credential in plain text at {p} ({why}): keep it in a Secret (a stack `secure:` value)"
+        for p, why in _credential_paths(target)
     ]
 
 

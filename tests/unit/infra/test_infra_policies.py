@@ -67,8 +67,23 @@ def test_credentials_only_in_secrets() -> None:
     assert check("kubernetes:core/v1:ConfigMap", {"data": {"NCCL_IB_HCA": "mlx5"}}) == []
     assert check("kubernetes:core/v1:ConfigMap", {"data": {"metaurl": "redis://x"}})
     assert check("kubernetes:storage.k8s.io/v1:StorageClass", {"parameters": {"secret-key": "abc"}})
-    assert check(RELEASE, {"values": {"grafana": {"adminPassword": "x"}}}) == []  # not a credential key name
+    # Names the pack used to miss are credentials now (issue 13).
+    assert check(RELEASE, {"values": {"grafana": {"adminPassword": "x"}}})
+    assert check(RELEASE, {"values": {"s3": {"secret_key": "x"}}})
+    assert check(RELEASE, {"values": {"s3": {"secretAccessKey": "y"}}})
+    assert check(RELEASE, {"values": {"receivers": [{"pagerduty_configs": [{"routing_key": "r"}]}]}})
+    assert check(RELEASE, {"values": {"slack": {"webhook_url": "https://example.invalid/x"}}})
     assert check(RELEASE, {"values": {"grafana": {"admin": {"password": "x"}}}})
+    # Values as well as names: a password inside a URL, key-shaped strings, webhook URLs.
+    assert check("kubernetes:core/v1:ConfigMap", {"data": {"bucket": "s3://AK:hunter2@host/b"}})
+    assert check("kubernetes:core/v1:ConfigMap", {"data": {"note": "key AKIAABCDEFGHIJKLMNOP"}})
+    assert check(RELEASE, {"values": {"api_url": "https://hooks.slack.com/services/T0/B0/x"}})
+    env = {"containers": [{"env": [{"name": "DB_PASSWORD", "value": "x"}]}]}
+    assert check("kubernetes:apps/v1:Deployment", {"spec": {"template": {"spec": env}}})
+    # A reference to a credential is not one; a URL without a password is fine.
+    ref = {"existingSecret": "grafana-admin", "userKey": "admin-user", "passwordKey": "admin-password"}
+    assert check(RELEASE, {"values": {"grafana": {"admin": ref}}}) == []
+    assert check("kubernetes:core/v1:ConfigMap", {"data": {"bucket": "https://user@host/b"}}) == []
     assert check("kubernetes:core/v1:Secret", {"stringData": {"metaurl": "redis://x"}}) == []
 
 
