@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.gameday import GamedayOptions, Result, run_gameday
+from gpufleet.gameday.report.summary import summary_dict
 from gpufleet.gameday.runner import chaos_command
 
 HERE = Path(__file__).parent
@@ -19,9 +20,20 @@ EXPERIMENTS = HERE / "fixtures" / "experiments"
 STACKS = HERE.parents[2] / "stacks"
 
 
+STEADY = {"problems": [], "actions": [], "seconds": 0.0, "ok": True, "remaining": []}
+
+
+@pytest.fixture(autouse=True)
+def _no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI runs the real steady-state check; there is no cluster behind the stand-in `chaos`."""
+    monkeypatch.setattr("gpufleet.gameday.runner.ensure_steady_state", lambda _o, _l: dict(STEADY))
+
+
 def options(tmp_path: Path, *names: str, **kw: object) -> GamedayOptions:
     # Never the real `gpufleet chaos revert` from a unit test: it would touch the host's ledger.
     kw.setdefault("revert_argv", ("true",))
+    # Nor the real steady-state check: there is no cluster behind the stand-in `chaos`.
+    kw.setdefault("steady", lambda _o, _l: dict(STEADY))
     return GamedayOptions(
         stack="sandbox", backend="slurm", experiments=names, report_dir=tmp_path / "report",
         experiments_dir=EXPERIMENTS, stacks_dir=STACKS, settle_s=0.0, **kw,  # type: ignore[arg-type]
@@ -42,6 +54,28 @@ def test_runs_each_experiment_with_rollbacks_always(fake_chaos: Path, tmp_path: 
     journal = tmp_path / "report" / "journals" / "gpu-xid-79.json"
     assert json.loads(journal.read_text())["status"] == "completed"
     assert run.results[0].journal == "journals/gpu-xid-79.json"
+
+
+def test_each_experiment_starts_from_a_healed_steady_state(fake_chaos: Path, tmp_path: Path) -> None:
+    """Healing is recorded beside the experiment that follows; an experiment whose healing failed
+    is not run, is UNJUDGED with the reason, and the suite goes on."""
+    reports = iter([
+        {**STEADY, "problems": ["the training job runs on no node"], "actions": ["asked for a job"],
+         "seconds": 12.5},
+        {**STEADY, "problems": ["daemon slurmd@gpu-1 is not running"], "ok": False,
+         "remaining": ["daemon slurmd@gpu-1 is not running"], "seconds": 150.0},
+        dict(STEADY),
+    ])
+    run = run_gameday(options(tmp_path, "gpu-xid-79", "budget-breach", "gpu-xid-79",
+                              steady=lambda _o, _l: next(reports)))
+    assert [r.result for r in run.results] == [Result.MET, Result.UNJUDGED, Result.MET]
+    first, second, _ = run.results
+    assert first.healing is not None and first.healing["actions"] == ["asked for a job"]
+    assert second.notes[0] == ("not run: cluster not in steady state after 150.0 s of healing: "
+                               "daemon slurmd@gpu-1 is not running")
+    assert len(fake_chaos.read_text().splitlines()) == 2  # the unhealed one never ran
+    summary = summary_dict(run)
+    assert summary["experiments"][0]["healing"]["seconds"] == 12.5
 
 
 def test_var_only_for_declared_keys() -> None:

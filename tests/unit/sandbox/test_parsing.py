@@ -51,9 +51,8 @@ def test_not_progressing_before_two_steps(tmp_path: Path) -> None:
     assert not workload.progressing(one)
 
 
-def test_requeue_delay_covers_only_what_cred_expire_does_not() -> None:
-    # The requeued job waits cred_expire before it may start: with 5 s health checks and a 10 s
-    # cred_expire the drain always comes first, so the script requeues at once.
-    assert workload.requeue_delay_seconds(5, 10) == 0.0
-    assert workload.requeue_delay_seconds(10, 5) == 6.0
-    assert workload.requeue_delay_seconds(5, 5) == 1.0
+def test_resubmit_delay_is_one_health_check_period() -> None:
+    # A new job does not wait cred_expire (only a requeued one did): the controller waits one health
+    # check period + 1 s so the check drains a faulty node before the job is placed again.
+    assert workload.resubmit_delay_seconds(5) == 6.0
+    assert workload.resubmit_delay_seconds(0.5) == 1.5

@@ -1,0 +1,120 @@
+"""The steady-state check (pure) and the healing loop against a stand-in backend."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from gpufleet.chaos import steady
+from gpufleet.chaos.backends.base import Backend
+from gpufleet.chaos.ledger import FaultRecord, Ledger, Rollback
+from gpufleet.chaos.scheduler import NodeObs
+
+
+def node(name: str, state: str = "idle", reason: str = "") -> NodeObs:
+    return NodeObs(name, state, reason, None, state in ("idle", "allocated", "mixed"))
+
+
+def obs(**kw: object) -> steady.Observation:
+    base: dict[str, object] = dict(
+        dead_daemons=(), nodes={"gpu-0": node("gpu-0", "allocated"), "gpu-1": node("gpu-1")},
+        pending_faults=(), critical_alerts=(), job_nodes=("gpu-0",), last_step_age_s=0.4,
+        steps_this_incarnation=30,
+    )
+    base.update(kw)
+    return steady.Observation(**base)  # type: ignore[arg-type]
+
+
+def test_steady_state_holds() -> None:
+    assert steady.problems(obs()) == []
+    plan = steady.heal_plan(obs())
+    assert plan == steady.HealPlan(False, False, (), False)
+
+
+def test_each_precondition_is_named() -> None:
+    found = steady.problems(obs(
+        dead_daemons=("slurmd@gpu-1",), nodes={"gpu-1": node("gpu-1", "drained", "XID 79")},
+        pending_faults=("node-crash {'node': 'gpu-0'} (run ab)",), critical_alerts=("GpuFallenOffBus{gpu-1}",),
+        job_nodes=(), training_note="auto-resume gave up: restart budget spent",
+    ))
+    assert found == [
+        "daemon slurmd@gpu-1 is not running",
+        "node gpu-1 is not schedulable (drained: XID 79)",
+        "fault still pending in the ledger: node-crash {'node': 'gpu-0'} (run ab)",
+        "critical alert firing: GpuFallenOffBus{gpu-1}",
+        "the training job runs on no node (auto-resume gave up: restart budget spent)",
+    ]
+    plan = steady.heal_plan(obs(dead_daemons=("x",), nodes={"gpu-1": node("gpu-1", "down*")},
+                                pending_faults=("p",), job_nodes=()))
+    assert plan == steady.HealPlan(True, True, ("gpu-1",), True)
+
+
+def test_training_must_be_making_progress() -> None:
+    assert steady.problems(obs(last_step_age_s=30.0)) == ["training is not making progress (last step 30 s ago)"]
+    assert steady.problems(obs(last_step_age_s=None)) == ["training is not making progress (no step yet)"]
+    assert steady.problems(obs(steps_this_incarnation=1)) == ["training has made only 1 step(s) since it started"]
+    # A backend that names no training job is not judged on one.
+    assert steady.problems(obs(job_nodes=(), workload_known=False)) == []
+    assert steady.problems(obs(unknown=("alerts (timeout)",))) == ["could not observe alerts (timeout)"]
+
+
+class FakeBackend(Backend):
+    """A cluster whose job was killed: healing asks for a new job, which starts stepping."""
+
+    name = "fake"
+
+    def __init__(self, events: Path, world: dict[str, object]) -> None:
+        self.events, self.world = events, world
+
+    def node_states(self) -> dict[str, NodeObs]:
+        return {n: node(n, str(s)) for n, s in dict(self.world["nodes"]).items()}  # type: ignore[call-overload]
+
+    def job_nodes(self) -> list[str]:
+        return ["gpu-0"] if self.world["job"] else []
+
+    def workload_events(self) -> str | None:
+        return str(self.events)
+
+    def resume_node(self, node: str) -> None:
+        self.world.setdefault("resumed", []).append(node)  # type: ignore[attr-defined]
+        self.world["nodes"][node] = "idle"  # type: ignore[index]
+
+    def resume_training(self) -> str:
+        self.world["job"] = True
+        now = time.time()
+        self.events.write_text("".join(
+            json.dumps({"event": "step", "step": s, "restart": 1, "t": now}) + "\n" for s in (1, 2, 3)
+        ))
+        return "asked for a job"
+
+
+def test_ensure_heals_reverts_resumes_and_waits(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    ledger.record(FaultRecord(kind="noop-fault", backend="fake", target={"node": "gpu-1"},
+                              rollback=Rollback("noop", {})))
+    world: dict[str, object] = {"nodes": {"gpu-0": "idle", "gpu-1": "drained"}, "job": False}
+    backend = FakeBackend(tmp_path / "events.jsonl", world)
+    ticks = iter(range(1000))
+    report = steady.ensure(lambda: backend, ledger, timeout_s=50, clock=lambda: float(next(ticks)),
+                           sleep=lambda _s: None)
+    assert report.ok and report.remaining == []
+    assert "node gpu-1 is not schedulable (drained)" in report.problems
+    assert any(p.startswith("fault still pending in the ledger: noop-fault") for p in report.problems)
+    assert report.actions == ["reverted 1 pending fault(s)", "resumed gpu-1", "asked for a job"]
+    assert ledger.pending() == [] and world["resumed"] == ["gpu-1"]
+
+
+def test_ensure_gives_up_with_what_remains(tmp_path: Path) -> None:
+    world: dict[str, object] = {"nodes": {"gpu-0": "idle"}, "job": False}
+
+    class NoJob(FakeBackend):
+        def resume_training(self) -> str:
+            return "asked for a job"  # ... which never comes
+
+    ticks = iter(range(1000))
+    report = steady.ensure(lambda: NoJob(tmp_path / "ev.jsonl", world), Ledger(tmp_path / "l.jsonl"),
+                           timeout_s=5, clock=lambda: float(next(ticks)), sleep=lambda _s: None)
+    assert not report.ok
+    assert report.remaining == ["the training job runs on no node"]
+    assert report.to_json()["ok"] is False
