@@ -14,13 +14,18 @@ ACTIVITY_MODULES = tuple(f"gpufleet.chaos.{d}.{kind}" for d in DOMAINS for kind 
 
 
 def discover(discover_system: bool = True) -> Any:
-    """Discover every activity of the extension (and, with discover_system, the sandboxes that are up)."""
+    """Discover every activity of the extension with its argument types, the configuration keys it
+    reads and the node selectors it accepts (under `extension`), and, with discover_system, the
+    sandboxes that are up."""
     from chaoslib.discovery import discover_actions, discover_probes, initialize_discovery_result
+
+    from gpufleet.chaos.discovery import extension_details, typed_activities
 
     result = initialize_discovery_result("gpufleet", __version__, "gpufleet")
     for mod in ACTIVITY_MODULES:
         found = discover_actions(mod) if mod.endswith(".actions") else discover_probes(mod)
-        result["activities"].extend(found)
+        result["activities"].extend(typed_activities(found))
+    result["extension"].update(extension_details())
     if discover_system:
         result["system"] = _system()
     return result

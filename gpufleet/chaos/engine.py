@@ -19,6 +19,7 @@ from gpufleet.chaos.backends.base import Backend, Plan
 from gpufleet.chaos.guard import blast_radius, production_gate
 from gpufleet.chaos.ledger import FaultRecord, Ledger, RevertResult, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
+from gpufleet.chaos.selectors import NamedNode, parse_node_selector
 from gpufleet.chaos.settings import Settings, parse_settings
 from gpufleet.chaos.watch import SchedulerWatcher
 from gpufleet.config import StackSpec, load_named_stack
@@ -334,13 +335,15 @@ def inject_catalog_fault(
 
 
 def resolve_node(backend: Backend, node: str) -> str:
-    """`@job:<i>` names the i-th node the training job runs on now (experiments must hit the job)."""
-    if not node.startswith("@job:"):
-        return node
+    """`@job:<i>` names the i-th node the training job runs on now (experiments must hit the job);
+    any other selector is a node name (gpufleet.chaos.selectors)."""
     try:
-        i = int(node.split(":", 1)[1])
-    except ValueError:
-        raise InvalidActivity(f"bad node reference {node!r}: use @job:<index>") from None
+        selector = parse_node_selector(node)
+    except ValueError as e:
+        raise InvalidActivity(str(e)) from None
+    if isinstance(selector, NamedNode):
+        return selector.name
+    i = selector.index
     nodes = backend.job_nodes()
     if not 0 <= i < len(nodes):
         raise ActivityFailed(f"{node}: the training job runs on {nodes or 'no node'} now")

@@ -1,24 +1,7 @@
 """What an experiment's `configuration` says to the extension, parsed once, validated at the edge.
 
-Keys (all optional except where an activity needs them):
-  gpufleet_backend          sandbox | slurm | kubernetes          (default: the stack's gameday.backend)
-  gpufleet_stack            stack name, read from `<gpufleet_stacks_dir>/Pulumi.<stack>.yaml`
-  gpufleet_stacks_dir       default "stacks" (relative to the working directory)
-  gpufleet_fault_class      the FaultClass whose budget judges this experiment
-  gpufleet_budget_override  {"detect_seconds", "isolate_seconds", "recover_seconds"}: replaces the
-                            stack's budget (a breach test sets it too tight on purpose)
-  gpufleet_dry_run          true: record and print every fault, apply nothing
-  gpufleet_allow_production true: needed to inject into a stack whose cluster.environment is production
-  gpufleet_ledger           path of the fault ledger (else $GPUFLEET_LEDGER, else the default)
-  gpufleet_catalog_dir      an extended fault catalog (default: the packaged one)
-  gpufleet_ssh              slurm backend: ssh argv prefix, default ["ssh", "-o", "BatchMode=yes"]
-  gpufleet_fabric_ifname    slurm/kubernetes: host netdev of rail {rail}, default "ib{rail}"
-  gpufleet_k8s_namespace    kubernetes: namespace of the fault pods (default: stack gameday.namespace)
-  gpufleet_k8s_image        kubernetes: fault pod image (default: stack gameday.image)
-  gpufleet_k8s_host         kubernetes: API server URL (else kubeconfig / in-cluster config)
-  gpufleet_kubeconfig, gpufleet_k8s_context   kubernetes: which kubeconfig and context
-  gpufleet_prometheus_url   slurm/kubernetes: Prometheus base URL (the sandbox names its own)
-  gpufleet_sandbox_root     sandbox: state root (else $GPUFLEET_SANDBOX_ROOT, else /run/gpufleet/sandboxes)
+Every key is optional except where an activity needs it; CONFIG_KEYS below lists them with their
+meaning (`chaos discover gpufleet` shows the same list, `gpufleet chaos validate` checks against it).
 """
 
 from __future__ import annotations
@@ -33,28 +16,33 @@ from chaoslib.exceptions import InvalidActivity
 
 DEFAULT_LEDGER = "/var/lib/gpufleet/ledger/faults.jsonl"
 BACKENDS = ("sandbox", "slurm", "kubernetes")
-KNOWN_KEYS = frozenset(
-    {
-        "gpufleet_backend",
-        "gpufleet_stack",
-        "gpufleet_stacks_dir",
-        "gpufleet_fault_class",
-        "gpufleet_budget_override",
-        "gpufleet_dry_run",
-        "gpufleet_allow_production",
-        "gpufleet_ledger",
-        "gpufleet_catalog_dir",
-        "gpufleet_ssh",
-        "gpufleet_fabric_ifname",
-        "gpufleet_k8s_namespace",
-        "gpufleet_k8s_image",
-        "gpufleet_k8s_host",
-        "gpufleet_kubeconfig",
-        "gpufleet_k8s_context",
-        "gpufleet_prometheus_url",
-        "gpufleet_sandbox_root",
-    }
-)
+# Every configuration key the extension reads, with what it means: `chaos discover gpufleet` lists
+# them (extension.configuration) and `gpufleet chaos validate` rejects other gpufleet_* keys.
+CONFIG_KEYS: dict[str, str] = {
+    "gpufleet_backend": "sandbox | slurm | kubernetes (default: the stack's gameday.backend)",
+    "gpufleet_stack": "stack name, read from <gpufleet_stacks_dir>/Pulumi.<stack>.yaml",
+    "gpufleet_stacks_dir": "folder of the stack files (default: stacks, relative to the working directory)",
+    "gpufleet_fault_class": "the fault class whose budget in the stack judges this experiment",
+    "gpufleet_budget_override": "{detect_seconds, isolate_seconds, recover_seconds}: replaces the stack's "
+    "budget (a breach test sets it too tight on purpose)",
+    "gpufleet_dry_run": "true: record and print every fault, apply nothing",
+    "gpufleet_allow_production": "true: needed to inject into a stack whose cluster.environment is "
+    "production",
+    "gpufleet_ledger": "path of the fault ledger (else $GPUFLEET_LEDGER, else " + DEFAULT_LEDGER + ")",
+    "gpufleet_catalog_dir": "an extended fault catalog directory (default: the packaged one)",
+    "gpufleet_ssh": "slurm backend: ssh argv prefix (default: ssh -o BatchMode=yes -o ConnectTimeout=5)",
+    "gpufleet_fabric_ifname": "slurm/kubernetes: host netdev of rail {rail} (default: ib{rail})",
+    "gpufleet_k8s_namespace": "kubernetes: namespace of the fault pods (default: the stack's "
+    "gameday.namespace)",
+    "gpufleet_k8s_image": "kubernetes: fault pod image (default: the stack's gameday.image)",
+    "gpufleet_k8s_host": "kubernetes: API server URL (else kubeconfig / in-cluster config)",
+    "gpufleet_kubeconfig": "kubernetes: which kubeconfig file",
+    "gpufleet_k8s_context": "kubernetes: which kubeconfig context",
+    "gpufleet_prometheus_url": "slurm/kubernetes: Prometheus base URL (the sandbox names its own)",
+    "gpufleet_sandbox_root": "sandbox: state root (else $GPUFLEET_SANDBOX_ROOT, else "
+    "/run/gpufleet/sandboxes)",
+}
+KNOWN_KEYS = frozenset(CONFIG_KEYS)
 
 
 def ledger_path(configuration: Mapping[str, Any] | None = None) -> Path:

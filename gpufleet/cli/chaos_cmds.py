@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from gpufleet.cli.common import console, fail, input_errors
+from gpufleet.cli.common import console, err_console, fail, print_input_error
 
 chaos_app = typer.Typer(help="Chaos Toolkit extension: fault ledger, revert, checks.", no_args_is_help=True)
 
@@ -90,23 +91,46 @@ def discover_check() -> None:
 
 
 @chaos_app.command("validate")
-@input_errors
-def validate_cmd(experiments: Annotated[list[Path], typer.Argument(help="experiment JSON files")]) -> None:
-    """Validate experiment files with chaoslib (the checks `chaos run` makes before running)."""
+def validate_cmd(
+    experiments: Annotated[list[Path], typer.Argument(help="experiment JSON files")],
+    stacks_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--stacks-dir", help="stack files (default: each experiment's gpufleet_stacks_dir, else stacks)"
+        ),
+    ] = None,
+) -> None:
+    """Check experiment files before a run: chaoslib's checks (those `chaos run` makes) and what only
+    gpufleet knows: configuration keys and values, the stack, fault ids against the catalog (with
+    an injection for the backend), fault classes, node selectors, GPU and rail indices within the
+    stack, argument names and types. Every problem of every file; exit 2 if any file is invalid."""
     from chaoslib.exceptions import ChaosException
     from chaoslib.experiment import ensure_experiment_is_valid
+
+    from gpufleet.chaos.checks import check_experiment
+    from gpufleet.core.errors import InputError, Problem
+    from gpufleet.core.inputs import read_json
 
     bad = 0
     for p in experiments:
         try:
-            ensure_experiment_is_valid(json.loads(p.read_text()))
-        except (ChaosException, ValueError, OSError) as e:
+            doc = read_json(p)
+            problems: list[Problem] = []
+            try:
+                ensure_experiment_is_valid(doc)
+            except (ChaosException, ValueError, TypeError, AttributeError, KeyError) as e:
+                problems.append(Problem("(chaoslib)", str(e) or type(e).__name__))
+            problems += check_experiment(doc, stacks_dir)
+            if problems:
+                raise InputError(str(p), problems)
+        except InputError as e:
             bad += 1
-            console.print(f"[red]invalid[/] {p}: {e}", highlight=False)
+            print_input_error(e)
         else:
-            console.print(f"[green]valid[/] {p}", highlight=False)
+            console.print(f"[green]valid[/] {escape(str(p))}", highlight=False)
     if bad:
-        raise fail(f"{bad} invalid experiment(s)")
+        err_console.print(f"{bad} of {len(experiments)} experiment(s) invalid", highlight=False)
+        raise typer.Exit(InputError.exit_code)
 
 
 def register(app: typer.Typer) -> None:

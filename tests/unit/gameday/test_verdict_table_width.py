@@ -4,7 +4,6 @@ verdict and result always shown whole; long names wrap; low-value columns go fir
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -69,7 +68,8 @@ def test_80_columns_keeps_times_verdict_and_result_whole(is_tty: bool) -> None:
     assert all(len(line) <= 80 for line in lines), text
     assert "…" not in text
     header = next(line for line in lines if "experiment" in line)
-    assert header.split() == ["experiment", "detect", "s", "isolate", "s", "recover", "s", "verdict", "result"]
+    assert header.split() == ["experiment", "detect", "s", "isolate", "s", "recover", "s", "verdict",
+                              "result"]
     for cell in ("1.2/15", "2.5/30", "39.7/120", "?/30", "130.5/120", "121.0/120", "PASS", "FAIL", "met",
                  "missed", "not run"):
         assert cell in text, cell
@@ -80,11 +80,10 @@ def test_80_columns_keeps_times_verdict_and_result_whole(is_tty: bool) -> None:
     assert "hidden at this width: fault class, expected" in " ".join(text.split())
 
 
-def test_a_pipe_gets_the_80_column_layout() -> None:
+def test_a_pipe_gets_the_80_column_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     # rich gives a console that is not a terminal 80 columns unless COLUMNS says otherwise
-    console = Console(file=io.StringIO(), force_terminal=False)
-    if "COLUMNS" not in __import__("os").environ:
-        assert console.width == 80
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert Console(file=io.StringIO(), force_terminal=False).width == 80
 
 
 def test_width_none_is_every_column() -> None:
@@ -93,7 +92,7 @@ def test_width_none_is_every_column() -> None:
     assert "fault class" in out.getvalue() and "expected" in out.getvalue()
 
 
-def test_file_stays_importable_for_the_report(tmp_path: Path) -> None:
+def test_json_output_is_the_summary_document() -> None:
     # the summary JSON of the same run is what --output json prints (gameday_cmds)
     from gpufleet.gameday.report.summary import summary_dict
 
