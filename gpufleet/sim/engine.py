@@ -36,6 +36,10 @@ JOB, WARM, COLD, DOWN = 0, 1, 2, 3
 STREAMS = ("node-clocks", "fault-kind", "domain-clocks", "domain-pick", "repair", "lemons",
            "checkpoint-saves", "measured-handling")
 
+# Ladder ranks looked up once (LadderAction.rank walks the enum on every call).
+_RANK = {a: i for i, a in enumerate(LadderAction)}
+_ISOLATES = frozenset(a for a in LadderAction if a.isolates_node)
+
 PLANNED = -2  # run_cause of a period ended by a planned drain (upgrade wave): saved, not lost
 STORE_DOWN, STORE_DEGRADED = 0, 1
 STORE_CLASSES = {FaultClass.STORAGE_OUTAGE: STORE_DOWN, FaultClass.STORAGE_DEGRADED: STORE_DEGRADED}
@@ -276,7 +280,7 @@ class Replication:
         was_job = self.status[n] == JOB
         action = self._ladder(n, k)
         detect, isolate, floor = self._handling(k)
-        if action.isolates_node:
+        if action in _ISOLATES:
             if self._breaker_refuses(1):
                 isolate = p.manual_seconds
             handle = detect + isolate
@@ -316,7 +320,7 @@ class Replication:
             hist.append(now)
             horizon = now - kind.escalate_window_hours * 3600.0
             hist[:] = [t for t in hist if t >= horizon]
-            if len(hist) >= kind.escalate_repeats and kind.escalate_to.rank > action.rank:
+            if len(hist) >= kind.escalate_repeats and _RANK[kind.escalate_to] > _RANK[action]:
                 action = kind.escalate_to
         if action is LadderAction.RESET_GPU and self._capped(self.resets[n], p.cap_reset_gpu):
             action = LadderAction.REBOOT_NODE
@@ -520,8 +524,8 @@ class Replication:
     def _recover(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         p = self.p
+        self.events += 1
         while True:
-            self.events += 1
             t = max(self.ready_at, self.blocked_until, self.boot_until)
             if t > env.now:
                 yield env.timeout(t - env.now)

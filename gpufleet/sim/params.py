@@ -106,6 +106,7 @@ class SimParams:
     store_reference_gpus: int = 16_384
     store_degraded_factor: float = 5.0  # saves and loads take this many times longer when degraded
     upgrade: UpgradeWave | None = None
+    collective_timeout_seconds: float = 600.0  # passive detection (for the detection sensitivity)
     sources: dict[str, str] = field(default_factory=dict)
 
     @property

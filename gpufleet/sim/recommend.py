@@ -8,14 +8,16 @@ capacity availability (share of time the job is not waiting for nodes) >= slos.a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.sim.engine import ReplicationResult
 from gpufleet.sim.metrics import ettr_values, summarize
 from gpufleet.sim.params import SimParams
 from gpufleet.sim.stats import Estimate, mean_ci
-from gpufleet.sim.sweeps import INTERVALS_MINUTES, ettr_vs_spares, spare_grid
+from gpufleet.sim.sweeps import INTERVALS_MINUTES, spare_grid, spare_sweep
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,16 @@ def recommend(
     workers: int | None = None,
     intervals: Sequence[float] = INTERVALS_MINUTES,
     spares: Sequence[int] | None = None,
+    *,
+    pool: Executor | None = None,
+    reuse: dict[int, list[ReplicationResult]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Candidate | None, list[Candidate]]:
+    """Candidates at every interval for each spare count simulated by the incremental sweep
+    (`spare_sweep`): counts above the first one that never ran out of spares would give the same
+    ETTR for more spares, so they cost more and are not listed."""
     grid = list(spares) if spares is not None else spare_grid(p)
-    by_spares = ettr_vs_spares(p, seed, runs, grid, workers)
+    _, by_spares = spare_sweep(p, seed, runs, grid, workers, pool=pool, reuse=reuse, progress=progress)
     out = []
     for s, results in by_spares.items():
         ps = p.with_changes(spares=s)

@@ -257,6 +257,9 @@ def resolve(
         store_degraded_factor=(st.degraded_factor if st.degraded_factor is not None
                                else d.STORE_DEGRADED_FACTOR.value),
         upgrade=upgrade,
+        collective_timeout_seconds=(sc.detection.collective_timeout_seconds
+                                    if sc.detection.collective_timeout_seconds is not None
+                                    else d.COLLECTIVE_TIMEOUT.value),
         sources={
             **overridden,
             "store": (f"reference {d.STORE_REFERENCE_GPUS.source}; degraded factor "
