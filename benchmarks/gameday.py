@@ -1,6 +1,8 @@
-"""Game-day benchmark: per experiment, detect / isolate / recover seconds (median of N runs of the
-suite), their ratio to the floor the configured intervals set (gpufleet.slo.floor_seconds,
-docs/slo.md), and the suite's wall time (the first run includes sandbox bring-up).
+"""Game-day benchmark and repeatability: a fresh sandbox, then the suite N times on it. Per
+experiment: pass rate (met / runs), median and p90 of detect / isolate / recover seconds, their
+ratio to the floor the configured intervals set (gpufleet.slo.floor_seconds, docs/slo.md); per
+suite: green or not (N of N is the repeatability figure), wall time (the first includes sandbox
+bring-up); and every healing event the runner needed to restore the steady state.
 
     sudo .venv/bin/python benchmarks/gameday.py [--runs 3] [--experiments a,b] [--stack sandbox]
 
@@ -76,6 +78,14 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+def _p90(values: list[float | None]) -> float | None:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return None
+    # Nearest rank (no interpolation beyond what was measured).
+    return known[min(len(known) - 1, max(0, -(-9 * len(known) // 10) - 1))]
+
+
 def _ratio(measured: float | None, floor: float | None) -> float | None:
     if measured is None or floor is None or floor <= 0:
         return None
@@ -95,6 +105,7 @@ def aggregate(runs: list[SuiteRun], stack: StackSpec) -> list[dict[str, Any]]:
                               ("recover", "time_to_recover"))
         }
         med = {k: _median(v) for k, v in per.items()}
+        met = sum(1 for r in results if r.result.value == "met")
         iv = intervals_for(stack, fault_id)
         floor: Floor | None = floor_seconds(fault_class, iv) if fault_class else None
         fl = {"detect": floor.detect, "isolate": floor.isolate, "recover": floor.recover} if floor else {}
@@ -104,8 +115,10 @@ def aggregate(runs: list[SuiteRun], stack: StackSpec) -> list[dict[str, Any]]:
             "fault_class": fault_class,
             "runs": len(results),
             "results": [r.result.value for r in results],
+            "pass_rate": met / len(results) if results else None,
             "samples_seconds": per,
             "median_seconds": med,
+            "p90_seconds": {k: _p90(v) for k, v in per.items()},
             "floor_seconds": fl,
             "ratio_to_floor": {k: _ratio(med[k], fl.get(k)) for k in med},
             "intervals": iv.__dict__,
@@ -163,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = GamedayOptions(stack=args.stack, backend="sandbox", experiments=names,
                           experiments_dir=REPO / "experiments", stacks_dir=REPO / "stacks",
                           keep_sandbox=True, experiment_timeout_s=args.timeout)
+    # A fresh sandbox: whatever ran before is torn down, and the first run brings one up.
+    teardown_sandbox(opts, Printer())
     try:
         for i in range(args.runs):
             print(f"run {i + 1}/{args.runs}", flush=True)
@@ -173,15 +188,26 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         teardown_sandbox(opts, Printer())
     rows = aggregate(runs, stack)
+    green = sum(1 for r in runs if r.exit_code == 0)
+    healing = [
+        {"run": i + 1, "before": r.name, **(r.healing or {})}
+        for i, run in enumerate(runs) for r in run.results if r.healing and r.healing.get("problems")
+    ]
     first_wall = runs[0].wall_seconds if runs else 0.0
     checks = targets(rows, first_wall)
-    print(f"\n{'experiment':34} {'class':17} {'detect':>7} {'isolate':>7} {'recover':>7} "
+    print(f"\n{'experiment':34} {'pass':>5} {'detect':>7} {'isolate':>7} {'recover':>7} {'p90 rec':>7} "
           f"{'floor':>6} {'ratio':>6}")
     for r in rows:
         m, fl = r["median_seconds"], r["floor_seconds"]
         ratio = r["ratio_to_floor"]["recover"]
-        print(f"{r['name']:34} {r['fault_class'] or '-':17} {_fmt(m['detect']):>7} {_fmt(m['isolate']):>7} "
-              f"{_fmt(m['recover']):>7} {_fmt(fl.get('recover')):>6} {_fmt(ratio):>6}")
+        passed = f"{r['results'].count('met')}/{r['runs']}"
+        print(f"{r['name']:34} {passed:>5} {_fmt(m['detect']):>7} {_fmt(m['isolate']):>7} "
+              f"{_fmt(m['recover']):>7} {_fmt(r['p90_seconds']['recover']):>7} {_fmt(fl.get('recover')):>6} "
+              f"{_fmt(ratio):>6}")
+    print(f"\nsuites green: {green} of {len(runs)}")
+    for h in healing:
+        print(f"  healing before {h['before']} (run {h['run']}): {'; '.join(h['problems'])} -> "
+              f"{'; '.join(h['actions']) or 'waited'} in {h['seconds']} s{'' if h['ok'] else ' (FAILED)'}")
     print(f"\nsuite wall time: {', '.join(f'{r.wall_seconds:.0f} s' for r in runs)} "
           f"(first includes bring-up {runs[0].setup_seconds if runs else 0:.0f} s)")
     for c in checks:
@@ -201,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         "experiments": rows,
         "targets": checks,
         "suites": [summary_dict(r)["counts"] for r in runs],
+        "suites_green": green,
+        "healing": healing,
     }, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0

@@ -21,12 +21,12 @@ order: sort key within the suite (then the file name); default 100.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inputs import read_json
 from gpufleet.slo import Outcome
 
 EXTENSION = "gpufleet"
@@ -157,14 +157,7 @@ def _expectations(
 
 
 def load_experiment(path: Path) -> Experiment:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(str(path), [Problem("(file)", f"cannot read: {e.strerror}")]) from None
-    except json.JSONDecodeError as e:
-        where = f"line {e.lineno}, column {e.colno}"
-        raise InputError(str(path), [Problem(where, f"invalid JSON: {e.msg}")]) from None
-    return parse_experiment(path, doc)
+    return parse_experiment(path, read_json(path))
 
 
 def select(

@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpufleet.core.procs import start_time
 from gpufleet.core.sandbox_contract import SandboxState, state_path, state_root, write_state
 from gpufleet.sandbox import network, processes
 from gpufleet.sandbox.state import existing
@@ -83,7 +84,7 @@ def _stop_namespace_processes(namespaces: tuple[str, ...], grace_s: float) -> tu
     pids: dict[int, int] = {}
     for ns in namespaces:
         for pid in network.netns_pids(ns):
-            st = processes.start_time(pid)
+            st = start_time(pid)
             if st is not None:
                 pids[pid] = st
     return len(pids), processes.stop_pids(pids, grace_s)
@@ -92,7 +93,7 @@ def _stop_namespace_processes(namespaces: tuple[str, ...], grace_s: float) -> tu
 def execute(plan: CleanupPlan, grace_s: float = 5.0) -> DownReport:
     report = DownReport(plan.stack, plan.run_id)
     recorded = {pid: st for _, pid, st in plan.processes}
-    report.stopped += len([p for p, st in recorded.items() if processes.start_time(p) == st])
+    report.stopped += len([p for p, st in recorded.items() if start_time(p) == st])
     left = processes.stop_pids(recorded, grace_s)
     have_ns = network.existing_netns()
     live_ns = tuple(ns for ns in plan.namespaces if ns in have_ns)

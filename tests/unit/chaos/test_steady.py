@@ -35,7 +35,8 @@ def test_steady_state_holds() -> None:
 def test_each_precondition_is_named() -> None:
     found = steady.problems(obs(
         dead_daemons=("slurmd@gpu-1",), nodes={"gpu-1": node("gpu-1", "drained", "XID 79")},
-        pending_faults=("node-crash {'node': 'gpu-0'} (run ab)",), critical_alerts=("GpuFallenOffBus{gpu-1}",),
+        pending_faults=("node-crash {'node': 'gpu-0'} (run ab)",),
+        critical_alerts=("GpuFallenOffBus{gpu-1}",),
         job_nodes=(), training_note="auto-resume gave up: restart budget spent",
     ))
     assert found == [
@@ -51,9 +52,11 @@ def test_each_precondition_is_named() -> None:
 
 
 def test_training_must_be_making_progress() -> None:
-    assert steady.problems(obs(last_step_age_s=30.0)) == ["training is not making progress (last step 30 s ago)"]
-    assert steady.problems(obs(last_step_age_s=None)) == ["training is not making progress (no step yet)"]
-    assert steady.problems(obs(steps_this_incarnation=1)) == ["training has made only 1 step(s) since it started"]
+    stalled = "training is not making progress"
+    assert steady.problems(obs(last_step_age_s=30.0)) == [f"{stalled} (last step 30 s ago)"]
+    assert steady.problems(obs(last_step_age_s=None)) == [f"{stalled} (no step yet)"]
+    only_one = "training has made only 1 step(s) since it started"
+    assert steady.problems(obs(steps_this_incarnation=1)) == [only_one]
     # A backend that names no training job is not judged on one.
     assert steady.problems(obs(job_nodes=(), workload_known=False)) == []
     assert steady.problems(obs(unknown=("alerts (timeout)",))) == ["could not observe alerts (timeout)"]

@@ -77,8 +77,11 @@ def test_decide(tmp_path: Path) -> None:
     assert decide(st.model_copy(update={"budget_since": 0.0}), "FAILED", 700.0, c, 0).kind == "submit"
 
 
+Slurm = tuple[Path, Path, Path]
+
+
 @pytest.fixture()
-def fake_slurm(tmp_path: Path) -> tuple[Path, Path, Path]:
+def fake_slurm(tmp_path: Path) -> Slurm:
     """sbatch prints the next job id; scontrol reports the state written to <id>.state."""
     d = tmp_path / "slurm"
     d.mkdir()
@@ -97,7 +100,7 @@ echo "JobId=$4 JobState=$(cat $f) Reason=None"
     return d, sbatch, scontrol
 
 
-def test_controller_submits_a_new_job_per_incarnation(tmp_path: Path, fake_slurm: tuple[Path, Path, Path]) -> None:
+def test_controller_submits_a_new_job_per_incarnation(tmp_path: Path, fake_slurm: Slurm) -> None:
     d, sbatch, scontrol = fake_slurm
     c = cfg(tmp_path, sbatch=[str(sbatch), "--no-requeue"], scontrol=str(scontrol), delay_s=5.0)
     ctl = Controller(c)
@@ -115,7 +118,7 @@ def test_controller_submits_a_new_job_per_incarnation(tmp_path: Path, fake_slurm
     assert log == [f"--no-requeue --export=ALL,GPUFLEET_INCARNATION={i} /x/job.sh" for i in range(3)]
 
 
-def test_controller_adopts_its_job_after_a_restart(tmp_path: Path, fake_slurm: tuple[Path, Path, Path]) -> None:
+def test_controller_adopts_its_job_after_a_restart(tmp_path: Path, fake_slurm: Slurm) -> None:
     d, sbatch, scontrol = fake_slurm
     c = cfg(tmp_path, sbatch=[str(sbatch)], scontrol=str(scontrol))
     from gpufleet.core.sandbox_contract import write_controller_status
