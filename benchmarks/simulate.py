@@ -1,10 +1,13 @@
-"""Benchmark of `gpufleet simulate` (issue 5): prints figures and writes benchmarks/results/simulate.json.
+"""Benchmark of `gpufleet simulate` (issues 5 and 18): prints figures and writes
+benchmarks/results/simulate.json.
 
 Targets: one replication of 1 year at 16,384 GPUs (2,048 nodes) in <= 5 s; 200 replications of 54
-days at 16,384 GPUs in <= 60 s on 2 cores (processes); run time growing about linearly with events
-from 1,024 to 131,072 GPUs. Medians of repeated measurements. Not a test: no timed asserts.
+days at 16,384 GPUs in <= 60 s on 2 cores (processes); events per second at 1k, 16k and 131k GPUs;
+a whole study (`run_study`: replications, sensitivity, incremental spare sweep) at 131,072 GPUs
+for 365 days with 10 runs in <= 60 s on 2 cores; the out-of-sample errors (gpufleet.sim.validation).
+Medians of repeated measurements. Not a test: no timed asserts.
 
-    .venv/bin/python benchmarks/simulate.py [--repeats 5] [--workers 2]
+    .venv/bin/python benchmarks/simulate.py [--repeats 5] [--workers 2] [--study-repeats 3]
 """
 
 from __future__ import annotations
@@ -22,8 +25,16 @@ import numpy as np
 
 from gpufleet.catalog import load_catalog
 from gpufleet.config import StackSpec
-from gpufleet.sim import load_scenario, replication_seeds, resolve, run_replications, simulate_once
+from gpufleet.sim import (
+    load_scenario,
+    replication_seeds,
+    resolve,
+    run_replications,
+    run_study,
+    simulate_once,
+)
 from gpufleet.sim.params import SimParams
+from gpufleet.sim.validation import out_of_sample, table_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,6 +70,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--study-repeats", type=int, default=3)
+    ap.add_argument("--study-runs", type=int, default=10)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "simulate.json")
     a = ap.parse_args()
     out: dict[str, Any] = {
@@ -92,20 +105,49 @@ def main() -> None:
 
     scaling = []
     print("scaling (1 replication, 54 days; medians):")
-    print(f"{'GPUs':>8} {'nodes':>7} {'events':>9} {'seconds':>9} {'us/event':>9}")
-    for gpus in (1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 65_536, 131_072):
+    print(f"{'GPUs':>8} {'nodes':>7} {'events':>9} {'seconds':>9} {'us/event':>9} {'events/s':>9}")
+    for gpus in (1_024, 16_384, 131_072):
         p = params(gpus, 54)
         rs = [timed_once(p, s) for s in range(a.repeats)]
         t = statistics.median(x for x, _ in rs)
         e = statistics.median(y for _, y in rs)
         scaling.append({"gpus": gpus, "nodes": gpus // 8, "events": e, "median_seconds": t,
-                        "us_per_event": 1e6 * t / max(e, 1)})
-        print(f"{gpus:>8,} {gpus // 8:>7,} {e:>9.0f} {t:>9.4f} {1e6 * t / max(e, 1):>9.1f}")
+                        "us_per_event": 1e6 * t / max(e, 1), "events_per_second": e / t})
+        print(f"{gpus:>8,} {gpus // 8:>7,} {e:>9.0f} {t:>9.4f} {1e6 * t / max(e, 1):>9.1f} "
+              f"{e / t:>9,.0f}")
     ev_ratio = scaling[-1]["events"] / scaling[0]["events"]
     t_ratio = scaling[-1]["median_seconds"] / scaling[0]["median_seconds"]
     out["scaling_54d"] = {"points": scaling, "events_ratio_131k_over_1k": ev_ratio,
                           "time_ratio_131k_over_1k": t_ratio}
     print(f"131,072 vs 1,024 GPUs: events x{ev_ratio:.0f}, time x{t_ratio:.0f}")
+
+    p_big = params(131_072, 365)
+    studies = []
+    for rep in range(a.study_repeats):
+        stages: dict[str, float] = {}
+        t0 = time.perf_counter()
+
+        def mark(stage: str, done: int, total: int, stages: dict[str, float] = stages,
+                 t0: float = t0) -> None:
+            stages[stage] = time.perf_counter() - t0
+
+        st = run_study(p_big, seed=1 + rep, runs=a.study_runs, workers=a.workers, progress=mark)
+        studies.append({"seconds": time.perf_counter() - t0, "stage_end_seconds": stages,
+                        "ettr": st.metrics.ettr.as_dict(),
+                        "spare_points_simulated": sum(pt.derived_from is None for pt in st.by_spares),
+                        "spare_points": len(st.by_spares)})
+        ends = ", ".join(f"{k} {v:.0f} s" for k, v in stages.items())
+        print(f"study 131,072 GPUs, 365 days, {a.study_runs} runs, {a.workers} processes: "
+              f"{studies[-1]['seconds']:.1f} s (stages end at {ends})")
+    if studies:
+        med = statistics.median(x["seconds"] for x in studies)
+        out["study_131k_365d"] = {"median_seconds": med, "target_seconds": 60.0, "runs": a.study_runs,
+                                  "workers": a.workers, "repeats": studies}
+        print(f"study median {med:.1f} s  target <= 60 s")
+
+    rows = out_of_sample(seed=1, runs=20)
+    out["out_of_sample"] = [r.as_dict() for r in rows]
+    print(table_markdown(rows))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {a.out}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import math
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from functools import partial
@@ -147,9 +147,9 @@ class Replication:
         self.return_at = [0.0] * n
         self.failures = [0] * n
         # ladder attempts per node (times), for the attempt caps
-        self.resets: list[list[float]] = [[] for _ in range(n)]
-        self.reboots: list[list[float]] = [[] for _ in range(n)]
-        self.history: list[dict[int, list[float]]] = [{} for _ in range(n)]
+        self.resets: defaultdict[int, list[float]] = defaultdict(list)
+        self.reboots: defaultdict[int, list[float]] = defaultdict(list)
+        self.history: defaultdict[int, dict[int, list[float]]] = defaultdict(dict)
         # Lemons: an exact share of nodes with a higher rate; the base rate is scaled so that the
         # fleet's mean stays the catalog's published rate. A replaced node is a new machine: it
         # gets the ordinary multiplier (`fresh_mult`) and no fault history.
@@ -335,9 +335,9 @@ class Replication:
         and no history for the attempt caps or escalation."""
         self.failures[n] = 0
         self.base_mult[n] = self.fresh_mult
-        self.resets[n].clear()
-        self.reboots[n].clear()
-        self.history[n].clear()
+        self.resets.pop(n, None)
+        self.reboots.pop(n, None)
+        self.history.pop(n, None)
 
     def _outage(self, action: LadderAction) -> float:
         p = self.p
