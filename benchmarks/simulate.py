@@ -123,7 +123,7 @@ def main() -> None:
 
     p_big = params(131_072, 365)
     studies: list[dict[str, Any]] = []
-    walls: list[float] = []
+    study_walls: list[float] = []
     for rep in range(a.study_repeats):
         stages: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -133,16 +133,16 @@ def main() -> None:
             stages[stage] = time.perf_counter() - t0
 
         st = run_study(p_big, seed=1 + rep, runs=a.study_runs, workers=a.workers, progress=mark)
-        walls.append(time.perf_counter() - t0)
-        studies.append({"seconds": walls[-1], "stage_end_seconds": stages,
+        study_walls.append(time.perf_counter() - t0)
+        studies.append({"seconds": study_walls[-1], "stage_end_seconds": stages,
                         "ettr": st.metrics.ettr.as_dict(),
                         "spare_points_simulated": sum(pt.derived_from is None for pt in st.by_spares),
                         "spare_points": len(st.by_spares)})
         ends = ", ".join(f"{k} {v:.0f} s" for k, v in stages.items())
         print(f"study 131,072 GPUs, 365 days, {a.study_runs} runs, {a.workers} processes: "
-              f"{walls[-1]:.1f} s (stages end at {ends})")
+              f"{study_walls[-1]:.1f} s (stages end at {ends})")
     if studies:
-        med = statistics.median(walls)
+        med = statistics.median(study_walls)
         out["study_131k_365d"] = {"median_seconds": med, "target_seconds": 60.0, "runs": a.study_runs,
                                   "workers": a.workers, "repeats": studies}
         print(f"study median {med:.1f} s  target <= 60 s")
