@@ -45,6 +45,21 @@ class Alert(Model):
         return self
 
 
+# Host signals a node health check reads, and where each comes from on a real node / in the sandbox
+# (the node agent publishes the same series and holds injected values: docs/node-agent.md).
+HOST_SIGNALS: dict[str, str] = {
+    "psu-state": "BMC power-supply sensor state, 0 nominal / 1 warning / 2 critical "
+                 "(ipmi_exporter ipmi_sensor_state{type=\"Power Supply\"})",
+    "cpu-state": "BMC processor sensor state, 0 / 1 / 2 (ipmi_sensor_state{type=\"Processor\"})",
+    "edac-ue": "host memory uncorrectable errors since boot "
+               "(EDAC mc*/ue_count; node_edac_uncorrectable_errors_total)",
+    "fs-readonly": "1 when the node's local filesystem is mounted read-only "
+                   "(/proc/mounts; node_filesystem_readonly)",
+    "symbol-errors": "fabric port symbol errors since boot "
+                     "(IB counters/symbol_error; node_infiniband_symbol_error_total)",
+}
+
+
 class HealthCheck(Model):
     """What the node-local checker (`gpufleet node-health`) evaluates for this fault.
 
@@ -53,13 +68,17 @@ class HealthCheck(Model):
       dcgm-field - DCGM field `fieldId` compared with `threshold` (`op`), per GPU
       link       - fabric port state (down = fault) or error-counter growth
       mount      - the checkpoint mount answers a stat within `threshold` seconds
+      host       - a host signal (`signal`, see HOST_SIGNALS) compared with `threshold` (`op`)
+    For `link`, `signal: absent` matches a port whose device is gone (a failed NIC), and no
+    signal matches a port that is down.
     """
 
-    source: Literal["xid", "dcgm-field", "link", "mount"]
+    source: Literal["xid", "dcgm-field", "link", "mount", "host"]
     xids: list[int] | None = None
     field_id: int | None = None
     op: Literal[">", ">=", "==", "!="] = ">"
     threshold: float | None = None
+    signal: str | None = None
 
     @model_validator(mode="after")
     def _fields_for_source(self) -> HealthCheck:
@@ -67,6 +86,12 @@ class HealthCheck(Model):
             raise ValueError("source xid needs xids")
         if self.source == "dcgm-field" and (self.field_id is None or self.threshold is None):
             raise ValueError("source dcgm-field needs fieldId and threshold")
+        if self.source == "host" and (self.signal not in HOST_SIGNALS or self.threshold is None):
+            raise ValueError(f"source host needs threshold and a signal of {sorted(HOST_SIGNALS)}")
+        if self.source == "link" and self.signal not in (None, "absent"):
+            raise ValueError("source link takes no signal or signal: absent")
+        if self.source not in ("host", "link") and self.signal is not None:
+            raise ValueError(f"source {self.source} takes no signal")
         return self
 
 

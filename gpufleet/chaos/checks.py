@@ -28,7 +28,7 @@ from chaoslib.exceptions import InvalidActivity
 from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.chaos import ACTIVITY_MODULES
 from gpufleet.chaos.discovery import activity_hints
-from gpufleet.chaos.selectors import JobNode, NamedNode, parse_node_selector
+from gpufleet.chaos.selectors import IdleNode, JobNode, NamedNode, parse_node_selector
 from gpufleet.chaos.settings import BACKENDS, KNOWN_KEYS, parse_settings
 from gpufleet.config import StackSpec, load_named_stack
 from gpufleet.config.model import KarpenterProvisioning, NodePool
@@ -138,6 +138,13 @@ class _Experiment:
             if sandbox is not None and selector.index >= sandbox.training.nodes:
                 self.add(at, f"{value}: the stack's training job runs on {sandbox.training.nodes} node(s) "
                              f"(@job:0 to @job:{sandbox.training.nodes - 1})")
+            pools = self.stack.node_pools
+            return pools[0] if len(pools) == 1 else None
+        if isinstance(selector, IdleNode):
+            total = sum(p.total_nodes for p in self.stack.node_pools)
+            busy = self.stack.sandbox.training.nodes if self.stack.sandbox is not None else 0
+            if selector.index >= total - busy:
+                self.add(at, f"{value}: the stack has {total - busy} node(s) besides the job's")
             pools = self.stack.node_pools
             return pools[0] if len(pools) == 1 else None
         assert isinstance(selector, NamedNode)

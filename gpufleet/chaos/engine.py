@@ -19,7 +19,7 @@ from gpufleet.chaos.backends.base import Backend, Plan
 from gpufleet.chaos.guard import blast_radius, production_gate
 from gpufleet.chaos.ledger import FaultRecord, Ledger, RevertResult, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
-from gpufleet.chaos.selectors import NamedNode, parse_node_selector
+from gpufleet.chaos.selectors import IdleNode, NamedNode, parse_node_selector
 from gpufleet.chaos.settings import Settings, parse_settings
 from gpufleet.chaos.watch import SchedulerWatcher
 from gpufleet.config import StackSpec, load_named_stack
@@ -327,6 +327,16 @@ def inject_catalog_fault(
         plan = backend.plan_storage_slow(float(params.get("rateMbit", 10)))
     elif method == "kill-rank":
         plan = backend.plan_kill_rank(int(params.get("rank", 0)))
+    elif method == "host-signal":
+        value, add, effect = params.get("value"), params.get("add"), params.get("effect")
+        plan = backend.plan_host_signal(
+            n, str(params["signal"]), None if value is None else float(value),
+            None if add is None else float(add), None if effect is None else str(effect),
+        )
+    elif method == "switch-down":
+        plan = backend.plan_switch_down(n, int(params.get("rail", 0)))
+    elif method == "nic-remove":
+        plan = backend.plan_nic_remove(n, int(params.get("rail", 0)))
     else:
         raise InvalidActivity(f"fault {fault_id}: unknown injection method {method!r}")
     if node and takes_node_down(plan.kind, fault.fault_class.value):
@@ -335,8 +345,9 @@ def inject_catalog_fault(
 
 
 def resolve_node(backend: Backend, node: str) -> str:
-    """`@job:<i>` names the i-th node the training job runs on now (experiments must hit the job);
-    any other selector is a node name (gpufleet.chaos.selectors)."""
+    """`@job:<i>` names the i-th node the training job runs on now (experiments must hit the job),
+    `@idle:<i>` the i-th schedulable node without it; any other selector is a node name
+    (gpufleet.chaos.selectors)."""
     try:
         selector = parse_node_selector(node)
     except ValueError as e:
@@ -344,10 +355,17 @@ def resolve_node(backend: Backend, node: str) -> str:
     if isinstance(selector, NamedNode):
         return selector.name
     i = selector.index
-    nodes = backend.job_nodes()
-    if not 0 <= i < len(nodes):
-        raise ActivityFailed(f"{node}: the training job runs on {nodes or 'no node'} now")
-    return nodes[i]
+    job = backend.job_nodes()
+    if isinstance(selector, IdleNode):
+        states = backend.node_states()
+        idle = [n.name for n in backend.nodes() if n.name not in job and n.name in states
+                and states[n.name].schedulable]
+        if not 0 <= i < len(idle):
+            raise ActivityFailed(f"{node}: the schedulable nodes without the job are {idle or 'none'} now")
+        return idle[i]
+    if not 0 <= i < len(job):
+        raise ActivityFailed(f"{node}: the training job runs on {job or 'no node'} now")
+    return job[i]
 
 
 def run_plan(

@@ -6,7 +6,9 @@ from collections.abc import Iterable
 
 # Faults that take their node out of service (the scheduler drains it or it stops answering).
 # Classes outside this set leave the node schedulable: a contained ECC error, a degraded link.
-NODE_DOWN_METHODS = frozenset({"node-crash", "node-hang", "node-reboot", "link-down"})
+NODE_DOWN_METHODS = frozenset(
+    {"node-crash", "node-hang", "node-reboot", "link-down", "switch-down", "nic-remove"}
+)
 NODE_DOWN_CLASSES = frozenset(
     {"gpu-fatal", "node-crash", "node-hang", "node-maintenance", "fabric-link-down"}
 )

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 JOB_PREFIX = "@job:"
+IDLE_PREFIX = "@idle:"
 
 # A host name as Slurm's NodeName and Kubernetes' node names allow (RFC 1123 labels joined by dots,
 # at most 253 characters); Slurm also accepts upper case and underscores.
@@ -20,6 +21,12 @@ SELECTORS: tuple[dict[str, str], ...] = (
         "example": f"{JOB_PREFIX}0",
         "meaning": "the i-th node (from 0, in the scheduler's order) the training job runs on when the "
         "activity runs; experiments use it so the fault always hits the job",
+    },
+    {
+        "syntax": f"{IDLE_PREFIX}<i>",
+        "example": f"{IDLE_PREFIX}0",
+        "meaning": "the i-th schedulable node (in the scheduler's order) that runs no part of the "
+        "training job: a fault there must drain it without interrupting the job",
     },
     {
         "syntax": "<node name>",
@@ -38,23 +45,31 @@ class JobNode:
 
 
 @dataclass(frozen=True)
+class IdleNode:
+    """`@idle:<index>`: a schedulable node the training job does not use, resolved when applied."""
+
+    index: int
+
+
+@dataclass(frozen=True)
 class NamedNode:
     name: str
 
 
-NodeSelector = JobNode | NamedNode
+NodeSelector = JobNode | IdleNode | NamedNode
 
 
 def parse_node_selector(text: str) -> NodeSelector:
     """Parse a node selector; ValueError says what is wrong and what is accepted."""
-    if text.startswith(JOB_PREFIX):
-        index = text.removeprefix(JOB_PREFIX)
-        if not index.isdigit() or not index.isascii():
-            raise ValueError(f"bad node reference {text!r}: use {JOB_PREFIX}<index>, e.g. {JOB_PREFIX}0")
-        return JobNode(int(index))
+    for prefix, kind in ((JOB_PREFIX, JobNode), (IDLE_PREFIX, IdleNode)):
+        if text.startswith(prefix):
+            index = text.removeprefix(prefix)
+            if not index.isdigit() or not index.isascii():
+                raise ValueError(f"bad node reference {text!r}: use {prefix}<index>, e.g. {prefix}0")
+            return kind(int(index))
     if not _NODE_NAME.fullmatch(text):
         raise ValueError(
-            f"bad node name {text!r}: use a node name (letters, digits, '-', '_', '.') or "
-            f"{JOB_PREFIX}<index>"
+            f"bad node name {text!r}: use a node name (letters, digits, '-', '_', '.'), "
+            f"{JOB_PREFIX}<index> or {IDLE_PREFIX}<index>"
         )
     return NamedNode(text)

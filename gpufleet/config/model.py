@@ -245,6 +245,11 @@ class NodePool(Model):
             return [prov.node_name_pattern.format(index=i) for i in range(self.total_nodes)]
         return [f"{self.name}-{i}" for i in range(self.total_nodes)]
 
+    def leaf_name(self, index: int) -> str:
+        """The leaf group (one set of leaf switches) of the pool's node number `index` (0-based,
+        spares last): `nodesPerLeaf` consecutive nodes share one."""
+        return f"{self.name}-leaf-{index // self.topology.nodes_per_leaf:03d}"
+
 
 # --------------------------------------------------------------------------- fabric
 

@@ -53,6 +53,7 @@ class SandboxNode(_M):
     agent_socket: str | None = None  # HTTP over this unix socket: POST /inject, POST /clear, GET /state
     agent_metrics_url: str | None = None  # http://<mgmt ip>:<port>/metrics, reachable from the head ns
     kernel_log: str | None = None  # file the agent appends `NVRM: Xid` lines to (the node's kmsg)
+    leaf: str | None = None  # leaf group: the nodes behind one set of leaf switches (switch-down)
 
 
 class SandboxProcess(_M):

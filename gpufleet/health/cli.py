@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel-log", type=Path, help="kern.log to read (default: dmesg; sandbox: the agent's)")
     p.add_argument("--fabric-ifnames", default="", help="fabric interfaces (default: sandbox agent's, "
                    "else InfiniBand ports under /sys/class/infiniband)")
+    p.add_argument("--anchor-ifname", help="an interface always present on the node (management NIC): "
+                   "when it is visible and every fabric port is absent, the ports are gone (failed NICs), "
+                   "not in another network namespace")
     p.add_argument("--checkpoint-mount", type=Path, help="check that this mount answers a stat in time")
     p.add_argument("--lock-file", type=Path, help="one check at a time per node (default under /run/lock)")
     sb = p.add_argument_group("sandbox")
@@ -60,11 +63,13 @@ def _ifnames(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
 
 
-def _links(names: list[str], unknown: list[str]) -> tuple[LinkReading, ...] | None:
+def _links(names: list[str], unknown: list[str], anchor: str | None = None) -> tuple[LinkReading, ...] | None:
     links = S.read_links_sysfs(names)
-    if names and all(link.state == "absent" for link in links):
-        # None of the node's ports exists here: we are in the wrong network namespace (or /sys
-        # was not remounted for it), not looking at a node whose every port vanished.
+    # None of the node's ports exists here: unless the anchor interface (always present on the node,
+    # e.g. its management NIC) is visible, we are in the wrong network namespace (or /sys was not
+    # remounted for it), not looking at a node whose every port vanished.
+    if (names and all(link.state == "absent" for link in links)
+            and (anchor is None or S.read_links_sysfs([anchor])[0].state == "absent")):
         unknown.append(f"fabric interfaces {','.join(names)} not visible in this network namespace")
         return None
     return tuple(links)
@@ -87,9 +92,11 @@ def gather_sandbox(args: argparse.Namespace, now: float) -> Observations:
         except S.SourceError as e:
             unknown.append(str(e))
     names = _ifnames(args.fabric_ifnames) or [str(f["ifname"]) for f in doc.get("fabric", [])]
-    links = _links(names, unknown)
+    links = _links(names, unknown, args.anchor_ifname)
+    raw_host = doc.get("host")
+    host = {str(k): float(v) for k, v in raw_host.items()} if isinstance(raw_host, dict) else None
     return _with_mount(args, Observations(args.node, now, tuple(gpus), tuple(xids), links,
-                                          unknown=tuple(unknown)))
+                                          unknown=tuple(unknown), host=host))
 
 
 def gather_real(args: argparse.Namespace, now: float) -> Observations:

@@ -7,6 +7,7 @@
 - DCGM fields: every catalog fault with a `dcgm-field` health check, per GPU.
 - Links: every catalog fault of class fabric-link-down with a `link` check, per fabric port.
 - Mount: every catalog fault with a `mount` check, when a mount was checked.
+- Host: every catalog fault with a `host` check (BMC sensors, EDAC, local disk, port counters).
 Status: PROBLEM when a finding's action isolates the node (reset-gpu and above); otherwise UNKNOWN
 when a source could not be read (never healthy by default); otherwise OK (milder findings are
 reported as warnings).
@@ -144,12 +145,34 @@ def field_findings(obs: Observations, catalog: Catalog) -> list[Finding]:
 
 
 def link_findings(obs: Observations, catalog: Catalog) -> list[Finding]:
+    """A port whose device is gone matches the `signal: absent` check (a failed NIC); a port that is
+    present but down matches the plain `link` check (port down)."""
     faults = [f for f in catalog if f.health_check is not None and f.health_check.source == "link"
               and f.fault_class is FaultClass.FABRIC_LINK_DOWN]
-    return [
-        Finding(f.id, f.title, f.action, None, link.name, None, None, f"state {link.state}")
-        for f in faults for link in obs.links or () if not link.up
-    ]
+    out = []
+    for link in obs.links or ():
+        if link.up:
+            continue
+        absent = link.state == "absent"
+        for f in faults:
+            if f.health_check is not None and (f.health_check.signal == "absent") == absent:
+                out.append(Finding(f.id, f.title, f.action, None, link.name, None, None,
+                                   f"state {link.state}"))
+    return out
+
+
+def host_findings(obs: Observations, catalog: Catalog) -> list[Finding]:
+    """Every catalog fault with a `host` check whose signal crosses its threshold."""
+    out = []
+    for f in catalog:
+        hc = f.health_check
+        if hc is None or hc.source != "host" or hc.signal is None or hc.threshold is None:
+            continue
+        v = (obs.host or {}).get(hc.signal)
+        if v is not None and _OPS[hc.op](v, hc.threshold):
+            out.append(Finding(f.id, f.title, f.action, None, None, None, None,
+                               f"{hc.signal} = {v:g} {hc.op} {hc.threshold:g}"))
+    return out
 
 
 def mount_findings(obs: Observations, catalog: Catalog) -> list[Finding]:
@@ -169,7 +192,7 @@ def mount_findings(obs: Observations, catalog: Catalog) -> list[Finding]:
 
 def evaluate(obs: Observations, catalog: Catalog, table: Mapping[int, XidRule]) -> Verdict:
     findings = (xid_findings(obs, catalog, table) + field_findings(obs, catalog)
-                + link_findings(obs, catalog) + mount_findings(obs, catalog))
+                + link_findings(obs, catalog) + mount_findings(obs, catalog) + host_findings(obs, catalog))
     unknown = list(obs.unknown)
     if obs.gpus is None and not unknown:
         unknown.append("no GPU source")

@@ -43,6 +43,9 @@ class Observations:
     mount_seconds: float | None = None  # stat latency of the checkpoint mount (None: not checked)
     mount_path: str | None = None
     unknown: tuple[str, ...] = ()  # why a source could not be checked
+    # Host signals (catalog HOST_SIGNALS: BMC sensors, EDAC, local disk, port error counters);
+    # None: not read on this node.
+    host: dict[str, float] | None = None
 
 
 # --------------------------------------------------------------------------- kernel log

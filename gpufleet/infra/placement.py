@@ -76,7 +76,7 @@ def pool_labels(pool: NodePool) -> dict[str, str]:
 
 
 def leaf_name(pool: NodePool, index: int) -> str:
-    return f"{pool.name}-leaf-{index // pool.topology.nodes_per_leaf:03d}"
+    return pool.leaf_name(index)
 
 
 def topology_labels(pool: NodePool, index: int) -> dict[str, str]:

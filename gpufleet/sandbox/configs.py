@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from gpufleet.sandbox.layout import AGENT_PORT, SLURMCTLD_PORT, SLURMD_PORT, Layout
+from gpufleet.sandbox.layout import AGENT_PORT, MGMT_IFNAME, SLURMCTLD_PORT, SLURMD_PORT, Layout
 
 # What each sandbox node advertises to Slurm (SlurmdParameters=config_overrides lets a 2-core
 # machine advertise more); jobs ask for GPUs and nodes, never for real memory.
@@ -44,6 +44,7 @@ def _context(layout: Layout, gpufleet_bin: Path) -> dict[str, Any]:
         "health_script": str(layout.health_script),
         "slurm_conf": str(layout.slurm_conf),
         "token_file": str(layout.token_file),
+        "mgmt_ifname": MGMT_IFNAME,
         "gpufleet": str(gpufleet_bin),
         "python": str(gpufleet_bin.parent / "python"),
         "slurmctld_port": SLURMCTLD_PORT,

@@ -87,6 +87,7 @@ class NodePlan:
     gpus: int = 0
     accelerator: str = ""
     weight: int = 1
+    leaf: str | None = None  # the node's leaf group (stack topology.nodesPerLeaf)
 
     @property
     def mgmt_cidr(self) -> str:
@@ -223,10 +224,12 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
 
     compute: list[tuple[str, NodePool]] = []
     spares: list[tuple[str, NodePool]] = []
+    leaf: dict[str, str] = {}
     for pool in pools:
         names = pool.node_names()
         compute += [(n, pool) for n in names[: pool.nodes]]
         spares += [(n, pool) for n in names[pool.nodes :]]
+        leaf.update({n: pool.leaf_name(i) for i, n in enumerate(names)})
     if HEAD_NAME in {n for n, _ in compute + spares}:
         raise InputError(
             f"stack {stack_name}", [Problem("nodePools", f"node name {HEAD_NAME!r} is reserved")]
@@ -252,6 +255,7 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
                 accelerator=pool.accelerator.value,
                 # Slurm allocates the lowest-Weight nodes first (slurm.conf(5) "Weight"): spares last.
                 weight=1 if role == "compute" else 100,
+                leaf=leaf[name],
             )
         )
     head = NodePlan(

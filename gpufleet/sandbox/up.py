@@ -85,6 +85,7 @@ def contract_nodes(layout: Layout) -> list[SandboxNode]:
                 agent_socket=str(layout.agent_socket(n.name)),
                 agent_metrics_url=f"http://{n.mgmt_ip}:{AGENT_PORT}/metrics",
                 kernel_log=str(layout.kernel_log(n.name)),
+                leaf=n.leaf,
             )
         )
     return out

@@ -112,6 +112,17 @@ class Backend:
     def plan_kill_rank(self, rank: int) -> Plan:
         raise self._unsupported("kill-rank")
 
+    def plan_host_signal(
+        self, node: str, signal: str, value: float | None, add: float | None, effect: str | None
+    ) -> Plan:
+        raise self._unsupported("host-signal")
+
+    def plan_switch_down(self, node: str, rail: int) -> Plan:
+        raise self._unsupported("switch-down")
+
+    def plan_nic_remove(self, node: str, rail: int) -> Plan:
+        raise self._unsupported("nic-remove")
+
 
 def tbf_argv(ifname: str, rate_mbit: float) -> list[str]:
     """`tc` argv capping `ifname` at `rate_mbit` with a token bucket (the sandbox and Slurm backends

@@ -101,6 +101,43 @@ def rb_link_up(args: dict[str, Any]) -> None:
         _resume_node(list(args.get("slurm_prefix") or []), args["node"])
 
 
+def rb_host_restore(args: dict[str, Any]) -> None:
+    """The node was repaired: restart its daemons if the fault crashed it, clear the agent's host
+    signals (PSU, DIMM, disk replaced), resume it in Slurm."""
+    if args.get("restart"):
+        rb_restart_daemons(args["restart"])
+    socket = args["socket"]
+    deadline = time.monotonic() + 10
+    while not os.path.exists(socket) and time.monotonic() < deadline:
+        time.sleep(0.2)  # a restarted agent binds its socket a moment after it starts
+    if not os.path.exists(socket):
+        logger.warning("agent socket %s is gone (sandbox down?): nothing to clear", socket)
+        return
+    agent_request(socket, args.get("token_file"), "POST", "/host/clear", {})
+    _resume_node(list(args.get("slurm_prefix") or []), args["node"])
+
+
+def rb_links_up(args: dict[str, Any]) -> None:
+    """A switch came back: every port behind it up, its nodes resumed."""
+    for peer in args["peers"]:
+        if _link_exists(peer):
+            sysops.run(["ip", "link", "set", peer, "up"])
+    for node in args["nodes"]:
+        _resume_node(list(args.get("slurm_prefix") or []), node)
+
+
+def rb_nic_restore(args: dict[str, Any]) -> None:
+    """The NIC is back: its device takes its name again and comes up (addresses survive a rename)."""
+    ns, hidden, ifname = args["netns"], args["hidden"], args["ifname"]
+    if not _netns_exists(ns):
+        return
+    present = sysops.run(["ip", "-n", ns, "-o", "link", "show"], check=False)
+    if f" {hidden}:" in present or f" {hidden}@" in present:
+        sysops.run(["ip", "-n", ns, "link", "set", hidden, "name", ifname])
+    sysops.run(["ip", "-n", ns, "link", "set", ifname, "up"])
+    _resume_node(list(args.get("slurm_prefix") or []), args["node"])
+
+
 def _netns_exists(ns: str) -> bool:
     return Path(f"/run/netns/{ns}").exists()
 
@@ -455,6 +492,41 @@ class SandboxBackend(Backend):
             {node},
         )
 
+    def plan_host_signal(
+        self, node: str, signal: str, value: float | None, add: float | None, effect: str | None
+    ) -> Plan:
+        """Set (or add to) a host signal on the node's agent (BMC sensor, EDAC count, read-only disk,
+        port error counter). effect "sigbus": the agent SIGBUSes the node's training ranks (a UE in
+        their memory); effect "crash": the node then loses every process (an IERR resets it)."""
+        n = self._node(node)
+        if n.agent_socket is None:
+            raise ActivityFailed(f"node {node} has no agent socket in the sandbox state")
+        if effect not in (None, "crash", "sigbus"):
+            raise InvalidActivity(f"host-signal effect must be crash or sigbus, not {effect!r}")
+        body: dict[str, Any] = {"signal": signal, "kill_processes": effect == "sigbus"}
+        body.update({"value": value} if value is not None else {"add": add})
+        sock, token = n.agent_socket, self.state.agent_token_file
+        restart = self._restart_rb(n).args if effect == "crash" else None
+
+        def apply() -> dict[str, Any]:
+            out: dict[str, Any] = {"agent": agent_request(sock, token, "POST", "/host", body)}
+            if effect == "crash":
+                procs = self._node_procs(n)
+                out["killed"] = sysops.kill_all(procs)
+            return out
+
+        return Plan(
+            "host-signal",
+            {"node": node, "signal": signal},
+            {k: v for k, v in (("value", value), ("add", add), ("effect", effect)) if v is not None},
+            Rollback("sandbox.host-restore", {"socket": sock, "token_file": token, "node": node,
+                                              "slurm_prefix": self._slurm_prefix(), "restart": restart}),
+            apply,
+            f"{signal} {'=' if value is not None else '+='} {value if value is not None else add} on {node}"
+            + (f", then {effect}" if effect else ""),
+            {node} if effect == "crash" else set(),
+        )
+
     def plan_node_hang(self, node: str, reboot_on_restore: bool = False) -> Plan:
         n = self._node(node)
         procs = self._node_procs(n)
@@ -513,12 +585,60 @@ class SandboxBackend(Backend):
             {node},
         )
 
+    def plan_switch_down(self, node: str, rail: int) -> Plan:
+        """Every port of `rail` behind the leaf switch of `node` goes down at once (correlated)."""
+        n = self._node(node)
+        if n.leaf is None:
+            raise ActivityFailed("this sandbox's state names no leaf groups: rebuild it (sandbox up)")
+        leaf_nodes = [x for x in self.state.nodes if x.role != "head" and x.leaf == n.leaf]
+        peers = [self._rail(x.name, rail)[2] for x in leaf_nodes]
+        names = [x.name for x in leaf_nodes]
+
+        def apply() -> dict[str, Any]:
+            for peer in peers:
+                sysops.run(["ip", "link", "set", peer, "down"])
+            return {"nodes": names}
+
+        return Plan(
+            "switch-down",
+            {"node": node, "leaf": n.leaf, "rail": rail, "nodes": names},
+            {},
+            Rollback("sandbox.links-up",
+                     {"peers": peers, "nodes": names, "slurm_prefix": self._slurm_prefix()}),
+            apply,
+            f"leaf switch {n.leaf} rail {rail} down: {', '.join(peers)} (nodes {', '.join(names)})",
+            set(names),
+        )
+
+    def plan_nic_remove(self, node: str, rail: int) -> Plan:
+        """The node's fabric device of `rail` disappears (renamed away and down: the kernel no longer
+        has an interface by that name, as when an HCA drops off PCIe)."""
+        n, ifname, _ = self._rail(node, rail)
+        hidden = f"gone{rail}"
+
+        def apply() -> dict[str, Any]:
+            sysops.run(["ip", "-n", n.netns, "link", "set", ifname, "down"])
+            sysops.run(["ip", "-n", n.netns, "link", "set", ifname, "name", hidden])
+            return {}
+
+        return Plan(
+            "nic-remove",
+            {"node": node, "rail": rail, "ifname": ifname},
+            {},
+            Rollback("sandbox.nic-restore", {"netns": n.netns, "hidden": hidden, "ifname": ifname,
+                                             "node": node, "slurm_prefix": self._slurm_prefix()}),
+            apply,
+            f"{ifname} of {node} gone (renamed {hidden}, down)",
+            {node},
+        )
+
     def plan_link_flap(self, node: str, rail: int, period_seconds: float, count: int) -> Plan:
         _, _, peer = self._rail(node, rail)
         if not (0.2 <= period_seconds <= 600 and 1 <= count <= 1000):
             raise InvalidActivity("link flap needs 0.2 <= period_seconds <= 600 and 1 <= count <= 1000")
         stop = threading.Event()
         flap_id = f"{peer}-{time.monotonic_ns()}"
+        slurm_prefix = self._slurm_prefix()
 
         def after(rec_id: str, ledger: Ledger) -> None:
             _FLAPPERS[flap_id] = stop
@@ -535,6 +655,9 @@ class SandboxBackend(Backend):
                 finally:
                     if _link_exists(peer):
                         sysops.run(["ip", "link", "set", peer, "up"], check=False)
+                        # A health check that ran during a down phase drained the node; the flap
+                        # is over, so return it to service as the link-up rollback does.
+                        _resume_node(slurm_prefix, node)
                     if _FLAPPERS.pop(flap_id, None) is not None:
                         ledger.mark_reverted(rec_id, ok=True)
 

@@ -10,7 +10,7 @@ from gpufleet.chaos import engine
 
 __all__ = ["degrade_link", "flap_link", "inject_fabric_fault", "link_down", "restore_links"]
 
-LINK_KINDS = {"link-down", "link-flap", "link-degrade"}
+LINK_KINDS = {"link-down", "link-flap", "link-degrade", "switch-down", "nic-remove"}
 
 
 def link_down(

@@ -11,9 +11,12 @@ from chaoslib.types import Configuration, Secrets
 from gpufleet.chaos import engine
 from gpufleet.chaos.backends.base import Backend
 
-__all__ = ["cordon_node", "crash_node", "evict_pod", "hang_node", "reboot_node", "restore_node", "taint_node"]
+__all__ = [
+    "cordon_node", "crash_node", "evict_pod", "hang_node", "inject_node_fault", "reboot_node", "restore_node",
+    "taint_node",
+]
 
-NODE_KINDS = {"node-crash", "node-hang", "node-reboot", "cordon", "taint"}
+NODE_KINDS = {"node-crash", "node-hang", "node-reboot", "cordon", "taint", "host-signal"}
 
 
 def crash_node(
@@ -72,6 +75,18 @@ def reboot_node(
         allow_spare_exhaustion,
         node=node,
     )
+
+
+def inject_node_fault(
+    fault_id: str,
+    node: str,
+    allow_spare_exhaustion: bool = False,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """Inject the catalog node fault `fault_id` (power supply, CPU, memory, local disk, ...) on `node`
+    with the catalog's injection method and parameters for the configured backend."""
+    return engine.inject_catalog_fault(configuration, fault_id, node, 0, allow_spare_exhaustion)
 
 
 def restore_node(

@@ -4,6 +4,8 @@
   GET  /state              injected state, XID events, fabric link state (what node-health reads)
   POST /inject             {"gpu", "field_id", "value", "kmsg"?, "burst"?}  (dcgmi test --inject)
   POST /clear              {"gpu": int | null}  (GPU reset / node reboot; null = every GPU)
+  POST /host               {"signal", "value" | "add", "kill_processes"?}  (BMC, EDAC, disk, port)
+  POST /host/clear         {}  (the node was repaired)
 Every request needs `Authorization: Bearer <token>`; anything else is 401.
 """
 
@@ -18,6 +20,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+from gpufleet.sandbox.agent.host import parse_host_injection
 from gpufleet.sandbox.agent.runtime import Agent
 from gpufleet.sandbox.agent.state import parse_injection
 
@@ -100,6 +103,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(200, agent.inject(parse_injection(body, agent.gpus)))
             elif self.path == "/clear":
                 self._reply(200, agent.clear(parse_clear(body, agent.gpus)))
+            elif self.path == "/host":
+                self._reply(200, agent.inject_host(parse_host_injection(body)))
+            elif self.path == "/host/clear":
+                self._reply(200, agent.clear_host())
             else:
                 self._reply(404, {"error": f"no such endpoint: POST {self.path}"})
         except ValueError as e:  # json.JSONDecodeError is a ValueError

@@ -11,13 +11,14 @@ InfiniBand-style port state derived from the same kernel state, so IB rules work
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpufleet.sandbox.agent import fields as F
+from gpufleet.sandbox.agent import host
 from gpufleet.sandbox.agent.fabric import (
     IB_PHYS_DISABLED,
     IB_PHYS_LINKUP,
@@ -39,6 +40,7 @@ class Snapshot:
     busy_gpus: frozenset[int]  # GPUs with a live training rank registered
     links: Sequence[LinkStats]
     link_speed_gbps: float | None = None  # the stack's fabric link speed; None: no rate metric
+    host: Mapping[str, float] = field(default_factory=dict)  # injected host signals (host.py)
 
 
 def gpu_values(snap: Snapshot, gpu: int) -> dict[int, float]:
@@ -80,6 +82,7 @@ def families(snap: Snapshot) -> list[Metric]:
             xc.add_sample(F.XID_COUNT_METRIC, {**labels, "xid": str(xid)}, float(n))
     out.append(xc)
     out += link_families(snap.links, snap.link_speed_gbps)
+    out += host.families(snap.host, [link.ifname for link in snap.links])
     return out
 
 

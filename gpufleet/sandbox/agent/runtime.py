@@ -5,14 +5,17 @@ Files under --state-dir:
   agent-state.json   injected state (survives an agent restart)
   gpu-health.json    {"node", "gpus": {"<i>": {"fatal", "xid", "fault_id", "since", "error"}}}
   procs/gpu<i>.json  written by a training rank using GPU i: {"pid", "name"} (busy GPU, kmsg pid)
+  host-state.json    injected host signals (host.py): a failed PSU stays failed across a reboot
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +24,7 @@ from typing import Any
 
 from gpufleet.catalog import Catalog
 from gpufleet.sandbox.agent import fields as F
-from gpufleet.sandbox.agent import kmsg
+from gpufleet.sandbox.agent import host, kmsg
 from gpufleet.sandbox.agent.exposition import Snapshot
 from gpufleet.sandbox.agent.fabric import SYS_CLASS_NET, read_link, read_shaped_rate
 from gpufleet.sandbox.agent.state import (
@@ -41,6 +44,7 @@ log = logging.getLogger("gpufleet.sandbox.agent")
 STATE_FILE = "agent-state.json"
 HEALTH_FILE = "gpu-health.json"
 PROCS_DIR = "procs"
+HOST_FILE = "host-state.json"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -79,6 +83,7 @@ class Agent:
         kernel_log.parent.mkdir(parents=True, exist_ok=True)
         kernel_log.touch(exist_ok=True)
         self.state = self._load()
+        self.host = host.load(state_dir / HOST_FILE)
         self._persist()
 
     def _load(self) -> AgentState:
@@ -132,6 +137,30 @@ class Agent:
             return {"gpu": inj.gpu, "fatal": bool(g.fault and g.fault.fatal),
                     "fault_id": g.fault.fault_id if g.fault else None, "events": len(events)}
 
+    def inject_host(self, inj: host.HostInjection) -> dict[str, Any]:
+        with self._lock:
+            self.host = host.apply(self.host, inj)
+            write_json_atomic(self.state_dir / HOST_FILE, dict(self.host))
+            killed = self._kill_ranks(signal.SIGBUS) if inj.kill_processes else []
+            log.info("host %s -> %g; killed %s", inj.signal, self.host[inj.signal], killed or "nothing")
+            return {"signal": inj.signal, "value": self.host[inj.signal], "killed": killed}
+
+    def clear_host(self) -> dict[str, Any]:
+        """The node was repaired (PSU, DIMM, disk replaced; counters reset by the reboot)."""
+        with self._lock:
+            self.host = {}
+            write_json_atomic(self.state_dir / HOST_FILE, {})
+            log.info("host signals cleared")
+            return {"cleared": "host"}
+
+    def _kill_ranks(self, sig: int) -> list[int]:
+        """Signal every live training rank registered on this node's GPUs."""
+        pids = sorted({p[0] for g in range(self.gpus) if (p := self.proc_of(g)) is not None})
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return pids
+
     def clear(self, gpu: int | None) -> dict[str, Any]:
         with self._lock:
             self.state = clear(self.state, gpu, self.clock())
@@ -149,7 +178,7 @@ class Agent:
                 dataclasses.replace(link, shaped_rate=read_shaped_rate(link.ifname)) if link.present else link
                 for link in links
             ]
-        return Snapshot(state, self.model_name, busy, links, self.link_speed_gbps)
+        return Snapshot(state, self.model_name, busy, links, self.link_speed_gbps, dict(self.host))
 
     def state_doc(self) -> dict[str, Any]:
         snap = self.snapshot()
@@ -165,5 +194,6 @@ class Agent:
              "carrier_changes": link.carrier_changes}
             for link in snap.links
         ]
+        doc["host"] = dict(snap.host)
         doc["now"] = self.clock()
         return doc

@@ -34,6 +34,9 @@ METHODS: dict[str, tuple[set[str], set[str]]] = {
     "storage-outage": (set(), set()),
     "storage-slow": ({"delayMs"}, set()),
     "kill-rank": ({"rank"}, set()),
+    "host-signal": ({"signal"}, {"value", "add", "effect"}),
+    "switch-down": ({"rail"}, set()),
+    "nic-remove": ({"rail"}, set()),
 }
 
 

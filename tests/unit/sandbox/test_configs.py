@@ -98,7 +98,7 @@ def test_health_script_maps_each_namespace_to_its_node(layout: Layout, tmp_path:
         assert f"  {n.netns}) node={n.name} ;;" in text
     assert "export SLURM_CONF=/run/gf/sandbox/run-abc123/slurm/slurm.conf" in text
     assert '/venv/bin/python -m gpufleet.health --sandbox --node "$node"' in text
-    assert "--token-file /run/gf/sandbox/run-abc123/agent.token --slurm-drain" in text
+    assert "--token-file /run/gf/sandbox/run-abc123/agent.token --anchor-ifname mgmt0 --slurm-drain" in text
     script = tmp_path / "hc.sh"
     script.write_text(text)
     assert subprocess.run(["sh", "-n", str(script)]).returncode == 0  # valid shell syntax
