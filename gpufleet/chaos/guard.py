@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-# Faults that take their node out of service (the scheduler drains it or it stops answering).
-# Classes outside this set leave the node schedulable: a contained ECC error, a degraded link.
+from gpufleet.core.taxonomy import FaultClass
+
+# Injection methods that take their node out of service whatever the fault's class.
 NODE_DOWN_METHODS = frozenset(
     {"node-crash", "node-hang", "node-reboot", "link-down", "switch-down", "nic-remove"}
-)
-NODE_DOWN_CLASSES = frozenset(
-    {"gpu-fatal", "node-crash", "node-hang", "node-maintenance", "fabric-link-down"}
 )
 
 
 def takes_node_down(method: str, fault_class: str | None) -> bool:
-    return method in NODE_DOWN_METHODS or (fault_class is not None and fault_class in NODE_DOWN_CLASSES)
+    """The method takes the node down, or the fault's class isolates its node
+    (`FaultClass.isolates_node`, the one table in gpufleet.core.taxonomy). A class that may or may
+    not isolate (None) does not count: a contained ECC error or a degraded link leaves the node
+    schedulable."""
+    if method in NODE_DOWN_METHODS:
+        return True
+    try:
+        return fault_class is not None and FaultClass(fault_class).isolates_node is True
+    except ValueError:
+        return False
 
 
 def blast_radius(

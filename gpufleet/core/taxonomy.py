@@ -3,6 +3,7 @@ action) and the SLO maths. Kept here so those three stay independent of each oth
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -22,6 +23,50 @@ class FaultClass(StrEnum):
     STORAGE_OUTAGE = "storage-outage"
     STORAGE_DEGRADED = "storage-degraded"
     WORKLOAD = "workload"  # the job itself fails (a software bug, a killed rank); hardware is fine
+
+    @property
+    def isolates_node(self) -> bool | None:
+        """True: the node leaves scheduling (drained, cordoned or DOWN); False: it must stay in
+        service (isolating it loses capacity for nothing); None: either, depending on the fault."""
+        return CLASS_TRAITS[self].isolates_node
+
+    @property
+    def interrupts_training(self) -> bool:
+        """True: the training job stops and must restart; False: it may ride the fault through."""
+        return CLASS_TRAITS[self].interrupts_training
+
+
+@dataclass(frozen=True)
+class ClassTraits:
+    isolates_node: bool | None
+    interrupts_training: bool
+
+
+# The one table of what a fault class does to a node and to training (gpu-faults.md: a fatal XID
+# needs the GPU isolated; a contained ECC error restarts the job and keeps the node; degraded links
+# and storage are ridden through). The game-day's default expectations, the chaos blast-radius guard
+# and the recovery floor all read it. Before issue 10 four tables said this and two disagreed
+# (docs/adr/0031-one-judge.md): fabric-flap interrupts (the floor and the flap experiment said so,
+# the game-day's default did not); fabric-switch-down and node-maintenance isolate (the guard and
+# the game-day each missed one); a workload fault interrupts training and keeps the node.
+CLASS_TRAITS: dict[FaultClass, ClassTraits] = {
+    FaultClass.GPU_FATAL: ClassTraits(isolates_node=True, interrupts_training=True),
+    FaultClass.GPU_CONTAINED: ClassTraits(isolates_node=False, interrupts_training=True),
+    FaultClass.GPU_DEGRADED: ClassTraits(isolates_node=None, interrupts_training=False),
+    FaultClass.NODE_CRASH: ClassTraits(isolates_node=True, interrupts_training=True),
+    FaultClass.NODE_HANG: ClassTraits(isolates_node=True, interrupts_training=True),
+    # A planned drain: the node leaves scheduling, running jobs finish first.
+    FaultClass.NODE_MAINTENANCE: ClassTraits(isolates_node=True, interrupts_training=False),
+    FaultClass.FABRIC_LINK_DOWN: ClassTraits(isolates_node=True, interrupts_training=True),
+    # Collectives over a flapping link time out and the job restarts; whether the node is drained
+    # depends on how long it flaps.
+    FaultClass.FABRIC_FLAP: ClassTraits(isolates_node=None, interrupts_training=True),
+    FaultClass.FABRIC_DEGRADED: ClassTraits(isolates_node=None, interrupts_training=False),
+    FaultClass.FABRIC_SWITCH_DOWN: ClassTraits(isolates_node=True, interrupts_training=True),
+    FaultClass.STORAGE_OUTAGE: ClassTraits(isolates_node=None, interrupts_training=False),
+    FaultClass.STORAGE_DEGRADED: ClassTraits(isolates_node=None, interrupts_training=False),
+    FaultClass.WORKLOAD: ClassTraits(isolates_node=False, interrupts_training=True),
+}
 
 
 class LadderAction(StrEnum):

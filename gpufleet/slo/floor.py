@@ -78,23 +78,20 @@ def _restart(iv: Intervals) -> float:
 _GPU = {FaultClass.GPU_FATAL, FaultClass.GPU_CONTAINED, FaultClass.GPU_DEGRADED}
 _NODE = {FaultClass.NODE_CRASH, FaultClass.NODE_HANG}
 _LINK = {FaultClass.FABRIC_LINK_DOWN, FaultClass.FABRIC_FLAP, FaultClass.FABRIC_SWITCH_DOWN}
-_RIDE_THROUGH = {
-    FaultClass.GPU_DEGRADED, FaultClass.FABRIC_DEGRADED, FaultClass.STORAGE_DEGRADED,
-    FaultClass.NODE_MAINTENANCE, FaultClass.STORAGE_OUTAGE,
-}
 
 
 def floor_seconds(fault_class: FaultClass | str, iv: Intervals) -> Floor:
     """Floor of detect / isolate / recover seconds for one fault class (docs/slo.md)."""
     fc = FaultClass(fault_class)
     alert, health, down = _alert(iv), _health(iv), _slurm_down(iv)
+    recover: float | None
     if fc in _GPU:
         detect = _first(alert, health)
-        isolate = None if fc is not FaultClass.GPU_FATAL else _first(health, alert)
+        isolate = _first(health, alert) if fc.isolates_node else None
         # The ranks on the faulty GPU die at once (the agent kills them, as a real fatal XID does);
         # the job is requeued, and a fatal fault must also be isolated before the job lands again.
         start = 0.0 if isolate is None else isolate
-        recover = None if fc is FaultClass.GPU_DEGRADED else start + _restart(iv)
+        recover = start + _restart(iv)
     elif fc in _NODE:
         detect = _first(down, alert)
         isolate = down
@@ -110,6 +107,6 @@ def floor_seconds(fault_class: FaultClass | str, iv: Intervals) -> Floor:
         detect = _first(alert, health)
         isolate = None
         recover = None
-    if fc in _RIDE_THROUGH:
+    if not fc.interrupts_training:  # ridden through: nothing to recover (core.taxonomy)
         recover = None
     return Floor(detect, isolate, recover)

@@ -42,3 +42,12 @@ def test_which_faults_take_a_node_down() -> None:
     assert not takes_node_down("dcgm-inject", "gpu-contained")
     assert takes_node_down("link-down", None)
     assert not takes_node_down("link-degrade", "fabric-degraded")
+
+
+def test_classes_take_nodes_down_by_their_traits() -> None:
+    """gpufleet.core.taxonomy's table, not a list of its own: switch-down and maintenance count."""
+    assert takes_node_down("dcgm-inject", "fabric-switch-down")
+    assert takes_node_down("cordon", "node-maintenance")
+    assert not takes_node_down("dcgm-inject", "fabric-flap")  # may or may not isolate: not counted
+    assert not takes_node_down("kill-rank", "workload")
+    assert not takes_node_down("dcgm-inject", "meteor")
