@@ -1,17 +1,15 @@
 """The game-day: run a suite of chaos experiments, judge each against the stack's recovery
 budgets, and write JSON / JUnit / HTML reports."""
 
+from gpufleet.gameday.contract import BUDGET_PROBE, CAPACITY_PROBE, TIMELINE_PROBE, calls
 from gpufleet.gameday.evaluate import (
     EXIT_CODES,
     ExperimentResult,
     Result,
-    budget_for,
-    default_expect_interruption,
-    default_expect_isolation,
     evaluate,
     suite_result,
 )
-from gpufleet.gameday.journal import TIMELINE_PROBE, JournalFacts, read_journal
+from gpufleet.gameday.journal import JournalFacts, read_journal
 from gpufleet.gameday.report import SuiteRun, html_report, junit_xml, summary_dict, write_report
 from gpufleet.gameday.runner import GamedayOptions, Listener, plan, run_gameday, stack_budgets
 from gpufleet.gameday.suite import (
@@ -24,6 +22,8 @@ from gpufleet.gameday.suite import (
 )
 
 __all__ = [
+    "BUDGET_PROBE",
+    "CAPACITY_PROBE",
     "EXIT_CODES",
     "TIMELINE_PROBE",
     "Expectations",
@@ -34,9 +34,7 @@ __all__ = [
     "Listener",
     "Result",
     "SuiteRun",
-    "budget_for",
-    "default_expect_interruption",
-    "default_expect_isolation",
+    "calls",
     "discover",
     "evaluate",
     "html_report",

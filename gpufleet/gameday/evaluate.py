@@ -1,7 +1,9 @@
 """One experiment's journal + the stack's budgets -> a judged result (pure).
 
 Three kinds of check make an experiment's result:
-- the SLO checks from `gpufleet.slo.judge` (detect / isolate / recover against the budget);
+- the SLO checks from `gpufleet.slo.judge_run`, the one judge that the chaos probe
+  `recovery_within_budget` calls with the same inputs (the journal's timeline, the experiment's
+  fault class, budget override and probe arguments, the stack's budgets);
 - `steady-state`: the Chaos Toolkit hypothesis held after the method (journal not deviated);
 - `rollbacks`: every declared rollback ran and succeeded (a fault must never outlive its run).
 An experiment *meets* its expectation when the run checks pass and the SLO verdict equals the
@@ -15,32 +17,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gpufleet.core.taxonomy import FaultClass
 from gpufleet.gameday.journal import JournalFacts
 from gpufleet.gameday.suite import Experiment
-from gpufleet.slo import Budget, Check, Measurement, Outcome, Timeline, combine, judge, measure
-
-# Which classes take the node out of service, and which interrupt the workload (gpu-faults.md:
-# a fatal XID needs the GPU isolated; a contained ECC error restarts the job and keeps the node;
-# degraded links and storage are ridden through). Experiments override per file (suite.py).
-ISOLATING = frozenset({
-    FaultClass.GPU_FATAL, FaultClass.NODE_CRASH, FaultClass.NODE_HANG,
-    FaultClass.FABRIC_LINK_DOWN, FaultClass.FABRIC_SWITCH_DOWN,
-})
-STAYS_IN_SERVICE = frozenset({FaultClass.GPU_CONTAINED})
-INTERRUPTING = ISOLATING | {FaultClass.GPU_CONTAINED}
-
-
-def default_expect_isolation(fault_class: FaultClass) -> bool | None:
-    if fault_class in ISOLATING:
-        return True
-    if fault_class in STAYS_IN_SERVICE:
-        return False
-    return None
-
-
-def default_expect_interruption(fault_class: FaultClass) -> bool:
-    return fault_class in INTERRUPTING
+from gpufleet.slo import (
+    Budget,
+    BudgetLike,
+    Check,
+    Measurement,
+    Outcome,
+    RunInputs,
+    Timeline,
+    combine,
+    judge_run,
+)
 
 
 class Result(StrEnum):
@@ -86,56 +75,18 @@ class ExperimentResult:
         return "failed as expected" if self.expected_failure else self.result.value
 
 
-def budget_for(
-    experiment: Experiment, stack_budgets: Mapping[str, Budget]
-) -> tuple[Budget | None, str | None, str | None]:
-    """(budget, source, problem). `gpufleet_budget_override` in the experiment's configuration
-    replaces the stack's budget key by key; it accepts the chaos extension's snake_case keys and
-    the stack file's camelCase keys."""
-    fc = experiment.fault_class
-    base = stack_budgets.get(fc) if fc else None
-    override = experiment.configuration.get("gpufleet_budget_override")
-    if override is None:
-        if base is None:
-            return None, None, f"the stack declares no budget for fault class {fc!r} (slos.budgets)"
-        return base, "stack", None
-    names = {
-        "detect_seconds": "detect_seconds", "detectSeconds": "detect_seconds",
-        "isolate_seconds": "isolate_seconds", "isolateSeconds": "isolate_seconds",
-        "recover_seconds": "recover_seconds", "recoverSeconds": "recover_seconds",
-    }
-    if not isinstance(override, dict) or not set(override) <= set(names):
-        return None, None, f"gpufleet_budget_override must map keys among {sorted(names)} to seconds"
-    values: dict[str, float | None] = {}
-    if base is not None:
-        values = {
-            "detect_seconds": base.detect_seconds, "isolate_seconds": base.isolate_seconds,
-            "recover_seconds": base.recover_seconds,
-        }
-    for key, value in override.items():
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return None, None, f"gpufleet_budget_override.{key} must be a number of seconds"
-        values[names[key]] = float(value)
-    detect, recover = values.get("detect_seconds"), values.get("recover_seconds")
-    if detect is None or recover is None:
-        return None, None, "gpufleet_budget_override lacks detect/recover seconds and the stack has no budget"
-    try:
-        return Budget(detect, values.get("isolate_seconds"), recover), "override", None
-    except ValueError as e:
-        return None, None, f"gpufleet_budget_override: {e}"
-
-
 def _steady_state(facts: JournalFacts, slo_outcome: Outcome) -> Check:
-    """A deviation caused by the recovery-budget probe is the SLO verdict seen by Chaos Toolkit:
-    it is judged (once) by the SLO checks; any other deviation fails the run."""
+    """A deviation caused by the recovery-budget probe is the SLO verdict seen by Chaos Toolkit
+    (the same `judge_run` over the same inputs): it counts once, in the SLO checks. Any other
+    deviation fails the run."""
     name = "steady-state"
     if not facts.deviated:
         return Check(name, None, None, Outcome.PASS, "hypothesis held before and after")
     if facts.deviated_by_budget:
         if slo_outcome is Outcome.PASS:
             return Check(name, None, None, Outcome.UNKNOWN,
-                         f"probe {facts.deviated_by!r} deviated but the game-day's verdict is PASS: they "
-                         "judged different timelines or budgets")
+                         f"probe {facts.deviated_by!r} deviated but the verdict is PASS: the probe could "
+                         "not judge (see the chaos log), or `chaos run` read another stack file")
         return Check(name, None, None, Outcome.PASS,
                      f"only the recovery-budget probe {facts.deviated_by!r} deviated (judged above)")
     probe = f"probe {facts.deviated_by!r}" if facts.deviated_by else "the hypothesis"
@@ -174,7 +125,7 @@ def _run_checks(experiment: Experiment, facts: JournalFacts, slo_outcome: Outcom
 def evaluate(
     experiment: Experiment,
     facts: JournalFacts,
-    stack_budgets: Mapping[str, Budget],
+    stack_budgets: Mapping[str, BudgetLike],
     *,
     journal: str | None,
     started_at: float,
@@ -185,38 +136,19 @@ def evaluate(
     notes = [f"failed activity {a}" for a in facts.failed_activities]
     if error:
         notes.insert(0, error)
-    budget, source, budget_problem = budget_for(experiment, stack_budgets)
+    ex = experiment.expect
+    verdict = judge_run(RunInputs(
+        timeline=facts.timeline,
+        timeline_problem=facts.timeline_problem,
+        fault_class=experiment.fault_class,
+        budgets=stack_budgets,
+        budget_override=experiment.configuration.get("gpufleet_budget_override"),
+        expect_isolation=ex.isolation,
+        expect_interruption=ex.interruption,
+    ))
     timeline = facts.timeline
-    fault_class = timeline.fault_class if timeline else experiment.fault_class
-    slo_checks: list[Check] = []
-    measurement: Measurement | None = None
-    if timeline is not None and experiment.fault_class and timeline.fault_class != experiment.fault_class:
-        notes.append(f"the timeline says fault class {timeline.fault_class!r}, the experiment "
-                     f"{experiment.fault_class!r}: judged against the experiment's")
-    if timeline is None:
-        problem = facts.timeline_problem or "no timeline"
-        slo_checks.append(Check("timeline", None, None, Outcome.UNKNOWN, problem))
-    else:
-        measurement = measure(timeline)
-        notes.extend(measurement.notes)
-    if budget is None:
-        slo_checks.append(Check("budget", None, None, Outcome.UNKNOWN, budget_problem or "no budget"))
-    try:
-        fc = FaultClass(experiment.fault_class or fault_class or "")
-    except ValueError:
-        fc = None
-        slo_checks.append(Check("fault-class", None, None, Outcome.UNKNOWN,
-                                f"unknown fault class {experiment.fault_class or fault_class!r} "
-                                "(configuration gpufleet_fault_class)"))
-    if measurement is not None and budget is not None and fc is not None:
-        ex = experiment.expect
-        interruption = default_expect_interruption(fc) if ex.interruption is None else ex.interruption
-        verdict = judge(
-            measurement, budget,
-            expect_isolation=ex.isolation if ex.isolation_set else default_expect_isolation(fc),
-            expect_interruption=interruption,
-        )
-        slo_checks.extend(verdict.checks)
+    notes.extend(verdict.notes)
+    slo_checks = list(verdict.checks)
     slo_outcome = combine([c.outcome for c in slo_checks])
     run_checks = _run_checks(experiment, facts, slo_outcome)
     run_outcome = combine([c.outcome for c in run_checks])
@@ -243,16 +175,16 @@ def evaluate(
         title=experiment.title,
         file=str(experiment.path),
         fault_id=timeline.fault_id if timeline else None,
-        fault_class=fault_class,
+        fault_class=verdict.fault_class,
         status=facts.status,
         outcome=combine([c.outcome for c in slo_checks + run_checks]),
         verdict=slo_outcome,
         expected=experiment.expect.outcome,
         result=result,
         checks=tuple(slo_checks + run_checks),
-        measurement=measurement,
-        budget=budget,
-        budget_source=source,
+        measurement=verdict.measurement,
+        budget=verdict.budget,
+        budget_source=verdict.budget_source,
         notes=tuple(notes),
         timeline=timeline,
         journal=journal,

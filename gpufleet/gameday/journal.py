@@ -1,7 +1,8 @@
 """Read a Chaos Toolkit journal: the recovery timeline, run status and rollback facts (pure).
 
-The experiment's method ends with a probe named `recovery-timeline` whose output is
-`Timeline.model_dump(mode="json")` (the contract with gpufleet.chaos). Journal fields follow
+The experiment's method ends with the probe `recovery_timeline` whose output is
+`Timeline.model_dump(mode="json")` (the contract with gpufleet.chaos). Every entry is found by the
+one rule of gpufleet.gameday.contract: by the extension function it calls. Journal fields follow
 conventions.md: `status` completed|failed|aborted|interrupted, `deviated`, `run[]`,
 `rollbacks[]`, each activity run with `activity`, `status`, `output`, `start`, `end`.
 """
@@ -13,10 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpufleet.gameday.suite import BUDGET_PROBE
+from gpufleet.gameday.contract import BUDGET_PROBE, CAPACITY_PROBE, TIMELINE_PROBE, calls, name_of
 from gpufleet.slo import Timeline
-
-TIMELINE_PROBE = "recovery-timeline"
 
 
 @dataclass(frozen=True)
@@ -33,27 +32,12 @@ class JournalFacts:
     capacity: dict[str, Any] | None = None  # output of the capacity_during_fault probe, if run
 
 
-CAPACITY_PROBE_FUNC = "capacity_during_fault"  # gpufleet.chaos.workload.probes
-
-
 def _capacity(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     for r in reversed(runs):
-        activity = r.get("activity") or {}
-        provider = activity.get("provider") if isinstance(activity, dict) else None
-        if (
-            isinstance(provider, dict)
-            and provider.get("func") == CAPACITY_PROBE_FUNC
-            and r.get("status") == "succeeded"
-            and isinstance(r.get("output"), dict)
-        ):
+        if calls(r, CAPACITY_PROBE) and r.get("status") == "succeeded" and isinstance(r.get("output"), dict):
             out: dict[str, Any] = r["output"]
             return out
     return None
-
-
-def _name(run: Any) -> str:
-    activity = run.get("activity") if isinstance(run, dict) else None
-    return str(activity.get("name", "?")) if isinstance(activity, dict) else "?"
 
 
 def _deviation(journal: dict[str, Any]) -> tuple[str | None, bool]:
@@ -64,10 +48,7 @@ def _deviation(journal: dict[str, Any]) -> tuple[str | None, bool]:
     missed = [p for p in probes if p.get("tolerance_met") is False]
     if not missed:
         return None, False
-    activity = missed[-1].get("activity") or {}
-    provider = activity.get("provider") or {} if isinstance(activity, dict) else {}
-    func = provider.get("func") if isinstance(provider, dict) else None
-    return _name(missed[-1]), func == BUDGET_PROBE
+    return name_of(missed[-1]), calls(missed[-1], BUDGET_PROBE)
 
 
 def read_journal(journal: Any) -> JournalFacts:
@@ -76,12 +57,12 @@ def read_journal(journal: Any) -> JournalFacts:
     runs = [r for r in journal.get("run") or [] if isinstance(r, dict)]
     rollbacks = [r for r in journal.get("rollbacks") or [] if isinstance(r, dict)]
     failed = tuple(
-        f"{_name(r)}: {str(r.get('exception') or r.get('output') or 'failed').strip()[:300]}"
+        f"{name_of(r)}: {str(r.get('exception') or r.get('output') or 'failed').strip()[:300]}"
         for r in runs if r.get("status") != "succeeded"
     )
     timeline: Timeline | None = None
     problem: str | None = None
-    probes = [r for r in runs if _name(r) == TIMELINE_PROBE]
+    probes = [r for r in runs if calls(r, TIMELINE_PROBE)]
     if not probes:
         problem = f"the journal has no {TIMELINE_PROBE!r} probe run (method did not reach it)"
     else:
@@ -102,7 +83,7 @@ def read_journal(journal: Any) -> JournalFacts:
         timeline_problem=problem,
         rollbacks_run=len(rollbacks),
         capacity=_capacity(runs),
-        rollbacks_failed=tuple(_name(r) for r in rollbacks if r.get("status") != "succeeded"),
+        rollbacks_failed=tuple(name_of(r) for r in rollbacks if r.get("status") != "succeeded"),
         failed_activities=failed,
         deviated_by=deviated_by,
         deviated_by_budget=by_budget,

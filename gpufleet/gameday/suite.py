@@ -1,19 +1,19 @@
 """The experiment suite: which Chaos Toolkit experiment files a game-day runs (pure over files).
 
 An experiment joins the default suite of a backend when its `tags` contain the backend's name
-(`"sandbox"`, `"slurm"`, `"kubernetes"`). Expectations come, in increasing precedence, from:
-1. the fault class (evaluate.py's table);
-2. the arguments of the steady-state probe `recovery_within_budget` (expect_isolation,
-   expect_interruption), so `chaos run` and the game-day judge the same way;
-3. the tag `expect-deviation`: a breach test, whose verdict must be FAIL;
-4. the experiment's `extensions` entry named `gpufleet` (the experiment format's place for
-   tool-specific data, so `chaos run` ignores it):
+(`"sandbox"`, `"slurm"`, `"kubernetes"`).
 
-    "extensions": [{"name": "gpufleet", "expect_isolation": false, "expect_interruption": true,
-                    "expect_outcome": "FAIL", "order": 10}]
+What the verdict expects of the fault (isolation, interruption) has one home: the arguments of the
+steady-state probe `recovery_within_budget`, which `chaos run` judges with and the game-day reads
+here, so both call `gpufleet.slo.judge_run` with the same inputs; an argument left out (or null)
+is the fault class's default (`FaultClass.isolates_node` / `interrupts_training`).
 
-expect_isolation: true | false | null (null: not judged); default from the fault class.
-expect_interruption: true | false; default from the fault class.
+Which verdict the game-day expects: PASS, or FAIL for a breach test, marked by the tag
+`expect-deviation` or by the experiment's `extensions` entry named `gpufleet` (the experiment
+format's place for tool-specific data, so `chaos run` ignores it):
+
+    "extensions": [{"name": "gpufleet", "expect_outcome": "FAIL", "order": 10}]
+
 expect_outcome: "PASS" (default) or "FAIL" (a breach test: the verdict must be FAIL).
 order: sort key within the suite (then the file name); default 100.
 """
@@ -27,24 +27,24 @@ from typing import Any
 
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import read_json
+from gpufleet.gameday.contract import BUDGET_PROBE, calls
 from gpufleet.slo import Outcome
 
 EXTENSION = "gpufleet"
-BUDGET_PROBE = "recovery_within_budget"  # gpufleet.chaos.workload.probes: judges in the hypothesis
 EXPECT_DEVIATION_TAG = "expect-deviation"
 # An experiment that misses its target for a known, documented reason outside the platform's
 # control (docs/chaos.md "Known failures"): runnable by name with --experiments, left out of the
 # default suite so that `make gameday` judges what the platform can meet. Never a pass.
 KNOWN_ISSUE_TAG = "known-issue"
-_EXT_KEYS = {"name", "expect_isolation", "expect_interruption", "expect_outcome", "order"}
+_EXT_KEYS = {"name", "expect_outcome", "order"}
+_MOVED = {"expect_isolation", "expect_interruption"}  # now only arguments of the budget probe
 
 
 @dataclass(frozen=True)
 class Expectations:
-    isolation: bool | None = None  # meaningful only when isolation_set
-    interruption: bool | None = None  # None: the fault class's default
-    outcome: Outcome = Outcome.PASS
-    isolation_set: bool = False  # the file says; then None means "isolation not judged"
+    isolation: bool | None = None  # the budget probe's argument; None: the fault class's default
+    interruption: bool | None = None  # likewise
+    outcome: Outcome = Outcome.PASS  # the verdict the game-day expects
 
 
 @dataclass(frozen=True)
@@ -102,19 +102,22 @@ def _from_hypothesis(hypothesis: Any, problems: list[Problem]) -> Expectations:
     """Expectations given to the `recovery_within_budget` steady-state probe."""
     probes = hypothesis.get("probes", []) if isinstance(hypothesis, dict) else []
     for i, probe in enumerate(probes if isinstance(probes, list) else []):
-        provider = probe.get("provider") if isinstance(probe, dict) else None
-        if not isinstance(provider, dict) or provider.get("func") != BUDGET_PROBE:
+        if not calls(probe, BUDGET_PROBE):
             continue
-        args = provider.get("arguments") or {}
+        args = probe["provider"].get("arguments") or {}
         at = f"steady-state-hypothesis.probes[{i}].provider.arguments"
+        if not isinstance(args, dict):
+            problems.append(Problem(at, "must be a mapping"))
+            return Expectations()
         iso, intr = args.get("expect_isolation"), args.get("expect_interruption")
-        if iso is not None and not isinstance(iso, bool):
-            problems.append(Problem(f"{at}.expect_isolation", "must be true, false or null"))
-            iso = None
-        if intr is not None and not isinstance(intr, bool):
-            problems.append(Problem(f"{at}.expect_interruption", "must be true or false"))
-            intr = None
-        return Expectations(iso, intr, isolation_set="expect_isolation" in args)
+        for key, value in (("expect_isolation", iso), ("expect_interruption", intr)):
+            if value is not None and not isinstance(value, bool):
+                problems.append(
+                    Problem(f"{at}.{key}", "must be true, false or null (the fault class's default)")
+                )
+        return Expectations(
+            iso if isinstance(iso, bool) else None, intr if isinstance(intr, bool) else None
+        )
     return Expectations()
 
 
@@ -133,15 +136,11 @@ def _expectations(
     at = f"extensions[{i}]"
     known = ", ".join(sorted(_EXT_KEYS - {"name"}))
     for key in sorted(set(ext) - _EXT_KEYS):
-        problems.append(Problem(f"{at}.{key}", f"unknown key; known: {known}"))
-    iso = ext.get("expect_isolation", base.isolation)
-    if iso is not None and not isinstance(iso, bool):
-        problems.append(Problem(f"{at}.expect_isolation", "must be true, false or null"))
-        iso = None
-    intr = ext.get("expect_interruption", base.interruption)
-    if "expect_interruption" in ext and not isinstance(intr, bool):
-        problems.append(Problem(f"{at}.expect_interruption", "must be true or false"))
-        intr = None
+        if key in _MOVED:
+            problems.append(Problem(f"{at}.{key}", f"give {key} as an argument of the steady-state probe "
+                                    f"{BUDGET_PROBE} (chaos run judges with it too)"))
+        else:
+            problems.append(Problem(f"{at}.{key}", f"unknown key; known: {known}"))
     outcome = base.outcome
     if "expect_outcome" in ext:
         if ext["expect_outcome"] in ("PASS", "FAIL"):
@@ -152,8 +151,7 @@ def _expectations(
     if not isinstance(order, int) or isinstance(order, bool):
         problems.append(Problem(f"{at}.order", "must be an integer"))
         order = 100
-    iso_set = base.isolation_set or "expect_isolation" in ext
-    return Expectations(iso, intr, outcome, isolation_set=iso_set), order
+    return dataclasses.replace(base, outcome=outcome), order
 
 
 def load_experiment(path: Path) -> Experiment:

@@ -18,7 +18,7 @@ from gpufleet.chaos.timeline import (
     workload_facts,
     workload_noticed,
 )
-from gpufleet.slo import Budget, EventKind, Timeline, judge, measure
+from gpufleet.slo import EventKind, RunInputs, Timeline, judge_run
 
 __all__ = ["capacity_during_fault", "recovery_timeline", "recovery_within_budget", "training_progressing"]
 
@@ -214,38 +214,23 @@ def recovery_timeline(
     return doc
 
 
-def _budget(ctx: engine.Context, fault_class: str) -> Budget:
-    o = ctx.settings.budget_override
-    if o is not None:
-        if "detect_seconds" not in o or "recover_seconds" not in o:
-            raise InvalidActivity("gpufleet_budget_override needs detect_seconds and recover_seconds")
-        return Budget(o["detect_seconds"], o.get("isolate_seconds"), o["recover_seconds"])
-    if ctx.stack is None:
-        raise InvalidActivity(
-            "no stack (gpufleet_stack) and no gpufleet_budget_override: no budget to judge by"
-        )
-    from gpufleet.core.taxonomy import FaultClass
-
-    try:
-        b = ctx.stack.slos.budgets[FaultClass(fault_class)]
-    except (KeyError, ValueError):
-        raise InvalidActivity(
-            f"stack {ctx.settings.stack} has no slos.budgets entry for {fault_class}"
-        ) from None
-    return Budget(b.detect_seconds, b.isolate_seconds, b.recover_seconds)
-
-
 def recovery_within_budget(
-    expect_isolation: bool | None = True,
-    expect_interruption: bool = True,
+    expect_isolation: bool | None = None,
+    expect_interruption: bool | None = None,
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> bool:
     """The steady-state check that enforces the recovery budget: judges this run's latest recovery
-    timeline (gpufleet.slo.measure + judge) against the stack's budget for the experiment's fault
-    class (or `gpufleet_budget_override`). True only for a PASS; FAIL and UNKNOWN are False, so a
-    missed budget makes a plain `chaos run` deviate. Before any fault of this run (the hypothesis
-    before the method) there is nothing to judge and it is True."""
+    timeline with `gpufleet.slo.judge_run`, the one judge the game-day calls too, against the
+    stack's budget for the experiment's fault class (replaced key by key by
+    `gpufleet_budget_override`). `expect_isolation` / `expect_interruption` left out (null) take the
+    fault class's default (`FaultClass.isolates_node` / `interrupts_training`). True only for a
+    PASS; FAIL and UNKNOWN are False, so a missed budget makes a plain `chaos run` deviate. Before
+    any fault of this run (the hypothesis before the method) there is nothing to judge and it is
+    True."""
+    for name, value in (("expect_isolation", expect_isolation), ("expect_interruption", expect_interruption)):
+        if value is not None and not isinstance(value, bool):
+            raise InvalidActivity(f"{name} must be true, false or null (the fault class's default)")
     ctx = engine.context(configuration)
     with engine.RUN.lock:
         tl_doc = engine.RUN.timelines[-1] if engine.RUN.timelines else None
@@ -255,13 +240,15 @@ def recovery_within_budget(
         raise ActivityFailed(
             "faults were injected but no recovery timeline was built (run recovery_timeline)"
         )
-    tl = Timeline.model_validate(tl_doc)
-    fault_class = ctx.settings.fault_class or tl.fault_class
-    verdict = judge(
-        measure(tl),
-        _budget(ctx, fault_class),
-        expect_isolation=expect_isolation,
-        expect_interruption=expect_interruption,
+    verdict = judge_run(
+        RunInputs(
+            timeline=Timeline.model_validate(tl_doc),
+            fault_class=ctx.settings.fault_class,
+            budgets={fc.value: b for fc, b in ctx.stack.slos.budgets.items()} if ctx.stack else None,
+            budget_override=ctx.settings.budget_override,
+            expect_isolation=expect_isolation,
+            expect_interruption=expect_interruption,
+        )
     )
     logger.info("gpufleet verdict: %s", json.dumps(verdict.to_dict(), default=str))
     return verdict.outcome.value == "PASS"

@@ -31,8 +31,15 @@ def test_settings_reject_bad_values_all_at_once() -> None:
 
 
 def test_configured_zero_is_not_replaced_by_a_default() -> None:
-    s = parse_settings({"gpufleet_budget_override": {"detect_seconds": 0, "recover_seconds": 5}})
-    assert s.budget_override == {"detect_seconds": 0.0, "recover_seconds": 5.0}
+    """A zero budget is refused at the edge with its key (one parser, gpufleet.slo), never
+    replaced by the stack's value."""
+    with pytest.raises(InvalidActivity, match=r"gpufleet_budget_override.detect_seconds must be positive"):
+        parse_settings({"gpufleet_budget_override": {"detect_seconds": 0, "recover_seconds": 5}})
+
+
+def test_budget_override_takes_both_key_styles() -> None:
+    s = parse_settings({"gpufleet_budget_override": {"detectSeconds": 1, "recover_seconds": 5}})
+    assert s.budget_override == {"detect_seconds": 1.0, "recover_seconds": 5.0}
 
 
 def _sandbox_state(root: Path) -> None:

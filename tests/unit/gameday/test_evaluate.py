@@ -5,16 +5,12 @@ from collections.abc import Callable
 
 import pytest
 
-from gpufleet.core import FaultClass
 from gpufleet.gameday import (
     EXIT_CODES,
     Experiment,
     ExperimentResult,
     JournalFacts,
     Result,
-    budget_for,
-    default_expect_interruption,
-    default_expect_isolation,
     evaluate,
     suite_result,
 )
@@ -34,46 +30,27 @@ def test_stack_budgets_convert(budgets: dict[str, Budget]) -> None:
     assert budgets["gpu-contained"] == Budget(15.0, None, 60.0)
 
 
-def test_override_replaces_key_by_key(experiment: Exp, budgets: dict[str, Budget]) -> None:
-    b, source, problem = budget_for(experiment("budget-breach"), budgets)
-    assert (b, source, problem) == (Budget(15.0, 15.0, 20.0), "override", None)
+def test_override_replaces_key_by_key(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
+    r = run(experiment("budget-breach"), facts("budget-breach"), budgets)
+    assert (r.budget, r.budget_source) == (Budget(15.0, 15.0, 20.0), "override")
 
 
-@pytest.mark.parametrize(
-    ("override", "expected"),
-    [
-        ({"detect_seconds": 1, "isolate_seconds": 2, "recover_seconds": 3}, Budget(1.0, 2.0, 3.0)),
-        ({"detectSeconds": 5}, Budget(5.0, 15.0, 60.0)),
-    ],
-)
-def test_override_accepts_both_key_styles(
-    experiment: Exp, budgets: dict[str, Budget], override: dict[str, float], expected: Budget
-) -> None:
+def test_bad_override_is_unjudged(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
     exp = experiment("gpu-xid-79")
-    exp = dataclasses.replace(exp, configuration={**exp.configuration, "gpufleet_budget_override": override})
-    assert budget_for(exp, budgets)[0] == expected
-
-
-@pytest.mark.parametrize(
-    ("override", "problem"),
-    [
-        ({"recover": 3}, "gpufleet_budget_override must map keys among"),
-        ({"recoverSeconds": "fast"}, "gpufleet_budget_override.recoverSeconds must be a number of seconds"),
-        ({"recoverSeconds": 0}, "gpufleet_budget_override: budget recover_seconds must be positive"),
-    ],
-)
-def test_bad_override(experiment: Exp, budgets: dict[str, Budget], override: object, problem: str) -> None:
-    exp = experiment("gpu-xid-79")
-    exp = dataclasses.replace(exp, configuration={**exp.configuration, "gpufleet_budget_override": override})
-    b, _, p = budget_for(exp, budgets)
-    assert b is None
-    assert p is not None and p.startswith(problem)
-
-
-def test_missing_stack_budget(experiment: Exp) -> None:
-    assert budget_for(experiment("gpu-xid-79"), {}) == (
-        None, None, "the stack declares no budget for fault class 'gpu-fatal' (slos.budgets)"
+    exp = dataclasses.replace(
+        exp, configuration={**exp.configuration, "gpufleet_budget_override": {"recoverSeconds": 0}}
     )
+    r = run(exp, facts("gpu-xid-79"), budgets)
+    assert r.result is Result.UNJUDGED and r.budget is None
+    assert [c.detail for c in r.checks if c.name == "budget"] == [
+        "gpufleet_budget_override.recoverSeconds must be positive (got 0)"
+    ]
+
+
+def test_missing_stack_budget_is_unjudged(experiment: Exp, facts: Facts) -> None:
+    r = run(experiment("gpu-xid-79"), facts("gpu-xid-79"), {})
+    assert r.result is Result.UNJUDGED
+    assert r.checks[0].detail == "the stack declares no budget for fault class 'gpu-fatal' (slos.budgets)"
 
 
 def test_recovered_within_budget_meets(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
@@ -165,12 +142,18 @@ def test_unknown_fault_class(experiment: Exp, facts: Facts, budgets: dict[str, B
     assert any(c.name == "fault-class" and c.outcome is Outcome.UNKNOWN for c in r.checks)
 
 
-def test_default_expectations_by_class() -> None:
-    assert default_expect_isolation(FaultClass.GPU_FATAL) is True
-    assert default_expect_isolation(FaultClass.GPU_CONTAINED) is False
-    assert default_expect_isolation(FaultClass.FABRIC_DEGRADED) is None
-    assert default_expect_interruption(FaultClass.NODE_HANG) is True
-    assert default_expect_interruption(FaultClass.FABRIC_FLAP) is False
+def test_probe_arguments_left_out_take_the_class_defaults(
+    experiment: Exp, facts: Facts, budgets: dict[str, Budget]
+) -> None:
+    """Leaving out the probe's arguments judges with the class's defaults: never unjudged."""
+    given = run(experiment("gpu-xid-79"), facts("gpu-xid-79"), budgets)
+    exp = dataclasses.replace(experiment("gpu-xid-79"), expect=Expectations())
+    left_out = run(exp, facts("gpu-xid-79"), budgets)
+    assert left_out.result is Result.MET
+    assert left_out.checks == given.checks
+    # An explicit argument still wins over the default: the fatal GPU must stay in service -> FAIL.
+    stay = dataclasses.replace(experiment("gpu-xid-79"), expect=Expectations(isolation=False))
+    assert run(stay, facts("gpu-xid-79"), budgets).verdict is Outcome.FAIL
 
 
 def test_suite_result_and_exit_codes(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:

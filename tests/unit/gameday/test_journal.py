@@ -30,7 +30,7 @@ def test_timeline_from_the_recovery_timeline_probe(facts: Facts) -> None:
 def test_method_that_never_reached_the_probe(facts: Facts) -> None:
     f = facts("inject-fails")
     assert f.timeline is None
-    assert f.timeline_problem == "the journal has no 'recovery-timeline' probe run (method did not reach it)"
+    assert f.timeline_problem == "the journal has no 'recovery_timeline' probe run (method did not reach it)"
     assert f.failed_activities == ("inject: ActivityFailed: agent socket refused",)
 
 
@@ -43,13 +43,13 @@ def test_failed_probe_and_bad_output() -> None:
     j["run"][1]["status"] = "failed"
     j["run"][1]["exception"] = "ActivityFailed: prometheus unreachable"
     assert read_journal(j).timeline_problem == (
-        "the 'recovery-timeline' probe failed: ActivityFailed: prometheus unreachable"
+        "the 'recovery_timeline' probe failed: ActivityFailed: prometheus unreachable"
     )
     j = raw("gpu-xid-79")
     j["run"][1]["output"] = {"experiment": "x"}
     problem = read_journal(j).timeline_problem
     assert problem is not None
-    assert problem.startswith("the 'recovery-timeline' output is not a Timeline: 4 error(s)")
+    assert problem.startswith("the 'recovery_timeline' output is not a Timeline: 4 error(s)")
 
 
 def test_no_journal() -> None:

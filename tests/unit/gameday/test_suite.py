@@ -7,6 +7,7 @@ import pytest
 
 from gpufleet.core.errors import InputError
 from gpufleet.gameday import discover, parse_experiment, select
+from gpufleet.gameday.contract import PROBES_MODULE
 from gpufleet.slo import Outcome
 
 FIXTURES = Path(__file__).parent / "fixtures" / "experiments"
@@ -51,17 +52,20 @@ def test_bad_experiment_reports_every_problem() -> None:
         parse_experiment(Path("x.json"), doc)
     assert [p.path for p in e.value.problems] == [
         "title", "tags", "configuration", "rollbacks", "extensions[0].colour",
-        "extensions[0].expect_isolation", "extensions[0].expect_interruption",
+        "extensions[0].expect_interruption", "extensions[0].expect_isolation",
         "extensions[0].expect_outcome", "extensions[0].order",
     ]
+    moved = next(p for p in e.value.problems if p.path == "extensions[0].expect_isolation")
+    assert moved.message == ("give expect_isolation as an argument of the steady-state probe "
+                             "recovery_within_budget (chaos run judges with it too)")
 
 
-def test_isolation_null_means_not_judged() -> None:
-    doc = {"title": "t", "extensions": [{"name": "gpufleet", "expect_isolation": None}]}
-    e = parse_experiment(Path("x.json"), doc)
-    assert e.expect.isolation_set is True
-    assert e.expect.isolation is None
-    assert parse_experiment(Path("y.json"), {"title": "t"}).expect.isolation_set is False
+def test_left_out_or_null_means_the_class_default() -> None:
+    for args in ({}, {"expect_isolation": None, "expect_interruption": None}):
+        doc = {"title": "t", "steady-state-hypothesis": hypothesis(args)}
+        e = parse_experiment(Path("x.json"), doc).expect
+        assert (e.isolation, e.interruption) == (None, None)
+    assert parse_experiment(Path("y.json"), {"title": "t"}).expect.isolation is None
 
 
 def test_discover_collects_problems_of_all_files(tmp_path: Path) -> None:
@@ -74,7 +78,7 @@ def test_discover_collects_problems_of_all_files(tmp_path: Path) -> None:
 
 def hypothesis(args: dict[str, object]) -> dict[str, object]:
     return {"title": "h", "probes": [{"type": "probe", "name": "recovery-within-budget", "tolerance": True,
-                                      "provider": {"type": "python", "module": "m",
+                                      "provider": {"type": "python", "module": PROBES_MODULE,
                                                    "func": "recovery_within_budget", "arguments": args}}]}
 
 
@@ -82,15 +86,22 @@ def test_expectations_from_the_budget_probe_and_tags() -> None:
     doc = {"title": "t", "steady-state-hypothesis": hypothesis({"expect_isolation": False,
                                                                 "expect_interruption": True})}
     e = parse_experiment(Path("x.json"), doc).expect
-    assert (e.isolation, e.isolation_set, e.interruption, e.outcome) == (False, True, True, Outcome.PASS)
+    assert (e.isolation, e.interruption, e.outcome) == (False, True, Outcome.PASS)
     doc = {"title": "t", "tags": ["sandbox", "expect-deviation"],
            "steady-state-hypothesis": hypothesis({"expect_isolation": None})}
     e = parse_experiment(Path("x.json"), doc).expect
-    assert (e.isolation, e.isolation_set, e.interruption, e.outcome) == (None, True, None, Outcome.FAIL)
-    # The gpufleet extension entry wins over both.
-    doc["extensions"] = [{"name": "gpufleet", "expect_outcome": "PASS", "expect_isolation": True}]
+    assert (e.isolation, e.interruption, e.outcome) == (None, None, Outcome.FAIL)
+    # The gpufleet extension entry's expect_outcome wins over the tag.
+    doc["extensions"] = [{"name": "gpufleet", "expect_outcome": "PASS"}]
     e = parse_experiment(Path("x.json"), doc).expect
-    assert (e.isolation, e.outcome) == (True, Outcome.PASS)
+    assert e.outcome is Outcome.PASS
+
+
+def test_a_probe_found_by_name_only_is_not_the_budget_probe() -> None:
+    """One rule: the extension function called, not the activity's name."""
+    doc = {"title": "t", "steady-state-hypothesis": hypothesis({"expect_isolation": False})}
+    doc["steady-state-hypothesis"]["probes"][0]["provider"]["module"] = "elsewhere"  # type: ignore[index]
+    assert parse_experiment(Path("x.json"), doc).expect.isolation is None
 
 
 def test_bad_budget_probe_arguments() -> None:
