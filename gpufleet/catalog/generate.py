@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.catalog.dashboard import DASHBOARD_FILE, dashboard
+from gpufleet.catalog.injection import Capabilities
 from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.promtests import TESTS_DIR, Fixtures, test_files
 from gpufleet.catalog.rules import RULES_FILE, rules_document
@@ -30,11 +31,13 @@ def default_root() -> Path:
     return root if (root / "pyproject.toml").is_file() else Path.cwd()
 
 
-def outputs(catalog: Catalog, fixtures: Fixtures, notes: Notes) -> dict[str, str]:
+def outputs(catalog: Catalog, fixtures: Fixtures, notes: Notes, capabilities: Capabilities) -> dict[str, str]:
+    """`capabilities`: what each chaos backend can inject (the runbooks say where a fault can be
+    rehearsed); the chaos layer declares it, the CLI passes it down."""
     out = {RULES_FILE: dump(rules_document(catalog), _YAML_HEADER)}
     out.update({p: dump(doc, _YAML_HEADER) for p, doc in test_files(catalog, fixtures).items()})
     out[DASHBOARD_FILE] = json.dumps(dashboard(catalog), indent=2, sort_keys=False) + "\n"
-    out.update(runbook_files(catalog, notes))
+    out.update(runbook_files(catalog, notes, capabilities))
     return dict(sorted(out.items()))
 
 

@@ -2,8 +2,9 @@
 
 Each entry says what the fault is, how it is detected (an alert on dcgm-exporter / node_exporter
 metric names, and a local health check), what to do about it on the remediation ladder, how to
-escalate and deduplicate, how to inject it per backend, how often it happens (with the source of
-the figure) and which runbook an on-call engineer reads.
+escalate and deduplicate, how to inject it (one typed injection, gpufleet.catalog.injection, with
+per-backend overrides), how often it happens (with the source of the figure) and which runbook an
+on-call engineer reads.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from gpufleet.catalog.injection import HOST_SIGNALS as HOST_SIGNALS
+from gpufleet.catalog.injection import AnyInjection, Injection
 from gpufleet.core.taxonomy import FaultClass, LadderAction, Severity
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d)$"
@@ -43,21 +46,6 @@ class Alert(Model):
         if "{{" not in self.description:
             raise ValueError("description must be templated (name the node/GPU with {{ $labels.x }})")
         return self
-
-
-# Host signals a node health check reads, and where each comes from on a real node / in the sandbox
-# (the node agent publishes the same series and holds injected values: docs/node-agent.md).
-HOST_SIGNALS: dict[str, str] = {
-    "psu-state": "BMC power-supply sensor state, 0 nominal / 1 warning / 2 critical "
-                 "(ipmi_exporter ipmi_sensor_state{type=\"Power Supply\"})",
-    "cpu-state": "BMC processor sensor state, 0 / 1 / 2 (ipmi_sensor_state{type=\"Processor\"})",
-    "edac-ue": "host memory uncorrectable errors since boot "
-               "(EDAC mc*/ue_count; node_edac_uncorrectable_errors_total)",
-    "fs-readonly": "1 when the node's local filesystem is mounted read-only "
-                   "(/proc/mounts; node_filesystem_readonly)",
-    "symbol-errors": "fabric port symbol errors since boot "
-                     "(IB counters/symbol_error; node_infiniband_symbol_error_total)",
-}
 
 
 class HealthCheck(Model):
@@ -116,14 +104,6 @@ class Dedup(Model):
     secondary_to: list[str] = Field(default_factory=list)
 
 
-class Injection(Model):
-    """How a backend injects the fault: a method name the chaos backend implements and its
-    parameters (e.g. method dcgm-inject, fieldId 230, value 79)."""
-
-    method: str
-    params: dict[str, int | float | str | bool] = Field(default_factory=dict)
-
-
 class Rate(Model):
     """Published rate of the fault, with its source (shared/reference/failure-data.md).
 
@@ -164,19 +144,32 @@ class Fault(Model):
     action: LadderAction
     escalation: Escalation | None = None
     dedup: Dedup | None = None
-    injection: dict[Backend, Injection] = Field(default_factory=dict)
+    # One injection for every backend; a backend may replace it (another method or other parameters,
+    # e.g. a rate cap that a real HCA's netdev would not show). Whether a backend CAN inject the
+    # method is its declared capability (gpufleet.chaos.backends), not the presence of an entry here.
+    injection: Injection | None = None
+    injection_overrides: dict[Backend, Injection] = Field(default_factory=dict)
     rate: Rate | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Fault:
         if (self.alert is None) == (self.exemption is None):
             raise ValueError("give an alert, or an exemption saying why there is none")
+        if self.injection_overrides and self.injection is None:
+            raise ValueError("injectionOverrides replace an injection: give `injection` too")
         if self.escalation and self.escalation.to.rank <= self.action.rank:
             raise ValueError(
                 f"escalation.to ({self.escalation.to.value}) must be above action "
                 f"({self.action.value}) on the ladder"
             )
         return self
+
+    def injection_for(self, backend: str) -> AnyInjection | None:
+        """The injection `backend` is given: its override, else the common one (None: none)."""
+        for name, inj in self.injection_overrides.items():
+            if name == backend:
+                return inj
+        return self.injection
 
     @property
     def runbook(self) -> str | None:

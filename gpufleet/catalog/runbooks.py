@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.catalog.injection import Capabilities
 from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.model import Fault
 from gpufleet.catalog.rules import domain_of
@@ -123,7 +124,26 @@ def diagnosis_steps(fault: Fault, domain: str, notes: FaultNotes) -> list[Step]:
     return [*notes.diagnosis, *_DOMAIN_DIAGNOSIS.get(domain, []), *scheduler]
 
 
-def mitigation_steps(fault: Fault, notes: FaultNotes) -> list[str]:
+def rehearsal_step(fault: Fault, capabilities: Capabilities) -> str | None:
+    """Which backends can inject the fault and how (the override for a backend, else the common
+    injection), from the backends' declared capabilities."""
+    if fault.injection is None:
+        return None
+    can, cannot = [], []
+    for backend in sorted(capabilities):
+        inj = fault.injection_for(backend)
+        if inj is not None and type(inj) in capabilities[backend]:
+            can.append(f"{backend} (`{inj.describe()}`)")
+        else:
+            cannot.append(backend)
+    if not can:
+        return (f"No backend can inject it yet (`{fault.injection.describe()}`: not among the declared "
+                "capabilities of " + ", ".join(cannot) + ").")
+    return ("Rehearse it with a chaos experiment; injection per backend: " + ", ".join(can)
+            + (f"; not offered by {', '.join(cannot)}" if cannot else "") + ".")
+
+
+def mitigation_steps(fault: Fault, notes: FaultNotes, capabilities: Capabilities) -> list[str]:
     assert fault.alert is not None
     ladder = _ACTION_STEPS[fault.action] if notes.ladder_steps else []
     steps = [*notes.mitigation, *(s.format(alert=fault.alert.name) for s in ladder)]
@@ -138,9 +158,9 @@ def mitigation_steps(fault: Fault, notes: FaultNotes) -> list[str]:
             refs = ", ".join("any other XID" if r == "any" else f"`{r}`" for r in d.secondary_to)
             line += f" When {refs} was seen on the node in that window, act on that fault, not on this one."
         steps.append(line)
-    if fault.injection:
-        backends = ", ".join(f"{b} (`{i.method}`)" for b, i in sorted(fault.injection.items()))
-        steps.append(f"Rehearse it with a chaos experiment; injection per backend: {backends}.")
+    rehearsal = rehearsal_step(fault, capabilities)
+    if rehearsal:
+        steps.append(rehearsal)
     return steps
 
 
@@ -154,7 +174,7 @@ def _env() -> jinja2.Environment:
     )
 
 
-def render_runbook(fault: Fault, domain: str, notes: FaultNotes) -> str:
+def render_runbook(fault: Fault, domain: str, notes: FaultNotes, capabilities: Capabilities) -> str:
     if fault.alert is None:
         raise ValueError(f"fault {fault.id} has no alert, so no runbook")
     rate_text = ""
@@ -167,7 +187,8 @@ def render_runbook(fault: Fault, domain: str, notes: FaultNotes) -> str:
         rate_text = f"{value:g} {unit} for \"{r.cause}\"{share}"
     text = _env().get_template("runbook.md.j2").render(
         fault=fault, alert=fault.alert, domain=domain, notes=notes, rate_text=rate_text,
-        diagnosis=diagnosis_steps(fault, domain, notes), mitigation=mitigation_steps(fault, notes),
+        diagnosis=diagnosis_steps(fault, domain, notes),
+        mitigation=mitigation_steps(fault, notes, capabilities),
     )
     return text.rstrip("\n") + "\n"
 
@@ -178,7 +199,7 @@ def missing_notes(catalog: Catalog, notes: Notes) -> tuple[list[str], list[str]]
     return sorted(alerting - set(notes.faults)), sorted(set(notes.faults) - alerting)
 
 
-def runbook_files(catalog: Catalog, notes: Notes) -> dict[str, str]:
+def runbook_files(catalog: Catalog, notes: Notes, capabilities: Capabilities) -> dict[str, str]:
     """`runbooks/<AlertName>.md` for every alert plus `runbooks/README.md`, keyed by relative path."""
     no_notes, orphans = missing_notes(catalog, notes)
     problems = [Problem(f"faults.{i}", "no runbook notes for this alerting fault") for i in no_notes]
@@ -189,7 +210,7 @@ def runbook_files(catalog: Catalog, notes: Notes) -> dict[str, str]:
     for f in catalog:
         if f.alert is not None:
             out[f"{RUNBOOKS_DIR}/{f.alert.name}.md"] = render_runbook(
-                f, domain_of(f, catalog), notes.faults[f.id])
+                f, domain_of(f, catalog), notes.faults[f.id], capabilities)
     out[f"{RUNBOOKS_DIR}/README.md"] = index(catalog)
     return out
 

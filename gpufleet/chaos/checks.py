@@ -5,8 +5,9 @@ this checks what the values mean to gpufleet:
 - configuration: no unknown `gpufleet_*` key, valid values (backend, fault class, booleans, budget
   override), a stack that exists and loads, a catalog that loads;
 - every gpufleet activity: arguments the function takes (none missing, none unknown), each of the
-  annotated type; `fault_id` in the catalog, with an injection for the backend where the activity
-  injects the catalog's fault (`inject_*`); `fault_class` a known class; `node` / `nodes` valid node
+  annotated type; `fault_id` in the catalog, of the class `gpufleet_fault_class` says when it says
+  one, and injectable by the backend (its declared capabilities) where the activity injects the
+  catalog's fault (`inject_*`); `fault_class` a known class; `node` / `nodes` valid node
   selectors naming a node of the stack (or a job index within the sandbox's training job); `gpu`
   within the stack's gpusPerNode; `rail` within its railsPerNode.
 
@@ -27,6 +28,7 @@ from chaoslib.exceptions import InvalidActivity
 
 from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.chaos import ACTIVITY_MODULES
+from gpufleet.chaos.backends.registry import backend_class
 from gpufleet.chaos.discovery import activity_hints
 from gpufleet.chaos.selectors import IdleNode, JobNode, NamedNode, parse_node_selector
 from gpufleet.chaos.settings import BACKENDS, KNOWN_KEYS, parse_settings
@@ -89,6 +91,7 @@ class _Experiment:
         except InvalidActivity as e:
             self.add("configuration", str(e).removeprefix("invalid gpufleet configuration: "))
         fc = static.get("gpufleet_fault_class")
+        self.fault_class = fc if isinstance(fc, str) else None
         if fc is not None and fc not in {c.value for c in FaultClass}:
             known = ", ".join(c.value for c in FaultClass)
             self.add("configuration.gpufleet_fault_class", f"unknown fault class {fc!r}; known: {known}")
@@ -184,9 +187,20 @@ class _Experiment:
         except KeyError:
             self.add(at, f"no fault {value!r} in the catalog (`gpufleet catalog list` lists them)")
             return
-        if injects and self.backend in BACKENDS and self.backend not in fault.injection:
-            has = ", ".join(sorted(fault.injection)) or "none"
-            self.add(at, f"fault {value} has no injection for the {self.backend} backend (it has: {has})")
+        said = self.fault_class
+        if isinstance(said, str) and said != fault.fault_class.value:
+            self.add(at, f"fault {value} is of class {fault.fault_class.value!r} in the catalog, but "
+                         f"configuration.gpufleet_fault_class says {said!r}: drop the key (the class comes "
+                         "from the fault) or name the fault you mean")
+        if not injects or self.backend not in BACKENDS:
+            return
+        inj = fault.injection_for(self.backend)
+        if inj is None:
+            self.add(at, f"fault {value} has no injection in the catalog")
+            return
+        refusal = backend_class(self.backend).refusal(inj)
+        if refusal:
+            self.add(at, f"fault {value}: {refusal}")
 
     # ------------------------------------------------------------------ activities
 

@@ -9,14 +9,17 @@ import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
 from chaoslib.types import Configuration
+from pydantic import ValidationError
 
-from gpufleet.catalog import Catalog, Fault, Injection, load_catalog
+from gpufleet.catalog import Catalog, Fault, load_catalog
+from gpufleet.catalog.injection import AnyInjection, InjectionModel, with_overrides
 from gpufleet.chaos.backends.base import Backend, Plan
-from gpufleet.chaos.guard import blast_radius, production_gate
+from gpufleet.chaos.backends.registry import backend_class
+from gpufleet.chaos.guard import blast_radius, production_gate, takes_node_down
 from gpufleet.chaos.ledger import FaultRecord, Ledger, RevertResult, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.chaos.selectors import IdleNode, NamedNode, parse_node_selector
@@ -79,10 +82,26 @@ class Context:
             raise InvalidActivity(e.render()) from None
 
     def fault(self, fault_id: str) -> Fault:
+        """The catalog's fault; a configured gpufleet_fault_class must agree with its class (the
+        class comes from the catalog: an experiment need not restate it)."""
         try:
-            return self.catalog.get(fault_id)
+            fault = self.catalog.get(fault_id)
         except KeyError as e:
             raise InvalidActivity(str(e.args[0])) from None
+        said = self.settings.fault_class
+        if said is not None and said != fault.fault_class.value:
+            raise InvalidActivity(
+                f"configuration gpufleet_fault_class is {said!r} but fault {fault_id} is of class "
+                f"{fault.fault_class.value!r} in the catalog: drop the key (the class comes from the "
+                "fault) or name the fault you mean"
+            )
+        return fault
+
+    def backend_class(self) -> type[Backend]:
+        try:
+            return backend_class(self.backend_name)
+        except ValueError as e:
+            raise InvalidActivity(str(e)) from None
 
     def backend(self) -> Backend:
         s = self.settings
@@ -125,29 +144,25 @@ def context(configuration: Configuration | None) -> Context:
     return Context(s, stack, backend)
 
 
-def injection_params(ctx: Context, fault: Fault, method: str | None = None) -> dict[str, Any]:
-    """The catalog's injection of `fault` for this backend (data, not a hard-coded list)."""
-    inj = injection_for(fault, ctx.backend_name)
-    if inj is None:
-        have = ", ".join(sorted(fault.injection)) or "none"
-        raise InvalidActivity(
-            f"fault {fault.id} has no injection for backend {ctx.backend_name} (has: {have})"
-        )
-    if method is not None and inj.method != method:
-        raise InvalidActivity(f"fault {fault.id} is injected with {inj.method}, not {method}")
-    return dict(inj.params)
+def injection_for(fault: Fault, backend: str) -> AnyInjection | None:
+    """The catalog's injection of `fault` for `backend` (its override, else the common one)."""
+    return fault.injection_for(backend)
 
 
-def injection_for(fault: Fault, backend: str) -> Injection | None:
-    for name, inj in fault.injection.items():
-        if name == backend:
-            return inj
-    return None
+M = TypeVar("M", bound=InjectionModel)
 
 
-def injection_method(fault: Fault, backend: str) -> str | None:
-    inj = injection_for(fault, backend)
-    return inj.method if inj else None
+def build_injection(model: type[M], **fields: Any) -> M:
+    """An injection model from an action's arguments; a bad value is an InvalidActivity."""
+    try:
+        return model(**fields)
+    except ValidationError as e:
+        raise InvalidActivity(f"{model.model_fields['method'].default}: {_errors(e)}") from None
+
+
+def _errors(e: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(model)'}: {err['msg']}"
+                     for err in e.errors())
 
 
 def _nodes_down_now(ctx: Context, backend: Backend) -> set[str]:
@@ -287,61 +302,57 @@ def inject_catalog_fault(
     allow_spare_exhaustion: bool = False,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """Inject a catalog fault with the method and parameters its entry names for this backend."""
-    from gpufleet.chaos.guard import takes_node_down
-
+    """Inject a catalog fault with its injection for this backend (the override for the backend,
+    else the common one), with `overrides` replacing some of its parameters."""
     ctx = context(configuration)
     fault = ctx.fault(fault_id)
-    method = injection_method(fault, ctx.backend_name)
-    params = {**injection_params(ctx, fault), **overrides}
+    injection = fault.injection_for(ctx.backend_name)
+    if injection is None:
+        raise InvalidActivity(f"fault {fault_id} has no injection in the catalog")
+    try:
+        injection = with_overrides(injection, overrides)
+    except ValidationError as e:
+        raise InvalidActivity(f"fault {fault_id}: overrides {overrides}: {_errors(e)}") from None
+    except ValueError as e:
+        raise InvalidActivity(f"fault {fault_id}: {e}") from None
+    return _inject(ctx, injection, fault, node, gpu, allow_spare_exhaustion)
+
+
+def inject(
+    configuration: Configuration | None,
+    injection: AnyInjection,
+    fault_id: str | None,
+    node: str | None = None,
+    gpu: int = 0,
+    allow_spare_exhaustion: bool = False,
+) -> dict[str, Any]:
+    """Inject `injection` (an action's own parameters), recorded as fault `fault_id` of the catalog."""
+    ctx = context(configuration)
+    fault = ctx.fault(fault_id) if fault_id is not None else None
+    return _inject(ctx, injection, fault, node, gpu, allow_spare_exhaustion)
+
+
+def _inject(
+    ctx: Context,
+    injection: AnyInjection,
+    fault: Fault | None,
+    node: str | None,
+    gpu: int,
+    allow_spare_exhaustion: bool,
+) -> dict[str, Any]:
+    """The one path of every injection: capability, node, plan (dispatched on the model's type by
+    Backend.plan), node-down accounting, execute."""
+    refusal = ctx.backend_class().refusal(injection)
+    if refusal:
+        raise InvalidActivity(refusal + (f" (fault {fault.id})" if fault else ""))
+    if injection.needs_node and not node:
+        raise InvalidActivity(f"{injection.method} needs a node" + (f" (fault {fault.id})" if fault else ""))
     backend = ctx.backend()
-    needs_node = method not in ("storage-outage", "storage-slow", "kill-rank")
-    if needs_node and not node:
-        raise InvalidActivity(f"fault {fault_id} ({method}) needs a node")
-    n = resolve_node(backend, str(node)) if node else ""
-    if method == "dcgm-inject":
-        plan = backend.plan_dcgm_inject(n, gpu, params)
-    elif method == "node-crash":
-        plan = backend.plan_node_crash(n)
-    elif method == "node-hang":
-        plan = backend.plan_node_hang(n)
-    elif method == "node-reboot":
-        plan = backend.plan_node_reboot(n, float(params.get("downSeconds", 5)))
-    elif method == "link-down":
-        plan = backend.plan_link_down(n, int(params.get("rail", 0)))
-    elif method == "link-flap":
-        plan = backend.plan_link_flap(
-            n, int(params.get("rail", 0)), float(params.get("periodSeconds", 4)), int(params.get("count", 5))
-        )
-    elif method == "link-degrade":
-        loss, rate = params.get("lossPercent"), params.get("rateMbit")
-        plan = backend.plan_link_degrade(
-            n,
-            int(params.get("rail", 0)),
-            None if loss is None else float(loss),
-            None if rate is None else float(rate),
-        )
-    elif method == "storage-outage":
-        plan = backend.plan_storage_outage()
-    elif method == "storage-slow":
-        plan = backend.plan_storage_slow(float(params.get("rateMbit", 10)))
-    elif method == "kill-rank":
-        plan = backend.plan_kill_rank(int(params.get("rank", 0)))
-    elif method == "host-signal":
-        value, add, effect = params.get("value"), params.get("add"), params.get("effect")
-        plan = backend.plan_host_signal(
-            n, str(params["signal"]), None if value is None else float(value),
-            None if add is None else float(add), None if effect is None else str(effect),
-        )
-    elif method == "switch-down":
-        plan = backend.plan_switch_down(n, int(params.get("rail", 0)))
-    elif method == "nic-remove":
-        plan = backend.plan_nic_remove(n, int(params.get("rail", 0)))
-    else:
-        raise InvalidActivity(f"fault {fault_id}: unknown injection method {method!r}")
-    if node and takes_node_down(plan.kind, fault.fault_class.value):
+    n = resolve_node(backend, str(node)) if node and injection.needs_node else ""
+    plan = backend.plan(injection, n, gpu)
+    if n and takes_node_down(plan.kind, fault.fault_class.value if fault else None):
         plan.nodes_down = plan.nodes_down | {n}
-    return execute(ctx, backend, plan, fault_id, allow_spare_exhaustion)
+    return execute(ctx, backend, plan, fault.id if fault else None, allow_spare_exhaustion)
 
 
 def resolve_node(backend: Backend, node: str) -> str:

@@ -12,6 +12,7 @@ from gpufleet.catalog.load import DATA_DIR, Catalog, load_catalog
 from gpufleet.catalog.model import Fault, runbook_url
 from gpufleet.catalog.rules import RUNBOOK_BASE, domain_of
 from gpufleet.catalog.validate import load_path
+from gpufleet.chaos.backends.registry import BACKEND_CLASSES
 from gpufleet.cli.common import OutputFormat, OutputOpt, console, fail, input_errors, print_json
 from gpufleet.core.tables import Col, fit_table
 from gpufleet.core.taxonomy import FaultClass
@@ -125,9 +126,13 @@ def show(fault_id: Annotated[str, typer.Argument(help="Fault id, e.g. gpu-xid-79
         rows.append(("exemption", f.exemption or ""))
     if f.health_check:
         rows.append(("health check", f.health_check.model_dump_json(exclude_none=True, by_alias=True)))
-    for backend, inj in sorted(f.injection.items()):
-        params = ", ".join(f"{k}={v}" for k, v in inj.params.items())
-        rows.append((f"inject ({backend})", f"{inj.method}" + (f" {params}" if params else "")))
+    if f.injection is not None:
+        rows.append(("inject", f.injection.describe()))
+        for backend, inj in sorted(f.injection_overrides.items()):
+            rows.append((f"inject ({backend})", inj.describe()))
+        able = [name for name, cls in sorted(BACKEND_CLASSES.items())
+                if (given := f.injection_for(name)) is not None and cls.can_inject(given)]
+        rows.append(("injectable on", ", ".join(able) or "no backend (see docs/chaos.md)"))
     if f.rate:
         r = f.rate
         value = (f"{r.per_million_gpu_hours:g} per 1M GPU-h" if r.per_million_gpu_hours is not None

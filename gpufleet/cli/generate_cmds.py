@@ -11,6 +11,7 @@ from gpufleet.catalog.generate import default_root, drift, outputs, write
 from gpufleet.catalog.load import DATA_DIR, load_catalog
 from gpufleet.catalog.promtests import load_fixtures
 from gpufleet.catalog.runbooks import load_notes
+from gpufleet.chaos.backends.registry import capabilities
 from gpufleet.cli.common import console, err_console, input_errors
 
 
@@ -24,7 +25,7 @@ def generate(
 ) -> None:
     """Generate monitoring/ (rules, promtool tests, dashboard) and runbooks/ from the fault catalog."""
     base = root or default_root()
-    expected = outputs(load_catalog(data_dir), load_fixtures(), load_notes())
+    expected = outputs(load_catalog(data_dir), load_fixtures(), load_notes(), capabilities())
     if check:
         drifted = drift(base, expected)
         for d in drifted:

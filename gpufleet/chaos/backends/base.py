@@ -3,16 +3,39 @@
 A Plan says what a fault is, which rollback undoes it (a name + JSON-able arguments, so that
 `gpufleet chaos revert` can undo it with nothing but the ledger), and how to apply it. The engine
 writes the plan to the ledger BEFORE calling `apply`.
+
+Every backend declares `capabilities`: the injection models (gpufleet.catalog.injection) it can
+plan, and for some of the others why not (`not_offered`). `Backend.plan` refuses anything else with
+an InvalidActivity naming what the backend can do, then dispatches on the model's type;
+tests/unit/chaos/test_backend_conformance.py builds every catalog fault on every backend that
+declares it and checks the plans alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, assert_never
 
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
+from gpufleet.catalog.injection import (
+    AnyInjection,
+    DcgmInject,
+    HostSignal,
+    InjectionModel,
+    KillRank,
+    LinkDegrade,
+    LinkDown,
+    LinkFlap,
+    NicRemove,
+    NodeCrash,
+    NodeHang,
+    NodeReboot,
+    StorageOutage,
+    StorageSlow,
+    SwitchDown,
+)
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.scheduler import NodeObs
 
@@ -77,50 +100,103 @@ class Backend:
         raise ActivityFailed(f"backend {self.name} cannot resubmit the training job: resubmit it by hand")
 
     # ------------------------------------------------------------ faults
-    def _unsupported(self, method: str, why: str = "") -> InvalidActivity:
-        return InvalidActivity(f"backend {self.name} cannot inject {method}{': ' + why if why else ''}")
+    # The injection models this backend can plan (its plan_* method for each is implemented).
+    capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset()
+    # Why some of the others are not offered, said by the refusal.
+    not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {}
 
-    def plan_dcgm_inject(self, node: str, gpu: int, params: dict[str, Any]) -> Plan:
+    @classmethod
+    def can_inject(cls, injection: InjectionModel) -> bool:
+        return type(injection) in cls.capabilities
+
+    @classmethod
+    def refusal(cls, injection: InjectionModel) -> str:
+        """Why this backend does not inject `injection` (empty when it does)."""
+        if cls.can_inject(injection):
+            return ""
+        why = cls.not_offered.get(type(injection))
+        can = ", ".join(sorted(str(m.model_fields["method"].default) for m in cls.capabilities)) or "nothing"
+        return (f"backend {cls.name} cannot inject {injection.method}" + (f": {why}" if why else "")
+                + f" (it can inject: {can})")
+
+    def plan(self, injection: AnyInjection, node: str = "", gpu: int = 0) -> Plan:
+        """The plan of `injection` on `node` (GPU `gpu`), dispatched on the model's type."""
+        if not self.can_inject(injection):
+            raise InvalidActivity(self.refusal(injection))
+        if injection.needs_node and not node:
+            raise InvalidActivity(f"{injection.method} needs a node")
+        match injection:
+            case DcgmInject():
+                return self.plan_dcgm_inject(node, gpu, injection)
+            case NodeCrash():
+                return self.plan_node_crash(node)
+            case NodeHang():
+                return self.plan_node_hang(node, injection)
+            case NodeReboot():
+                return self.plan_node_reboot(node, injection)
+            case LinkDown():
+                return self.plan_link_down(node, injection)
+            case LinkFlap():
+                return self.plan_link_flap(node, injection)
+            case LinkDegrade():
+                return self.plan_link_degrade(node, injection)
+            case StorageOutage():
+                return self.plan_storage_outage()
+            case StorageSlow():
+                return self.plan_storage_slow(injection)
+            case KillRank():
+                return self.plan_kill_rank(injection)
+            case HostSignal():
+                return self.plan_host_signal(node, injection)
+            case SwitchDown():
+                return self.plan_switch_down(node, injection)
+            case NicRemove():
+                return self.plan_nic_remove(node, injection)
+            case _:
+                assert_never(injection)
+
+    def _unsupported(self, method: str, why: str = "") -> InvalidActivity:
+        # Reached only when a backend declares a capability without implementing its plan_* method.
+        return InvalidActivity(f"backend {self.name} declares {method} but has no planner for it"
+                               + (f": {why}" if why else ""))
+
+    def plan_dcgm_inject(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
         raise self._unsupported("dcgm-inject")
 
     def plan_node_crash(self, node: str) -> Plan:
         raise self._unsupported("node-crash")
 
-    def plan_node_hang(self, node: str, reboot_on_restore: bool = False) -> Plan:
+    def plan_node_hang(self, node: str, inj: NodeHang) -> Plan:
         raise self._unsupported("node-hang")
 
-    def plan_node_reboot(self, node: str, down_seconds: float) -> Plan:
+    def plan_node_reboot(self, node: str, inj: NodeReboot) -> Plan:
         raise self._unsupported("node-reboot")
 
-    def plan_link_down(self, node: str, rail: int) -> Plan:
+    def plan_link_down(self, node: str, inj: LinkDown) -> Plan:
         raise self._unsupported("link-down")
 
-    def plan_link_flap(self, node: str, rail: int, period_seconds: float, count: int) -> Plan:
+    def plan_link_flap(self, node: str, inj: LinkFlap) -> Plan:
         raise self._unsupported("link-flap")
 
-    def plan_link_degrade(
-        self, node: str, rail: int, loss_percent: float | None, rate_mbit: float | None
-    ) -> Plan:
+    def plan_link_degrade(self, node: str, inj: LinkDegrade) -> Plan:
         raise self._unsupported("link-degrade")
 
     def plan_storage_outage(self) -> Plan:
         raise self._unsupported("storage-outage")
 
-    def plan_storage_slow(self, rate_mbit: float) -> Plan:
+    def plan_storage_slow(self, inj: StorageSlow) -> Plan:
         raise self._unsupported("storage-slow")
 
-    def plan_kill_rank(self, rank: int) -> Plan:
+    def plan_kill_rank(self, inj: KillRank) -> Plan:
         raise self._unsupported("kill-rank")
 
-    def plan_host_signal(
-        self, node: str, signal: str, value: float | None, add: float | None, effect: str | None
-    ) -> Plan:
+    def plan_host_signal(self, node: str, inj: HostSignal) -> Plan:
         raise self._unsupported("host-signal")
 
-    def plan_switch_down(self, node: str, rail: int) -> Plan:
+    def plan_switch_down(self, node: str, inj: SwitchDown) -> Plan:
         raise self._unsupported("switch-down")
 
-    def plan_nic_remove(self, node: str, rail: int) -> Plan:
+    def plan_nic_remove(self, node: str, inj: NicRemove) -> Plan:
         raise self._unsupported("nic-remove")
 
 

@@ -21,10 +21,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
+from gpufleet.catalog.injection import (
+    DcgmInject,
+    InjectionModel,
+    KillRank,
+    LinkDegrade,
+    LinkDown,
+    LinkFlap,
+    NodeCrash,
+    NodeHang,
+    NodeReboot,
+)
 from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan
 from gpufleet.chaos.backends.slurm import dcgmi_inject_argv, kmsg_argv, kmsg_xid_line
 from gpufleet.chaos.ledger import Rollback
@@ -183,6 +195,15 @@ def rb_run_pod_and_cleanup(args: dict[str, Any]) -> None:
 
 class KubernetesBackend(Backend):
     name = "kubernetes"
+    capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset({DcgmInject, LinkDown})
+    not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {
+        NodeCrash: "needs out-of-band power control",
+        NodeHang: "needs out-of-band power control",
+        NodeReboot: "needs out-of-band power control",
+        LinkFlap: "not implemented yet (a hostNetwork pod could run the flap loop)",
+        LinkDegrade: "not implemented yet",
+        KillRank: "not implemented yet (needs the job's pod for the rank)",
+    }
 
     def __init__(
         self, conn: dict[str, Any], namespace: str, image: str, fabric_ifname: str, prometheus_url: str | None
@@ -334,13 +355,11 @@ class KubernetesBackend(Backend):
 
         return Plan(kind, target, params, rb, apply, summary, {node} if down else set())
 
-    def plan_dcgm_inject(self, node: str, gpu: int, params: dict[str, Any]) -> Plan:
-        fid, value = int(params["fieldId"]), params["value"]
+    def plan_dcgm_inject(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
+        fid, value = inj.field_id, inj.value
         script = [" ".join(dcgmi_inject_argv(gpu, fid, value))]
-        if params.get("kmsg"):
-            script.append(
-                kmsg_argv(kmsg_xid_line(int(value), f"0000:{gpu:02x}:00"), int(params.get("burst", 1)))[2]
-            )
+        if inj.kmsg:
+            script.append(kmsg_argv(kmsg_xid_line(int(value), f"0000:{gpu:02x}:00"), inj.burst)[2])
         cmd = ["sh", "-c", " && ".join(script)]
         undo = dcgmi_inject_argv(gpu, fid, 0)
         return self._pod_plan(
@@ -349,14 +368,15 @@ class KubernetesBackend(Backend):
             cmd,
             undo,
             False,
-            str(params.get("fault_id", "gpu")),
+            "gpu",
             {"node": node, "gpu": gpu},
-            dict(params),
+            inj.params(),
             f"privileged pod on {node}: dcgmi test --inject -f {fid} -v {value}",
             False,
         )
 
-    def plan_link_down(self, node: str, rail: int) -> Plan:
+    def plan_link_down(self, node: str, inj: LinkDown) -> Plan:
+        rail = inj.rail
         i = self.fabric_ifname.format(rail=rail)
         cmd = ["sh", "-c", f"ip link set {i} down; sleep {DEFAULT_HOLD_SECONDS}; ip link set {i} up"]
         return self._pod_plan(

@@ -14,12 +14,29 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
+from gpufleet.catalog.injection import (
+    DcgmInject,
+    HostSignal,
+    InjectionModel,
+    KillRank,
+    LinkDegrade,
+    LinkDown,
+    LinkFlap,
+    NicRemove,
+    NodeCrash,
+    NodeHang,
+    NodeReboot,
+    StorageOutage,
+    StorageSlow,
+    SwitchDown,
+)
 from gpufleet.chaos import sysops
 from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, tbf_argv
 from gpufleet.chaos.ledger import Ledger, Rollback
@@ -275,6 +292,14 @@ def rb_storage_restore(args: dict[str, Any]) -> None:
 
 class SandboxBackend(Backend):
     name = "sandbox"
+    capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset({
+        DcgmInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade, StorageOutage,
+        KillRank, HostSignal, SwitchDown, NicRemove,
+    })
+    not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {
+        StorageSlow: "the sandbox's checkpoint store is a local directory; slowing it needs a "
+        "block-device throttle (dm-delay / io.max on its own device) that this machine does not provide",
+    }
 
     def __init__(self, stack: str, state_root: Path | None = None) -> None:
         self.stack = stack
@@ -375,7 +400,7 @@ class SandboxBackend(Backend):
             return []
 
     # ------------------------------------------------------------ GPU
-    def plan_dcgm_inject(self, node: str, gpu: int, params: dict[str, Any]) -> Plan:
+    def plan_dcgm_inject(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
         n = self._node(node)
         if n.agent_socket is None:
             raise ActivityFailed(f"node {node} has no agent socket in the sandbox state")
@@ -383,10 +408,10 @@ class SandboxBackend(Backend):
             raise InvalidActivity(f"node {node} has GPUs 0..{n.gpus - 1}, not {gpu}")
         body = {
             "gpu": gpu,
-            "field_id": int(params["fieldId"]),
-            "value": params["value"],
-            "kmsg": bool(params.get("kmsg", False)),
-            "burst": int(params.get("burst", 1)),
+            "field_id": inj.field_id,
+            "value": inj.value,
+            "kmsg": inj.kmsg,
+            "burst": inj.burst,
         }
         sock, token = n.agent_socket, self.state.agent_token_file
         rb = Rollback(
@@ -492,17 +517,14 @@ class SandboxBackend(Backend):
             {node},
         )
 
-    def plan_host_signal(
-        self, node: str, signal: str, value: float | None, add: float | None, effect: str | None
-    ) -> Plan:
+    def plan_host_signal(self, node: str, inj: HostSignal) -> Plan:
         """Set (or add to) a host signal on the node's agent (BMC sensor, EDAC count, read-only disk,
         port error counter). effect "sigbus": the agent SIGBUSes the node's training ranks (a UE in
         their memory); effect "crash": the node then loses every process (an IERR resets it)."""
+        signal, value, add, effect = inj.signal, inj.value, inj.add, inj.effect
         n = self._node(node)
         if n.agent_socket is None:
             raise ActivityFailed(f"node {node} has no agent socket in the sandbox state")
-        if effect not in (None, "crash", "sigbus"):
-            raise InvalidActivity(f"host-signal effect must be crash or sigbus, not {effect!r}")
         body: dict[str, Any] = {"signal": signal, "kill_processes": effect == "sigbus"}
         body.update({"value": value} if value is not None else {"add": add})
         sock, token = n.agent_socket, self.state.agent_token_file
@@ -527,7 +549,8 @@ class SandboxBackend(Backend):
             {node} if effect == "crash" else set(),
         )
 
-    def plan_node_hang(self, node: str, reboot_on_restore: bool = False) -> Plan:
+    def plan_node_hang(self, node: str, inj: NodeHang) -> Plan:
+        reboot_on_restore = inj.reboot_on_restore
         n = self._node(node)
         procs = self._node_procs(n)
         rb = Rollback("sandbox.continue", {"pids": procs})
@@ -552,7 +575,8 @@ class SandboxBackend(Backend):
             {node},
         )
 
-    def plan_node_reboot(self, node: str, down_seconds: float) -> Plan:
+    def plan_node_reboot(self, node: str, inj: NodeReboot) -> Plan:
+        down_seconds = inj.down_seconds
         plan = self.plan_node_crash(node)
         rb_args = plan.rollback.args
 
@@ -573,7 +597,8 @@ class SandboxBackend(Backend):
                 return n, link.ifname, link.peer
         raise InvalidActivity(f"node {node} has no fabric rail {rail} (rails: {[x.rail for x in n.fabric]})")
 
-    def plan_link_down(self, node: str, rail: int) -> Plan:
+    def plan_link_down(self, node: str, inj: LinkDown) -> Plan:
+        rail = inj.rail
         _, _, peer = self._rail(node, rail)
         return Plan(
             "link-down",
@@ -585,8 +610,9 @@ class SandboxBackend(Backend):
             {node},
         )
 
-    def plan_switch_down(self, node: str, rail: int) -> Plan:
+    def plan_switch_down(self, node: str, inj: SwitchDown) -> Plan:
         """Every port of `rail` behind the leaf switch of `node` goes down at once (correlated)."""
+        rail = inj.rail
         n = self._node(node)
         if n.leaf is None:
             raise ActivityFailed("this sandbox's state names no leaf groups: rebuild it (sandbox up)")
@@ -610,9 +636,10 @@ class SandboxBackend(Backend):
             set(names),
         )
 
-    def plan_nic_remove(self, node: str, rail: int) -> Plan:
+    def plan_nic_remove(self, node: str, inj: NicRemove) -> Plan:
         """The node's fabric device of `rail` disappears (renamed away and down: the kernel no longer
         has an interface by that name, as when an HCA drops off PCIe)."""
+        rail = inj.rail
         n, ifname, _ = self._rail(node, rail)
         hidden = f"gone{rail}"
 
@@ -632,10 +659,9 @@ class SandboxBackend(Backend):
             {node},
         )
 
-    def plan_link_flap(self, node: str, rail: int, period_seconds: float, count: int) -> Plan:
+    def plan_link_flap(self, node: str, inj: LinkFlap) -> Plan:
+        rail, period_seconds, count = inj.rail, inj.period_seconds, inj.count  # bounds: the model's
         _, _, peer = self._rail(node, rail)
-        if not (0.2 <= period_seconds <= 600 and 1 <= count <= 1000):
-            raise InvalidActivity("link flap needs 0.2 <= period_seconds <= 600 and 1 <= count <= 1000")
         stop = threading.Event()
         flap_id = f"{peer}-{time.monotonic_ns()}"
         slurm_prefix = self._slurm_prefix()
@@ -677,16 +703,9 @@ class SandboxBackend(Backend):
             after,
         )
 
-    def plan_link_degrade(
-        self, node: str, rail: int, loss_percent: float | None, rate_mbit: float | None
-    ) -> Plan:
+    def plan_link_degrade(self, node: str, inj: LinkDegrade) -> Plan:
+        rail, loss_percent, rate_mbit = inj.rail, inj.loss_percent, inj.rate_mbit  # bounds: the model's
         n, ifname, _ = self._rail(node, rail)
-        if loss_percent is None and rate_mbit is None:
-            raise InvalidActivity("link degrade needs loss_percent and/or rate_mbit")
-        if loss_percent is not None and not 0 < loss_percent < 100:
-            raise InvalidActivity("loss_percent must be in (0, 100)")
-        if rate_mbit is not None and not rate_mbit > 0:
-            raise InvalidActivity("rate_mbit must be positive")
         table = f"gpufleet_chaos_{ifname}".replace("-", "_").replace(".", "_")
         ns = n.netns
         rb = Rollback(
@@ -752,15 +771,9 @@ class SandboxBackend(Backend):
             f"read-only bind mount over {path} in every sandbox mount namespace",
         )
 
-    def plan_storage_slow(self, rate_mbit: float) -> Plan:
-        raise self._unsupported(
-            "storage-slow",
-            "the sandbox's checkpoint store is a local directory; slowing it needs a block-device "
-            "throttle (dm-delay / io.max on its own device) that this machine does not provide",
-        )
-
     # ------------------------------------------------------------ workload
-    def plan_kill_rank(self, rank: int) -> Plan:
+    def plan_kill_rank(self, inj: KillRank) -> Plan:
+        rank = inj.rank
         found: list[tuple[int, int, str]] = []
         for n in self.state.nodes:
             if n.role == "head" or not _netns_exists(n.netns):

@@ -16,10 +16,27 @@ tested on, so the end-to-end path of this backend is untested here — docs/chao
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from chaoslib.exceptions import ActivityFailed, InvalidActivity
+from chaoslib.exceptions import InvalidActivity
 
+from gpufleet.catalog.injection import (
+    DcgmInject,
+    HostSignal,
+    InjectionModel,
+    KillRank,
+    LinkDegrade,
+    LinkDown,
+    LinkFlap,
+    NicRemove,
+    NodeCrash,
+    NodeHang,
+    NodeReboot,
+    StorageOutage,
+    StorageSlow,
+    SwitchDown,
+)
 from gpufleet.chaos import sysops
 from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, tbf_argv
 from gpufleet.chaos.ledger import Rollback
@@ -128,6 +145,18 @@ def rb_ssh(args: dict[str, Any]) -> None:
 
 class SlurmBackend(Backend):
     name = "slurm"
+    capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset({
+        DcgmInject, NodeCrash, NodeHang, LinkDown, LinkFlap, LinkDegrade,
+    })
+    not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {
+        NodeReboot: "a reboot that comes back by itself needs out-of-band power control (a BMC)",
+        SwitchDown: "a leaf switch is not reachable over ssh from the nodes",
+        NicRemove: "removing a PCIe device needs out-of-band access to the host",
+        HostSignal: "BMC sensors, EDAC counters and disk state are hardware: no ssh command sets them",
+        StorageOutage: "the backend does not know the cluster's checkpoint store",
+        StorageSlow: "the backend does not know the cluster's checkpoint store",
+        KillRank: "finding a rank's process needs the job's step layout (not implemented)",
+    }
 
     def __init__(
         self,
@@ -153,12 +182,12 @@ class SlurmBackend(Backend):
     def _on(self, node: str, argv: list[str]) -> list[str]:
         return ssh_argv(self.ssh, node, argv)
 
-    def plan_dcgm_inject(self, node: str, gpu: int, params: dict[str, Any]) -> Plan:
-        fid, value = int(params["fieldId"]), params["value"]
+    def plan_dcgm_inject(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
+        fid, value = inj.field_id, inj.value
         cmds = [self._on(node, dcgmi_inject_argv(gpu, fid, value))]
-        if params.get("kmsg"):
+        if inj.kmsg:
             line = kmsg_xid_line(int(value), self.pci.get(gpu, f"0000:{gpu:02x}:00"))
-            cmds.append(self._on(node, kmsg_argv(line, int(params.get("burst", 1)))))
+            cmds.append(self._on(node, kmsg_argv(line, inj.burst)))
         undo = [self._on(node, dcgmi_inject_argv(gpu, fid, 0))]
 
         def apply() -> dict[str, Any]:
@@ -169,7 +198,7 @@ class SlurmBackend(Backend):
         return Plan(
             "dcgm-inject",
             {"node": node, "gpu": gpu},
-            dict(params),
+            inj.params(),
             Rollback("slurm.ssh", {"commands": undo}),
             apply,
             f"ssh {node}: {' '.join(dcgmi_inject_argv(gpu, fid, value))}",
@@ -211,9 +240,9 @@ class SlurmBackend(Backend):
             True,
         )
 
-    def plan_node_hang(self, node: str, reboot_on_restore: bool = False) -> Plan:
-        if reboot_on_restore:
-            raise ActivityFailed(
+    def plan_node_hang(self, node: str, inj: NodeHang) -> Plan:
+        if inj.reboot_on_restore:
+            raise InvalidActivity(
                 "node-hang with reboot_on_restore needs out-of-band power control (a BMC): not offered "
                 "by the slurm backend; restore thaws slurmd instead"
             )
@@ -229,7 +258,8 @@ class SlurmBackend(Backend):
     def _if(self, rail: int) -> str:
         return self.fabric_ifname.format(rail=rail)
 
-    def plan_link_down(self, node: str, rail: int) -> Plan:
+    def plan_link_down(self, node: str, inj: LinkDown) -> Plan:
+        rail = inj.rail
         i = self._if(rail)
         return self._simple(
             "link-down",
@@ -242,7 +272,8 @@ class SlurmBackend(Backend):
             {"node": node, "rail": rail, "link": i},
         )
 
-    def plan_link_flap(self, node: str, rail: int, period_seconds: float, count: int) -> Plan:
+    def plan_link_flap(self, node: str, inj: LinkFlap) -> Plan:
+        rail, period_seconds, count = inj.rail, inj.period_seconds, inj.count
         i = self._if(rail)
         return self._simple(
             "link-flap",
@@ -255,9 +286,8 @@ class SlurmBackend(Backend):
             {"node": node, "rail": rail, "link": i},
         )
 
-    def plan_link_degrade(
-        self, node: str, rail: int, loss_percent: float | None, rate_mbit: float | None
-    ) -> Plan:
+    def plan_link_degrade(self, node: str, inj: LinkDegrade) -> Plan:
+        rail, loss_percent, rate_mbit = inj.rail, inj.loss_percent, inj.rate_mbit
         i = self._if(rail)
         table = f"gpufleet_chaos_{i}".replace("-", "_")
         do, undo = [], []

@@ -6,6 +6,7 @@ from typing import Any
 
 from chaoslib.types import Configuration, Secrets
 
+from gpufleet.catalog.injection import LinkDegrade, LinkDown, LinkFlap
 from gpufleet.chaos import engine
 
 __all__ = ["degrade_link", "flap_link", "inject_fabric_fault", "link_down", "restore_links"]
@@ -24,13 +25,8 @@ def link_down(
     """Take rail `rail` of `node` down: `ip link set <root-side veth peer> down` on the sandbox (a
     real kernel link event), `ip link set <if> down` on the host elsewhere (self-restoring after
     600 s). Rollback: link up."""
-    return engine.run_plan(
-        configuration,
-        lambda b, n: _down(b.plan_link_down(n, rail), n),
-        fault_id,
-        allow_spare_exhaustion,
-        node=node,
-    )
+    injection = engine.build_injection(LinkDown, rail=rail)
+    return engine.inject(configuration, injection, fault_id, node, 0, allow_spare_exhaustion)
 
 
 def flap_link(
@@ -45,9 +41,8 @@ def flap_link(
     """Flap rail `rail` of `node`: `count` cycles of down for period/2, up for period/2, in the
     background (bounded: at most count x period seconds). The link is up again at the end and on
     rollback, which also stops the flapper."""
-    return engine.run_plan(
-        configuration, lambda b, n: b.plan_link_flap(n, rail, period_seconds, count), fault_id, node=node
-    )
+    injection = engine.build_injection(LinkFlap, rail=rail, period_seconds=period_seconds, count=count)
+    return engine.inject(configuration, injection, fault_id, node)
 
 
 def degrade_link(
@@ -63,9 +58,8 @@ def degrade_link(
     `numgen random` rule in the node's namespace) and/or cap it at `rate_mbit` (tc tbf). Pure added
     latency is not offered: the netem qdisc is not available on this kernel. Rollback: delete the
     table and the qdisc."""
-    return engine.run_plan(
-        configuration, lambda b, n: b.plan_link_degrade(n, rail, loss_percent, rate_mbit), fault_id, node=node
-    )
+    injection = engine.build_injection(LinkDegrade, rail=rail, loss_percent=loss_percent, rate_mbit=rate_mbit)
+    return engine.inject(configuration, injection, fault_id, node)
 
 
 def inject_fabric_fault(
@@ -86,7 +80,3 @@ def restore_links(
     """Undo every link fault still in the ledger (on `node` only, if given)."""
     return engine.revert_summary(engine.revert(configuration, LINK_KINDS, node))
 
-
-def _down(plan: Any, node: str) -> Any:
-    plan.nodes_down = plan.nodes_down | {node}
-    return plan

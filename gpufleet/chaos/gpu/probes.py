@@ -15,13 +15,15 @@ __all__ = ["gpu_faults", "injectable_faults"]
 def injectable_faults(
     fault_class: str | None = None, configuration: Configuration = None, secrets: Secrets = None
 ) -> list[dict[str, Any]]:
-    """Catalog faults that have an injection for the configured backend (optionally of one class):
+    """Catalog faults whose injection the configured backend can inject (optionally of one class):
     id, class, XID, injection method and parameters. This is the fault menu, read from the catalog."""
     ctx = engine.context(configuration)
     out = []
     for f in ctx.catalog:
         inj = engine.injection_for(f, ctx.backend_name)
-        if inj is None or (fault_class is not None and f.fault_class.value != fault_class):
+        if inj is None or not ctx.backend_class().can_inject(inj):
+            continue
+        if fault_class is not None and f.fault_class.value != fault_class:
             continue
         out.append(
             {
@@ -29,7 +31,7 @@ def injectable_faults(
                 "class": f.fault_class.value,
                 "xid": f.xid,
                 "method": inj.method,
-                "params": dict(inj.params),
+                "params": inj.params(),
                 "alert": f.alert.name if f.alert else None,
             }
         )

@@ -8,6 +8,7 @@ from typing import Any
 from chaoslib.exceptions import InvalidActivity
 from chaoslib.types import Configuration, Secrets
 
+from gpufleet.catalog.injection import NodeCrash, NodeHang, NodeReboot
 from gpufleet.chaos import engine
 from gpufleet.chaos.backends.base import Backend
 
@@ -29,9 +30,7 @@ def crash_node(
     """Crash `node`. Sandbox: SIGKILL every process in the node's network namespace (slurmd, the
     node agent, training ranks), after recording how to start its daemons again. Slurm: SIGKILL
     slurmd. Rollback (`restore_node`): restart the daemons and resume the node."""
-    return engine.run_plan(
-        configuration, lambda b, n: b.plan_node_crash(n), fault_id, allow_spare_exhaustion, node=node
-    )
+    return engine.inject(configuration, NodeCrash(), fault_id, node, 0, allow_spare_exhaustion)
 
 
 def hang_node(
@@ -47,13 +46,8 @@ def hang_node(
     time, so a reused PID is never signalled) - the hang clears by itself; or, with
     `reboot_on_restore` (sandbox), what the remediation of a hung node does: kill the frozen
     processes and start the node's daemons again (a reboot)."""
-    return engine.run_plan(
-        configuration,
-        lambda b, n: b.plan_node_hang(n, reboot_on_restore),
-        fault_id,
-        allow_spare_exhaustion,
-        node=node,
-    )
+    injection = NodeHang(reboot_on_restore=reboot_on_restore)
+    return engine.inject(configuration, injection, fault_id, node, 0, allow_spare_exhaustion)
 
 
 def reboot_node(
@@ -66,15 +60,8 @@ def reboot_node(
 ) -> dict[str, Any]:
     """Reboot `node`: kill its processes, keep it down for `down_seconds`, start its daemons again
     (the action returns when the node's daemons run again)."""
-    if not 0 <= down_seconds <= 600:
-        raise InvalidActivity("down_seconds must be within 0..600")
-    return engine.run_plan(
-        configuration,
-        lambda b, n: b.plan_node_reboot(n, down_seconds),
-        fault_id,
-        allow_spare_exhaustion,
-        node=node,
-    )
+    injection = engine.build_injection(NodeReboot, down_seconds=down_seconds)  # 0..600 s
+    return engine.inject(configuration, injection, fault_id, node, 0, allow_spare_exhaustion)
 
 
 def inject_node_fault(

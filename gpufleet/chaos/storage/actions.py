@@ -6,6 +6,7 @@ from typing import Any
 
 from chaoslib.types import Configuration, Secrets
 
+from gpufleet.catalog.injection import StorageOutage, StorageSlow
 from gpufleet.chaos import engine
 
 __all__ = ["checkpoint_store_outage", "restore_checkpoint_store", "slow_checkpoint_store"]
@@ -19,7 +20,7 @@ def checkpoint_store_outage(
     """Make the checkpoint store unavailable for writes: a read-only bind mount over the sandbox's
     checkpoint directory, in every mount namespace that uses it (writes fail with EROFS, a kernel
     error, not a simulation). Rollback: unmount it everywhere."""
-    return engine.run_plan(configuration, lambda b: b.plan_storage_outage(), fault_id)
+    return engine.inject(configuration, StorageOutage(), fault_id)
 
 
 def slow_checkpoint_store(
@@ -30,7 +31,7 @@ def slow_checkpoint_store(
 ) -> dict[str, Any]:
     """Slow the checkpoint store down to `rate_mbit`. Not available on the sandbox (its store is a
     local directory with no throttleable device): the action fails and says so."""
-    return engine.run_plan(configuration, lambda b: b.plan_storage_slow(rate_mbit), fault_id)
+    return engine.inject(configuration, engine.build_injection(StorageSlow, rate_mbit=rate_mbit), fault_id)
 
 
 def restore_checkpoint_store(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:

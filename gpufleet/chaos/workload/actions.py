@@ -6,6 +6,7 @@ from typing import Any
 
 from chaoslib.types import Configuration, Secrets
 
+from gpufleet.catalog.injection import KillRank
 from gpufleet.chaos import engine
 
 __all__ = ["kill_rank"]
@@ -17,4 +18,4 @@ def kill_rank(
     """SIGKILL the training process of rank `rank` (found by its RANK environment variable in the
     sandbox's node namespaces). The workload must notice and restart from its checkpoint; there is
     nothing to roll back."""
-    return engine.run_plan(configuration, lambda b: b.plan_kill_rank(rank), fault_id)
+    return engine.inject(configuration, engine.build_injection(KillRank, rank=rank), fault_id)

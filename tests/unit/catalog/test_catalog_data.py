@@ -7,8 +7,10 @@ import re
 from collections import defaultdict
 
 import pytest
+from pydantic import ValidationError
 
-from gpufleet.catalog import Catalog, load_catalog
+from gpufleet.catalog import INJECTION_MODELS, Catalog, load_catalog, parse_injection
+from gpufleet.catalog.injection import METHODS, XID_FIELD, DcgmInject, LinkFlap, with_overrides
 from gpufleet.core.taxonomy import FaultClass, LadderAction
 
 REQUIRED_XIDS = {13, 31, 43, 45, 48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120}
@@ -22,22 +24,6 @@ LLAMA3_CAUSES = {
     "System memory": 2,
 }
 GPU_HOURS = 16_384 * 54 * 24  # failure-data.md: the denominator of the (D) rates
-# The injection vocabulary the chaos extension implements, with required and optional params.
-METHODS: dict[str, tuple[set[str], set[str]]] = {
-    "dcgm-inject": ({"fieldId", "value"}, {"kmsg", "burst"}),
-    "node-crash": (set(), set()),
-    "node-hang": (set(), set()),
-    "node-reboot": (set(), set()),
-    "link-down": ({"rail"}, set()),
-    "link-flap": ({"rail", "periodSeconds", "count"}, set()),
-    "link-degrade": ({"rail"}, {"lossPercent", "rateMbit"}),
-    "storage-outage": (set(), set()),
-    "storage-slow": ({"delayMs"}, set()),
-    "kill-rank": ({"rank"}, set()),
-    "host-signal": ({"signal"}, {"value", "add", "effect"}),
-    "switch-down": ({"rail"}, set()),
-    "nic-remove": ({"rail"}, set()),
-}
 
 
 @pytest.fixture(scope="module")
@@ -102,24 +88,63 @@ def test_every_rate_names_its_source(catalog: Catalog) -> None:
             assert re.search(r"\((P|A|S|D)\)", f.rate.source), f"{f.id}: source lacks a P/A/S/D tag"
 
 
-def test_injections_use_the_chaos_vocabulary(catalog: Catalog) -> None:
+def test_the_vocabulary_is_one_union_of_strict_models() -> None:
+    # One model per method, each rejecting unknown keys: the catalog loader is the validator.
+    assert len(METHODS) == len(INJECTION_MODELS) == 13
+    for method, model in METHODS.items():
+        assert model.model_config.get("extra") == "forbid", method
+        assert parse_injection({"method": method, **_minimal(method)}).method == method
+
+
+def _minimal(method: str) -> dict[str, object]:
+    return {
+        "dcgm-inject": {"fieldId": 230, "value": 79}, "node-reboot": {}, "link-down": {"rail": 0},
+        "link-flap": {"rail": 0, "periodSeconds": 4, "count": 5},
+        "link-degrade": {"rail": 0, "lossPercent": 1},
+        "storage-slow": {"rateMbit": 10}, "kill-rank": {"rank": 0},
+        "host-signal": {"signal": "psu-state", "value": 2}, "switch-down": {"rail": 0},
+        "nic-remove": {"rail": 0},
+    }.get(method, {})
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"method": "dcgm-inject", "fieldId": 150, "value": 95, "kmsg": True}, "only with fieldId 230"),
+    ({"method": "dcgm-inject", "fieldId": 230, "value": 1000}, "XID code"),
+    ({"method": "link-degrade", "rail": 0}, "lossPercent and/or rateMbit"),
+    ({"method": "link-degrade", "rail": 0, "lossPercent": 100}, "less than 100"),
+    ({"method": "host-signal", "signal": "psu-state"}, "exactly one of value or add"),
+    ({"method": "host-signal", "signal": "fan", "value": 1}, "unknown host signal"),
+    ({"method": "host-signal", "signal": "edac-ue", "add": 1, "effect": "melt"}, "'crash' or 'sigbus'"),
+    ({"method": "node-reboot", "downSeconds": 601}, "less than or equal to 600"),
+    ({"method": "storage-slow", "delayMs": 5000}, "Extra inputs"),
+])
+def test_injection_bounds(doc: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        parse_injection(doc)
+
+
+def test_overrides_replace_parameters_and_keep_the_method() -> None:
+    base = parse_injection({"method": "link-flap", "rail": 0, "periodSeconds": 4, "count": 5})
+    got = with_overrides(base, {"count": 2, "period_seconds": 1})
+    assert got == LinkFlap(rail=0, period_seconds=1, count=2)
+    with pytest.raises(ValueError, match="cannot change the method"):
+        with_overrides(base, {"method": "link-down"})
+    with pytest.raises(ValidationError):
+        with_overrides(base, {"count": 0})
+
+
+def test_overrides_differ_from_the_common_injection(catalog: Catalog) -> None:
+    # An override that repeats `injection` is the duplication the single entry removed.
     for f in catalog:
-        for backend, inj in f.injection.items():
-            assert inj.method in METHODS, f"{f.id}/{backend}: unknown method {inj.method}"
-            required, optional = METHODS[inj.method]
-            params = set(inj.params)
-            assert required <= params, f"{f.id}/{backend}: {inj.method} needs {required - params}"
-            extra = params - required - optional
-            assert not extra, f"{f.id}/{backend}: unknown params {extra}"
-            if inj.method == "link-degrade":
-                assert params & {"lossPercent", "rateMbit"}, f"{f.id}: needs lossPercent or rateMbit"
+        for backend, inj in f.injection_overrides.items():
+            assert inj != f.injection, f"{f.id}: the {backend} override repeats `injection`; delete it"
 
 
 def test_xid_injections_inject_their_own_xid(catalog: Catalog) -> None:
     for xid, f in catalog.by_xid().items():
-        for inj in f.injection.values():
-            if inj.method == "dcgm-inject" and inj.params["fieldId"] == 230:
-                assert inj.params["value"] == xid, f.id
+        for inj in [f.injection, *f.injection_overrides.values()]:
+            if isinstance(inj, DcgmInject) and inj.field_id == XID_FIELD:
+                assert inj.value == xid, f.id
 
 
 def test_fabric_rules_match_the_sandbox_interfaces(catalog: Catalog) -> None:

@@ -18,6 +18,7 @@ from gpufleet.catalog.generate import default_root, drift, outputs, write
 from gpufleet.catalog.promtests import load_fixtures, missing_fixtures, render
 from gpufleet.catalog.rules import RULES_FILE, RUNBOOK_BASE, rule_groups
 from gpufleet.catalog.runbooks import SECTIONS, load_notes, missing_notes
+from gpufleet.chaos.backends.registry import capabilities
 
 ROOT = default_root()
 PROMTOOL = shutil.which("promtool")
@@ -32,7 +33,7 @@ def catalog() -> Catalog:
 
 @pytest.fixture(scope="module")
 def expected(catalog: Catalog) -> dict[str, str]:
-    return outputs(catalog, load_fixtures(), load_notes())
+    return outputs(catalog, load_fixtures(), load_notes(), capabilities())
 
 
 def test_committed_files_are_up_to_date(expected: dict[str, str]) -> None:
@@ -40,7 +41,7 @@ def test_committed_files_are_up_to_date(expected: dict[str, str]) -> None:
 
 
 def test_generation_is_deterministic(catalog: Catalog, expected: dict[str, str]) -> None:
-    assert outputs(load_catalog(), load_fixtures(), load_notes()) == expected
+    assert outputs(load_catalog(), load_fixtures(), load_notes(), capabilities()) == expected
 
 
 def test_drift_check_names_changed_missing_and_stale_files(tmp_path: Path, expected: dict[str, str]) -> None:

@@ -104,16 +104,27 @@ def test_fault_needs_an_injection_for_the_backend(tmp_path: Path) -> None:
     for src in (ROOT / "gpufleet" / "catalog" / "data").glob("*.yaml"):
         doc = yaml.safe_load(src.read_text())
         for fault in doc["faults"]:
-            if fault["id"] == "gpu-xid-79":  # no sandbox injection any more
-                fault["injection"].pop("sandbox")
+            if fault["id"] == "gpu-xid-79":  # injected on the sandbox with a method it cannot plan
+                fault["injectionOverrides"] = {"sandbox": {"method": "storage-slow", "rateMbit": 10}}
         (catalog / src.name).write_text(yaml.safe_dump(doc))
     doc = base()
     doc["configuration"]["gpufleet_catalog_dir"] = str(catalog)
     got = problems(doc)
     if any(g.startswith("configuration.gpufleet_catalog_dir") for g in got):
         pytest.skip(f"the catalog now requires a sandbox injection: {got}")
-    assert got == ["method[0].provider.arguments.fault_id: fault gpu-xid-79 has no injection for the sandbox "
-                   "backend (it has: kubernetes, slurm)"]
+    assert len(got) == 1 and got[0].startswith(
+        "method[0].provider.arguments.fault_id: fault gpu-xid-79: backend sandbox cannot inject "
+        "storage-slow: the sandbox's checkpoint store is a local directory"), got
+    assert "(it can inject: dcgm-inject, host-signal, kill-rank, link-degrade" in got[0]
+
+
+def test_a_fault_class_that_disagrees_with_the_fault_is_an_error() -> None:
+    doc = base()
+    doc["configuration"]["gpufleet_fault_class"] = "gpu-contained"
+    assert problems(doc) == [
+        "method[0].provider.arguments.fault_id: fault gpu-xid-79 is of class 'gpu-fatal' in the catalog, "
+        "but configuration.gpufleet_fault_class says 'gpu-contained': drop the key (the class comes from "
+        "the fault) or name the fault you mean"]
 
 
 def test_unknown_stack_module_and_function() -> None:

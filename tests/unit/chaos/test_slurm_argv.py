@@ -5,6 +5,7 @@ import shlex
 import pytest
 from chaoslib.exceptions import InvalidActivity
 
+from gpufleet.catalog.injection import DcgmInject, LinkDown
 from gpufleet.chaos.backends import slurm as S
 
 
@@ -97,11 +98,11 @@ def test_scontrol_and_slurmd() -> None:
 
 def test_plans_name_their_undo() -> None:
     b = S.SlurmBackend(("ssh",), "ib{rail}", None)
-    plan = b.plan_link_down("gpu-3", 1)
+    plan = b.plan(LinkDown(rail=1), "gpu-3")
     assert plan.nodes_down == {"gpu-3"}
     assert plan.rollback.name == "slurm.ssh"
     assert plan.rollback.args["commands"] == [["ssh", "gpu-3", "--", "ip link set ib1 up"]]
-    inj = b.plan_dcgm_inject("gpu-3", 0, {"fieldId": 230, "value": 79, "kmsg": True})
+    inj = b.plan(DcgmInject(field_id=230, value=79, kmsg=True), "gpu-3", 0)
     assert inj.rollback.args["commands"] == [
         ["ssh", "gpu-3", "--", "dcgmi test --inject --gpuid 0 -f 230 -v 0"]
     ]

@@ -84,7 +84,7 @@ def test_catalog_show_json() -> None:
     doc = json.loads(result.stdout)
     assert doc["id"] == "gpu-xid-45" and doc["alert"]["name"] == "GpuXid45Storm"
     assert doc["domain"] == "gpu" and doc["runbook_url"].endswith("GpuXid45Storm.md")
-    assert doc["injection"]["sandbox"]["method"] == "dcgm-inject"
+    assert doc["injection"]["method"] == "dcgm-inject" and doc["injection"]["burst"] == 20
 
 
 def test_an_unknown_output_format_is_refused() -> None:
