@@ -29,7 +29,7 @@ def test_every_experiment_can_be_judged() -> None:
         if not calls(doc["method"][-1], TIMELINE_PROBE):
             problems.append(f"{exp.name}: the method must end with the {TIMELINE_PROBE!r} probe")
         if not any(calls(p, BUDGET_PROBE) for p in doc["steady-state-hypothesis"]["probes"]):
-            problems.append(f"{exp.name}: no {BUDGET_PROBE!r} probe in the hypothesis: chaos run judges nothing")
+            problems.append(f"{exp.name}: no {BUDGET_PROBE!r} probe in the hypothesis: nothing judges")
         if exp.rollbacks == 0:
             problems.append(f"{exp.name}: no rollbacks")
         budget, _, why = resolve_budget(
