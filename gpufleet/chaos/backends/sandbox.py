@@ -124,13 +124,20 @@ def rb_host_restore(args: dict[str, Any]) -> None:
     if args.get("restart"):
         rb_restart_daemons(args["restart"])
     socket = args["socket"]
-    deadline = time.monotonic() + 10
-    while not os.path.exists(socket) and time.monotonic() < deadline:
-        time.sleep(0.2)  # a restarted agent binds its socket a moment after it starts
     if not os.path.exists(socket):
         logger.warning("agent socket %s is gone (sandbox down?): nothing to clear", socket)
         return
-    agent_request(socket, args.get("token_file"), "POST", "/host/clear", {})
+    # A restarted agent answers a moment after it starts; until then its socket file is the stale
+    # one of the killed agent (connection refused).
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            agent_request(socket, args.get("token_file"), "POST", "/host/clear", {})
+            break
+        except ActivityFailed:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.3)
     _resume_node(list(args.get("slurm_prefix") or []), args["node"])
 
 
