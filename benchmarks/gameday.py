@@ -66,7 +66,12 @@ def intervals_for(stack: StackSpec, fault_id: str | None) -> Intervals:
         health_check_seconds=health,
         slurmd_timeout_seconds=float(sb.slurm.slurmd_timeout) if sb else None,
         message_timeout_seconds=float(sb.slurm.message_timeout) if sb else 0.0,
-        cred_expire_seconds=float(sb.slurm.cred_expire) if sb else 0.0,
+        # The auto-resume controller (ADR 0007): no wait after NODE_FAIL (node classes), one
+        # health-check period + 1 s after a failed job (gpufleet.sandbox.workload).
+        resubmit_delay_seconds=(
+            0.0 if not sb or (fault and fault.fault_class.value in ("node-crash", "node-hang"))
+            else float(sb.slurm.health_check_interval) + 1.0
+        ),
         scheduler_interval_seconds=SANDBOX_SCHED_INTERVAL_S if sb else 0.0,
         process_group_timeout_seconds=float(sb.training.process_group_timeout_seconds) if sb else 0.0,
         checkpoint_load_seconds=stack.storage.checkpoint.load_seconds,

@@ -1,7 +1,7 @@
 """The theoretical recovery floor set by configured intervals (pure).
 
 The floor is the time a fault class would take if every component acted as soon as its
-configuration allows: fixed waits (an alert's `for:`, Slurm timeouts, `cred_expire`, checkpoint
+configuration allows: fixed waits (an alert's `for:`, Slurm timeouts, the resubmit delay, checkpoint
 load, the process-group timeout) count in full, and every polling period (scrape, rule evaluation,
 health check, Slurm ping, scheduler pass) counts half — the mean delay until the next poll for a
 fault that lands at a uniformly random moment. A measured time divided by its floor says how much
@@ -26,7 +26,10 @@ class Intervals:
     health_check_seconds: float | None  # node health-check period; None = no health check
     slurmd_timeout_seconds: float | None = None  # Slurm SlurmdTimeout; None = not a Slurm cluster
     message_timeout_seconds: float = 0.0  # Slurm MessageTimeout
-    cred_expire_seconds: float = 0.0  # Slurm AuthInfo cred_expire: a requeued job waits this long
+    # Wait before the next incarnation is submitted: the auto-resume controller's delay after a
+    # failed job (one health-check period + 1 s; 0 after NODE_FAIL), or cred_expire for a job that
+    # Slurm requeues (sandbox-notes.md pitfall 4).
+    resubmit_delay_seconds: float = 0.0
     scheduler_interval_seconds: float = 0.0  # Slurm sched_interval (a scheduler pass)
     process_group_timeout_seconds: float = 0.0  # collective timeout (NCCL watchdog / gloo)
     checkpoint_load_seconds: float = 0.0  # reading the last checkpoint on restart
@@ -67,10 +70,10 @@ def _first(*paths: float | None) -> float | None:
 
 
 def _restart(iv: Intervals) -> float:
-    """Requeued job -> first step: cred_expire wait, half a scheduler pass, launch, checkpoint load
-    (sandbox-notes.md pitfall 4: a requeued job waits cred_expire)."""
+    """Failed job -> first step of the next incarnation: the resubmit delay, half a scheduler pass,
+    launch, checkpoint load (ADR 0007)."""
     return (
-        iv.cred_expire_seconds + iv.scheduler_interval_seconds / 2 + iv.job_start_seconds
+        iv.resubmit_delay_seconds + iv.scheduler_interval_seconds / 2 + iv.job_start_seconds
         + iv.checkpoint_load_seconds
     )
 

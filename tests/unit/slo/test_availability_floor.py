@@ -44,7 +44,7 @@ def test_ettr() -> None:
 
 SANDBOX = Intervals(
     scrape_seconds=2, evaluation_seconds=1, rule_for_seconds=0, health_check_seconds=5,
-    slurmd_timeout_seconds=10, message_timeout_seconds=5, cred_expire_seconds=10,
+    slurmd_timeout_seconds=10, message_timeout_seconds=5, resubmit_delay_seconds=10,
     scheduler_interval_seconds=2, process_group_timeout_seconds=10, checkpoint_load_seconds=1,
 )
 RESTART = 10 + 1 + 0 + 1  # cred_expire + sched/2 + launch + load
