@@ -121,7 +121,12 @@ def xid_findings(obs: Observations, catalog: Catalog, table: Mapping[int, XidRul
         action, detail = rule.action, rule.source
         if fault is not None and fault.escalation is not None:
             window = fault.escalation.window_hours * 3600.0
-            n = sum(1 for y, f in acted if f == fid and 0 <= x.at - y.at <= window)
+            # A GPU reset is the remedy of the reset-gpu rung: occurrences before the GPU's last
+            # reset were remedied by it and do not count towards escalating to a reset again. A
+            # reset does not remedy what needs a reboot or a replacement, so those keep counting.
+            remedied = fault.escalation.to.rank <= LadderAction.RESET_GPU.rank
+            n = sum(1 for y, f in acted if f == fid and 0 <= x.at - y.at <= window
+                    and (not remedied or _is_new(y, obs)))
             esc = escalated_action(fault, n)
             if esc.rank > action.rank:
                 action, detail = esc, f"escalated: {n} occurrences in {fault.escalation.window_hours:g} h"

@@ -65,6 +65,19 @@ def test_reset_clears_current_faults_but_not_history() -> None:
     assert f.action is fault.escalation.to and "escalated: 2" in f.detail
 
 
+def test_a_gpu_reset_remedies_what_escalates_to_a_reset() -> None:
+    # XID 94 escalates to reset-gpu on its 2nd occurrence in 24 h. Two in a row without a reset
+    # between them: reset the GPU (drain). The same two with a GPU reset between them: the reset
+    # remedied the first, so the second is judged on its own (restart the job, keep the node).
+    fault = CAT.get("gpu-xid-94")
+    assert fault.escalation is not None and fault.escalation.to is LadderAction.RESET_GPU
+    v = evaluate(obs([(0, 94, 700), (0, 94, 5)]), CAT, TABLE)
+    assert v.status == "problem" and "escalated: 2" in v.findings[-1].detail
+    reset = tuple(GpuReading(i, reset_at=NOW - 600) for i in range(8))
+    v = evaluate(obs([(0, 94, 700), (0, 94, 5)], gpus=reset), CAT, TABLE)
+    assert v.status == "ok" and v.findings[-1].action is LadderAction.RESTART_JOB
+
+
 def test_stack_override_changes_the_action() -> None:
     table, problems = xid_policy(CAT, {45: OverrideSpec(LadderAction.RESET_GPU, "strict site",
                                                          FaultClass.GPU_FATAL)})
