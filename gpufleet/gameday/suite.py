@@ -21,10 +21,13 @@ order: sort key within the suite (then the file name); default 100.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.catalog import load_catalog
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import read_json
 from gpufleet.gameday.contract import BUDGET_PROBE, calls
@@ -59,11 +62,21 @@ class Experiment:
     expect: Expectations = field(default_factory=Expectations)
     order: int = 100
     rollbacks: int = 0  # rollback activities declared
+    fault_ids: tuple[str, ...] = ()  # the catalog faults its method injects (fault_id_of)
 
     @property
     def fault_class(self) -> str | None:
+        """`gpufleet_fault_class` when the experiment sets it (the chaos extension checks that it
+        agrees with the fault's), else the class of the first fault its method injects."""
         value = self.configuration.get("gpufleet_fault_class")
-        return value if isinstance(value, str) else None
+        if isinstance(value, str):
+            return value
+        for fid in self.fault_ids:
+            try:
+                return load_catalog().get(fid).fault_class.value
+            except (KeyError, InputError):
+                continue
+        return None
 
 
 def parse_experiment(path: Path, doc: Any) -> Experiment:
@@ -92,10 +105,35 @@ def parse_experiment(path: Path, doc: Any) -> Experiment:
     expect, order = _expectations(doc.get("extensions", []), problems, base)
     if problems:
         raise InputError(str(path), problems)
+    method = doc.get("method", [])
+    fault_ids = tuple(f for a in (method if isinstance(method, list) else []) if (f := fault_id_of(a)))
     return Experiment(
         name=path.stem, path=path, title=str(title), tags=tuple(tags), configuration=dict(config),
-        expect=expect, order=order, rollbacks=len(rollbacks),
+        expect=expect, order=order, rollbacks=len(rollbacks), fault_ids=fault_ids,
     )
+
+
+def fault_id_of(activity: Any) -> str | None:
+    """The catalog fault an activity injects: its `fault_id` argument, else the default of the
+    activity function's `fault_id` parameter (crash_node injects node-crash). None for probes and
+    activities that inject no catalog fault."""
+    if not isinstance(activity, dict) or activity.get("type") != "action":
+        return None
+    provider = activity.get("provider")
+    if not isinstance(provider, dict) or provider.get("type") != "python":
+        return None
+    args = provider.get("arguments") or {}
+    if isinstance(args, dict) and isinstance(args.get("fault_id"), str):
+        return str(args["fault_id"])
+    module, func = provider.get("module"), provider.get("func")
+    if not (isinstance(module, str) and module.startswith("gpufleet.") and isinstance(func, str)):
+        return None
+    try:
+        fn = getattr(importlib.import_module(module), func)
+        default = inspect.signature(fn).parameters["fault_id"].default
+    except (ImportError, AttributeError, KeyError, ValueError, TypeError):
+        return None
+    return default if isinstance(default, str) else None
 
 
 def _from_hypothesis(hypothesis: Any, problems: list[Problem]) -> Expectations:

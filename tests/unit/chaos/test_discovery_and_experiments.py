@@ -69,7 +69,9 @@ def test_experiment_is_valid_and_resolves(path: Path) -> None:
     exp = json.loads(path.read_text())
     ensure_experiment_is_valid(exp)
     cfg = exp["configuration"]
-    assert {"gpufleet_backend", "gpufleet_stack", "gpufleet_fault_class"} <= set(cfg)
+    assert {"gpufleet_backend", "gpufleet_stack"} <= set(cfg)
+    # The fault class comes from the fault in the catalog, never restated (issue 10).
+    assert "gpufleet_fault_class" not in cfg
     assert "sandbox" in exp["tags"]
     assert exp["method"][-1]["type"] == "probe" and exp["method"][-1]["name"] == "recovery-timeline"
     assert exp["rollbacks"], "every experiment declares its rollbacks"
@@ -89,11 +91,14 @@ def test_budgets_come_from_the_stack() -> None:
     from gpufleet.config import load_named_stack
     from gpufleet.core.taxonomy import FaultClass
 
+    from gpufleet.gameday.suite import load_experiment
+
     stack = load_named_stack("sandbox", Path(__file__).parents[3] / "stacks")
     for path in EXPERIMENTS:
-        cfg = json.loads(path.read_text())["configuration"]
-        if "gpufleet_budget_override" not in cfg:
-            assert FaultClass(cfg["gpufleet_fault_class"]) in stack.slos.budgets, path.stem
+        exp = load_experiment(path)
+        if "gpufleet_budget_override" not in exp.configuration:
+            assert exp.fault_class is not None, path.stem
+            assert FaultClass(exp.fault_class) in stack.slos.budgets, path.stem
 
 
 def test_breach_experiment_has_an_unmeetable_budget() -> None:

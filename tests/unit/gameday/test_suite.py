@@ -128,3 +128,24 @@ def test_known_issues_are_left_out_of_the_default_suite_but_run_by_name() -> Non
     assert [e.name for e in select(exps, "sandbox", None)] == ["a"]
     assert left_out(exps, "sandbox") == ["b"]
     assert [e.name for e in select(exps, "sandbox", ["b"])] == ["b"]  # by name it runs
+
+
+def test_fault_class_is_derived_from_the_fault_the_method_injects(tmp_path: Path) -> None:
+    from gpufleet.gameday.suite import fault_id_of
+
+    def act(func: str, module: str, **args: object) -> dict[str, object]:
+        return {"type": "action", "name": func,
+                "provider": {"type": "python", "module": module, "func": func, "arguments": args}}
+
+    # An explicit fault_id wins; otherwise the action's own default (crash_node injects node-crash).
+    gpu = act("inject_gpu_fault", "gpufleet.chaos.gpu.actions", fault_id="gpu-xid-94")
+    assert fault_id_of(gpu) == "gpu-xid-94"
+    assert fault_id_of(act("crash_node", "gpufleet.chaos.node.actions", node="@job:0")) == "node-crash"
+    assert fault_id_of({"type": "probe", "provider": {}}) is None
+    doc = {"title": "t", "configuration": {"gpufleet_backend": "sandbox"},
+           "method": [act("hang_node", "gpufleet.chaos.node.actions", node="@job:0")]}
+    assert parse_experiment(tmp_path / "x.json", doc).fault_class == "node-hang"
+    doc["configuration"]["gpufleet_fault_class"] = "node-crash"  # stated: the extension checks agreement
+    assert parse_experiment(tmp_path / "x.json", doc).fault_class == "node-crash"
+    doc = {"title": "t", "method": []}
+    assert parse_experiment(tmp_path / "x.json", doc).fault_class is None
