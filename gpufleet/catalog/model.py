@@ -149,6 +149,8 @@ class Fault(Model):
     # method is its declared capability (gpufleet.chaos.backends), not the presence of an entry here.
     injection: Injection | None = None
     injection_overrides: dict[Backend, Injection] = Field(default_factory=dict)
+    # Why no backend can inject the fault; the shipped catalog gives an injection or this.
+    no_injection: str | None = None
     rate: Rate | None = None
 
     @model_validator(mode="after")
@@ -157,6 +159,8 @@ class Fault(Model):
             raise ValueError("give an alert, or an exemption saying why there is none")
         if self.injection_overrides and self.injection is None:
             raise ValueError("injectionOverrides replace an injection: give `injection` too")
+        if self.injection is not None and self.no_injection is not None:
+            raise ValueError("give an injection or noInjection (why none is possible), not both")
         if self.escalation and self.escalation.to.rank <= self.action.rank:
             raise ValueError(
                 f"escalation.to ({self.escalation.to.value}) must be above action "

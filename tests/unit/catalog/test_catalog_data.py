@@ -160,3 +160,11 @@ def test_exemptions_say_how_the_fault_is_detected(catalog: Catalog) -> None:
     for f in catalog:
         if f.exemption:
             assert re.search(r"detect|fires|marks|recorded|announced", f.exemption, re.I), f.id
+
+
+def test_every_fault_has_an_injection_or_says_why_none_is_possible(catalog: Catalog) -> None:
+    """Issue 9: every catalog fault can be rehearsed, or the catalog says why not (noInjection)."""
+    for f in catalog:
+        assert (f.injection is None) != (f.no_injection is None), f"{f.id}: give injection or noInjection"
+        if f.no_injection is not None:
+            assert len(f.no_injection) >= 30, f"{f.id}: noInjection must say why"

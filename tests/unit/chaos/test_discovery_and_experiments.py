@@ -90,7 +90,6 @@ def test_experiment_is_valid_and_resolves(path: Path) -> None:
 def test_budgets_come_from_the_stack() -> None:
     from gpufleet.config import load_named_stack
     from gpufleet.core.taxonomy import FaultClass
-
     from gpufleet.gameday.suite import load_experiment
 
     stack = load_named_stack("sandbox", Path(__file__).parents[3] / "stacks")
