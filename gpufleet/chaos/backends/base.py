@@ -219,3 +219,25 @@ def tbf_argv(ifname: str, rate_mbit: float) -> list[str]:
         "latency",
         "400ms",
     ]
+
+
+def nft_table(ifname: str) -> str:
+    """The nftables table a link-degrade fault owns on `ifname` (one name for every backend, so a
+    revert by either finds it)."""
+    return f"gpufleet_chaos_{ifname}".replace("-", "_").replace(".", "_")
+
+
+def nft_loss_argv(table: str, ifname: str, loss_percent: float) -> list[str]:
+    """`nft` argv dropping `loss_percent` % of the packets arriving on `ifname`: numgen random
+    mod 1000 < p*10 (nft(8) "NUMGEN EXPRESSION"); netem is not available on this kernel. nft 1.0.6
+    (Debian 12) wants the `;` after the chain's `}` on one command line."""
+    per_mille = round(loss_percent * 10)
+    return [
+        "nft",
+        f"table inet {table} {{ chain input {{ type filter hook input priority -10; "
+        f'iifname "{ifname}" numgen random mod 1000 < {per_mille} drop; }}; }}',
+    ]
+
+
+def nft_delete_argv(table: str) -> list[str]:
+    return ["nft", "delete", "table", "inet", table]

@@ -38,7 +38,15 @@ from gpufleet.catalog.injection import (
     SwitchDown,
 )
 from gpufleet.chaos import sysops
-from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, tbf_argv
+from gpufleet.chaos.backends.base import (
+    Backend,
+    NodeInfo,
+    Plan,
+    nft_delete_argv,
+    nft_loss_argv,
+    nft_table,
+    tbf_argv,
+)
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
 from gpufleet.core.procs import alive, start_time
@@ -172,7 +180,7 @@ def rb_link_restore(args: dict[str, Any]) -> None:
         return
     table = args.get("nft_table")
     if table:
-        sysops.run(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", table], check=False)
+        sysops.run(["ip", "netns", "exec", ns, *nft_delete_argv(table)], check=False)
         left = sysops.run(["ip", "netns", "exec", ns, "nft", "list", "tables"], check=False)
         if f"inet {table}" in left:
             raise ActivityFailed(f"nft table {table} still present in {ns}")
@@ -713,7 +721,7 @@ class SandboxBackend(Backend):
     def plan_link_degrade(self, node: str, inj: LinkDegrade) -> Plan:
         rail, loss_percent, rate_mbit = inj.rail, inj.loss_percent, inj.rate_mbit  # bounds: the model's
         n, ifname, _ = self._rail(node, rail)
-        table = f"gpufleet_chaos_{ifname}".replace("-", "_").replace(".", "_")
+        table = nft_table(ifname)
         ns = n.netns
         rb = Rollback(
             "sandbox.link-restore",
@@ -727,14 +735,7 @@ class SandboxBackend(Backend):
 
         def apply() -> dict[str, Any]:
             if loss_percent is not None:
-                # numgen random mod 1000 < p*10 drops p% of the packets arriving on the link
-                # (nft(8) "NUMGEN EXPRESSION"); netem is not available on this kernel.
-                per_mille = round(loss_percent * 10)
-                script = (
-                    f"table inet {table} {{ chain input {{ type filter hook input priority -10; "
-                    f'iifname "{ifname}" numgen random mod 1000 < {per_mille} drop; }}; }}'
-                )  # nft 1.0.6 (Debian 12) wants the `;` after the chain's `}` on one command line
-                sysops.run(["ip", "netns", "exec", ns, "nft", script])
+                sysops.run(["ip", "netns", "exec", ns, *nft_loss_argv(table, ifname, loss_percent)])
             if rate_mbit is not None:
                 sysops.run(["ip", "netns", "exec", ns, *tbf_argv(ifname, rate_mbit)])
             return {}

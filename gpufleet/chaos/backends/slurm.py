@@ -38,7 +38,15 @@ from gpufleet.catalog.injection import (
     SwitchDown,
 )
 from gpufleet.chaos import sysops
-from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, tbf_argv
+from gpufleet.chaos.backends.base import (
+    Backend,
+    NodeInfo,
+    Plan,
+    nft_delete_argv,
+    nft_loss_argv,
+    nft_table,
+    tbf_argv,
+)
 from gpufleet.chaos.ledger import Rollback
 from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
 
@@ -101,19 +109,6 @@ def link_flap_argv(ifname: str, period_seconds: float, count: int) -> list[str]:
 
 def tc_clear_argv(ifname: str) -> list[str]:
     return ["tc", "qdisc", "del", "dev", ifname, "root"]
-
-
-def nft_loss_argv(table: str, ifname: str, loss_percent: float) -> list[str]:
-    per_mille = round(loss_percent * 10)
-    return [
-        "nft",
-        f"table inet {table} {{ chain input {{ type filter hook input priority -10; "
-        f'iifname "{ifname}" numgen random mod 1000 < {per_mille} drop; }}; }}',
-    ]
-
-
-def nft_delete_argv(table: str) -> list[str]:
-    return ["nft", "delete", "table", "inet", table]
 
 
 def scontrol_resume_argv(node: str) -> list[str]:
@@ -289,7 +284,7 @@ class SlurmBackend(Backend):
     def plan_link_degrade(self, node: str, inj: LinkDegrade) -> Plan:
         rail, loss_percent, rate_mbit = inj.rail, inj.loss_percent, inj.rate_mbit
         i = self._if(rail)
-        table = f"gpufleet_chaos_{i}".replace("-", "_")
+        table = nft_table(i)
         do, undo = [], []
         if loss_percent is not None:
             do.append(self._on(node, nft_loss_argv(table, i, loss_percent)))
