@@ -24,8 +24,8 @@ from gpufleet.chaos import prometheus
 from gpufleet.chaos.backends.base import Backend
 from gpufleet.chaos.ledger import Ledger, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
-from gpufleet.chaos.scheduler import NodeObs
 from gpufleet.chaos.timeline import read_jsonl
+from gpufleet.core.slurm_state import NodeObs
 
 logger = logging.getLogger("chaostoolkit")
 

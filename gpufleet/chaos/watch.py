@@ -8,7 +8,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpufleet.chaos.scheduler import NodeObs, Transition, transitions
+from gpufleet.chaos.scheduler import Transition, transitions
+from gpufleet.core.slurm_state import NodeObs
 
 logger = logging.getLogger("chaostoolkit")
 

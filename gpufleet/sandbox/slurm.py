@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
 from gpufleet.sandbox import configs
 from gpufleet.sandbox.layout import Layout
 from gpufleet.sandbox.processes import Started, spawn
@@ -93,29 +94,6 @@ def start_slurmd(layout: Layout, node: str) -> Started:
 # --------------------------------------------------------------------------- reading Slurm back
 
 
-@dataclass(frozen=True)
-class NodeState:
-    name: str
-    state: str  # base state, lower case: idle, allocated, mixed, drained, draining, down, ...
-    responding: bool
-    reason: str
-
-
-def parse_sinfo(text: str) -> dict[str, NodeState]:
-    """Parse `sinfo -h -N -o %N|%T|%E` (a trailing `*` on the state = not responding)."""
-    out: dict[str, NodeState] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        name, state, reason = ([*line.split("|", 2), "", ""])[:3]
-        state = state.strip().lower()
-        responding = not state.endswith("*")
-        base = state.rstrip("*~#!%$@^-")
-        reason = reason.strip()
-        out[name.strip()] = NodeState(name.strip(), base, responding, "" if reason == "none" else reason)
-    return out
-
-
 def slurm_argv(layout_or_netns: str, slurm_conf: Path, *args: str) -> list[str]:
     return ["ip", "netns", "exec", layout_or_netns, "env", f"SLURM_CONF={slurm_conf}", *args]
 
@@ -128,15 +106,15 @@ def run_slurm(
     )
 
 
-def node_states(netns: str, slurm_conf: Path) -> dict[str, NodeState]:
-    res = run_slurm(netns, slurm_conf, "sinfo", "-h", "-N", "-o", "%N|%T|%E")
+def node_states(netns: str, slurm_conf: Path) -> dict[str, NodeObs]:
+    res = run_slurm(netns, slurm_conf, *SINFO_ARGS)
     if res.returncode != 0:
         return {}
     return parse_sinfo(res.stdout)
 
 
-def all_idle(states: dict[str, NodeState], nodes: list[str]) -> bool:
-    return all(n in states and states[n].state == "idle" and states[n].responding for n in nodes)
+def all_idle(states: dict[str, NodeObs], nodes: list[str]) -> bool:
+    return all(n in states and states[n].base_state == "idle" and states[n].responding for n in nodes)
 
 
 @dataclass(frozen=True)

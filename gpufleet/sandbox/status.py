@@ -17,7 +17,7 @@ def status(state: SandboxState) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = {}
     if state.head_netns in have_ns and state.slurm_conf:
         for name, ns in slurm.node_states(state.head_netns, Path(state.slurm_conf)).items():
-            nodes[name] = {"state": ns.state, "responding": ns.responding, "reason": ns.reason}
+            nodes[name] = {"state": ns.base_state, "responding": ns.responding, "reason": ns.reason}
     jobs = (
         [j.__dict__ for j in slurm.jobs(state.head_netns, Path(state.slurm_conf))]
         if state.head_netns in have_ns and state.slurm_conf

@@ -37,7 +37,7 @@ from gpufleet.catalog.injection import (
     SwitchDown,
 )
 from gpufleet.chaos.ledger import Ledger, Rollback
-from gpufleet.chaos.scheduler import NodeObs
+from gpufleet.core.slurm_state import NodeObs
 
 
 @dataclass

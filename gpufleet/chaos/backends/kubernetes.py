@@ -40,7 +40,7 @@ from gpufleet.catalog.injection import (
 from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan
 from gpufleet.chaos.backends.slurm import dcgmi_inject_argv, kmsg_argv, kmsg_xid_line
 from gpufleet.chaos.ledger import Rollback
-from gpufleet.chaos.scheduler import NodeObs
+from gpufleet.core.slurm_state import NodeObs
 
 STRATEGIC = "application/strategic-merge-patch+json"
 # kubernetes 37's generated create_* methods send no Content-Type at all and ignore _content_type

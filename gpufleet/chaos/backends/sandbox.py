@@ -48,7 +48,6 @@ from gpufleet.chaos.backends.base import (
     tbf_argv,
 )
 from gpufleet.chaos.ledger import Ledger, Rollback
-from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
 from gpufleet.core.procs import alive, start_time
 from gpufleet.core.sandbox_contract import (
     ControllerStatus,
@@ -59,6 +58,7 @@ from gpufleet.core.sandbox_contract import (
     state_path,
     write_state,
 )
+from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
 
 logger = logging.getLogger("chaostoolkit")
 AGENT_TIMEOUT_S = 5.0

@@ -48,7 +48,7 @@ from gpufleet.chaos.backends.base import (
     tbf_argv,
 )
 from gpufleet.chaos.ledger import Rollback
-from gpufleet.chaos.scheduler import SINFO_ARGS, NodeObs, parse_sinfo
+from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
 
 DEFAULT_HOLD_SECONDS = 600  # longest a link stays down if nobody reverts it
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from gpufleet.chaos import steady
 from gpufleet.chaos.backends.base import Backend
 from gpufleet.chaos.ledger import FaultRecord, Ledger, Rollback
-from gpufleet.chaos.scheduler import NodeObs
+from gpufleet.core.slurm_state import NodeObs
 
 
 def node(name: str, state: str = "idle", reason: str = "") -> NodeObs:

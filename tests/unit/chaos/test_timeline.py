@@ -1,8 +1,9 @@
 """Timeline building from recorded inputs, and its measurement by gpufleet.slo."""
 
 from gpufleet.chaos.ledger import FaultRecord, Rollback
-from gpufleet.chaos.scheduler import NodeObs, parse_sinfo, schedulable, transitions
+from gpufleet.chaos.scheduler import transitions
 from gpufleet.chaos.timeline import build_timeline, unavailable_intervals, workload_facts
+from gpufleet.core.slurm_state import NodeObs, parse_sinfo, schedulable
 from gpufleet.slo import Budget, EventKind, judge, measure
 
 T0 = 1000.0

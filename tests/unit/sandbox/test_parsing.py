@@ -5,21 +5,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpufleet.core.slurm_state import NodeObs, parse_sinfo
 from gpufleet.sandbox import slurm, workload
 
 
 def test_parse_sinfo_states_flags_and_reasons() -> None:
     text = (
-        "gpu-0|idle|none\n"
-        "gpu-1|drained|XID 79 on GPU 3 (gpu-xid-79)\n"
-        "gpu-2|down*|Not responding\n"
-        "gpu-3|mixed|none\n"
-        "gpu-4|idle*|none\n"
+        "gpu-0|idle|none|Unknown\n"
+        "gpu-1|drained|XID 79 on GPU 3 (gpu-xid-79)|2026-12-03T08:00:00\n"
+        "gpu-2|down*|Not responding|Unknown\n"
+        "gpu-3|mixed|none|Unknown\n"
+        "gpu-4|idle*|none|Unknown\n"
     )
-    st = slurm.parse_sinfo(text)
-    assert st["gpu-0"] == slurm.NodeState("gpu-0", "idle", True, "")
-    assert st["gpu-1"].state == "drained" and st["gpu-1"].reason == "XID 79 on GPU 3 (gpu-xid-79)"
-    assert st["gpu-2"].state == "down" and not st["gpu-2"].responding
+    st = parse_sinfo(text)  # one parser for the sandbox and the chaos backends
+    assert st["gpu-0"] == NodeObs("gpu-0", "idle", "", None, True)
+    assert st["gpu-1"].base_state == "drained" and st["gpu-1"].reason == "XID 79 on GPU 3 (gpu-xid-79)"
+    assert st["gpu-2"].base_state == "down" and not st["gpu-2"].responding
     assert slurm.all_idle(st, ["gpu-0"])
     assert not slurm.all_idle(st, ["gpu-0", "gpu-4"])  # not responding is not idle
     assert not slurm.all_idle(st, ["gpu-0", "gpu-9"])  # unknown node
