@@ -1,38 +1,34 @@
-"""A small Prometheus HTTP API client (api/v1/alerts, query, query_range), bounded in time."""
+"""The chaos extension's Prometheus calls: gpufleet.core.promapi with its errors as ActivityFailed,
+and the pure helpers the timeline needs (first firing sample)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import httpx
 from chaoslib.exceptions import ActivityFailed
+
+from gpufleet.core.promapi import PrometheusClient, PrometheusError
+
+T = TypeVar("T")
 
 TIMEOUT_S = 10.0
 
 
-def _get(base: str, path: str, params: dict[str, Any] | None = None) -> Any:
-    try:
-        r = httpx.get(f"{base.rstrip('/')}{path}", params=params, timeout=TIMEOUT_S)
-        r.raise_for_status()
-        body = r.json()
-    except (httpx.HTTPError, ValueError) as e:
-        raise ActivityFailed(f"Prometheus {base}{path}: {e}") from None
-    if body.get("status") != "success":
-        raise ActivityFailed(f"Prometheus {path}: {body.get('error', body)}")
-    return body["data"]
+def _call(base: str, fn: Callable[[PrometheusClient], T]) -> T:
+    with PrometheusClient(base, TIMEOUT_S) as c:
+        try:
+            return fn(c)
+        except PrometheusError as e:
+            raise ActivityFailed(str(e)) from None
 
 
 def firing_alerts(base: str) -> list[dict[str, Any]]:
-    data = _get(base, "/api/v1/alerts")
-    return [a for a in data.get("alerts", []) if a.get("state") == "firing"]
+    return [a for a in _call(base, PrometheusClient.alerts) if a.get("state") == "firing"]
 
 
 def query_range(base: str, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-    # Prometheus caps a range query at 11,000 points per series: widen the step for long windows.
-    step = max(step, (end - start) / 10_000)
-    data = _get(base, "/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
-    result: list[dict[str, Any]] = data.get("result", [])
-    return result
+    return _call(base, lambda c: c.query_range(expr, start, end, step))
 
 
 def first_sample_time(series: list[dict[str, Any]], at_or_after: float) -> float | None:
@@ -48,6 +44,4 @@ def alert_firing_since(base: str, alert: str, start: float, end: float, step: fl
 
 
 def instant(base: str, expr: str) -> list[dict[str, Any]]:
-    data = _get(base, "/api/v1/query", {"query": expr})
-    result: list[dict[str, Any]] = data.get("result", [])
-    return result
+    return _call(base, lambda c: c.query(expr))

@@ -6,9 +6,6 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-import httpx
 
 import gpufleet
 from gpufleet.sandbox import configs
@@ -69,41 +66,3 @@ def read_port(port_file: Path, deadline: float) -> int | None:
         except (OSError, ValueError):
             time.sleep(0.05)
     return None
-
-
-class PrometheusClient:
-    """The few API calls the sandbox and its tests need (Prometheus HTTP API v1)."""
-
-    def __init__(self, url: str, timeout: float = 5.0) -> None:
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(timeout=timeout)
-
-    def close(self) -> None:
-        self._http.close()
-
-    def ready(self) -> bool:
-        try:
-            return self._http.get(f"{self.url}/-/ready").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
-        r = self._http.get(f"{self.url}{path}", params=params)
-        r.raise_for_status()
-        body = r.json()
-        if body.get("status") != "success":
-            raise RuntimeError(f"prometheus {path}: {body}")
-        return body["data"]
-
-    def targets(self) -> list[dict[str, Any]]:
-        data = self._get("/api/v1/targets", {"state": "active"})
-        return list(data["activeTargets"])
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        return list(self._get("/api/v1/query", {"query": expr})["result"])
-
-    def alerts(self) -> list[dict[str, Any]]:
-        return list(self._get("/api/v1/alerts")["alerts"])
-
-    def rule_groups(self) -> list[dict[str, Any]]:
-        return list(self._get("/api/v1/rules")["groups"])

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.config.model import StackSpec
+from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, state_path
 from gpufleet.sandbox import agents, network, prometheus, slurm, workload
 from gpufleet.sandbox.configs import hosts_json
@@ -214,7 +215,7 @@ def _bring_up(
             f"the Prometheus forwarder wrote no port; see {layout.path('prometheus', 'forward.log')}"
         )
     url = f"http://127.0.0.1:{port}"
-    client = prometheus.PrometheusClient(url, timeout=2)
+    client = PrometheusClient(url, timeout=2)
     try:
         wait_for("Prometheus ready", client.ready, deadline - time.monotonic(), 0.2)
     finally:

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.sandbox.agents import AgentClient
-from gpufleet.sandbox.prometheus import PrometheusClient
 from gpufleet.sandbox.slurm import NodeState, parse_sinfo
 
 REPO = Path(__file__).resolve().parents[2]
