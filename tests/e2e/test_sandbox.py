@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 import pytest
 
 from gpufleet.core.promapi import PrometheusClient
-from gpufleet.core.sandbox_contract import SandboxState, read_state
+from gpufleet.core.sandbox_contract import SandboxState, read_controller_status, read_state
+from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
 from gpufleet.sandbox.agents import AgentClient
-from gpufleet.sandbox.slurm import NodeState, parse_sinfo
 
 REPO = Path(__file__).resolve().parents[2]
 GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
@@ -100,17 +100,21 @@ class Sandbox:
         assert res.returncode == 0, res.stderr
         return res.stdout
 
-    def nodes(self) -> dict[str, NodeState]:
-        return parse_sinfo(self.slurm("sinfo", "-h", "-N", "-o", "%N|%T|%E"))
+    def nodes(self) -> dict[str, NodeObs]:
+        return parse_sinfo(self.slurm(*SINFO_ARGS))
 
     def job(self) -> dict[str, str]:
-        """The training job as `scontrol show job` key=value pairs."""
+        """The training job's newest incarnation (the auto-resume controller submits each as a new
+        job of the same name) as `scontrol show job` key=value pairs."""
         out = self.slurm("scontrol", "-o", "show", "job")
-        for line in out.splitlines():
-            kv = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-            if kv.get("JobName") == self.state.training_job_name:
-                return kv
-        raise AssertionError(f"no job {self.state.training_job_name} in {out!r}")
+        jobs = [dict(tok.split("=", 1) for tok in line.split() if "=" in tok) for line in out.splitlines()]
+        ours = [kv for kv in jobs if kv.get("JobName") == self.state.training_job_name]
+        if not ours:
+            raise AssertionError(f"no job {self.state.training_job_name} in {out!r}")
+        return max(ours, key=lambda kv: int(kv["JobId"]))
+
+    def incarnation(self) -> int:
+        return read_controller_status(Path(self.state.training_controller or "")).incarnation
 
     def job_nodes(self) -> list[str]:
         hosts = self.slurm("scontrol", "show", "hostnames", self.job()["NodeList"])
@@ -163,7 +167,7 @@ def test_up_gives_idle_nodes_live_targets_and_progressing_training(sandbox: Sand
     for name, ns in nodes.items():
         assert ns.responding, name
         want = {"allocated", "mixed"} if name in job_nodes else {"idle"}
-        assert ns.state in want, f"{name}: {ns}"
+        assert ns.base_state in want, f"{name}: {ns}"
 
     def targets_up() -> list[dict[str, Any]] | None:
         ts = sandbox.prom.targets()
@@ -216,9 +220,9 @@ def test_xid79_drains_the_node_and_fires_the_catalog_alert(sandbox: Sandbox) -> 
     kern = Path(sandbox.state.node(idle_compute[0]).kernel_log or "").read_text()
     assert "NVRM: Xid" in kern and "79" in kern
 
-    def drained() -> dict[str, NodeState] | None:
+    def drained() -> dict[str, NodeObs] | None:
         ns = sandbox.nodes()
-        ok = all(ns[n].state in ("drained", "draining") for n in idle_compute)
+        ok = all(ns[n].base_state in ("drained", "draining") for n in idle_compute)
         return ns if ok else None
 
     health = subprocess.run([GPUFLEET, "node-health", "--help"], capture_output=True, text=True)
@@ -237,7 +241,7 @@ def test_fabric_link_down_moves_the_job_to_the_spare_from_its_checkpoint(sandbox
     from gpufleet.sandbox.training.checkpoint import CheckpointDir
 
     job_before = sandbox.job()
-    restarts0 = int(job_before.get("Restarts", "0"))
+    restarts0 = sandbox.incarnation()
     nodes_before = sandbox.job_nodes()
     victim = nodes_before[-1]
     survivor = nodes_before[0]
@@ -253,23 +257,25 @@ def test_fabric_link_down_moves_the_job_to_the_spare_from_its_checkpoint(sandbox
         time.sleep(3)
         assert sandbox.max_step() == stalled_at, "training kept stepping with a fabric link down"
 
-        def requeued_elsewhere() -> list[str] | None:
+        def resubmitted_elsewhere() -> list[str] | None:
             job = sandbox.job()
-            if int(job.get("Restarts", "0")) <= restarts0 or job.get("JobState") != "RUNNING":
+            if sandbox.incarnation() <= restarts0 or job.get("JobState") != "RUNNING":
                 return None
+            # A new incarnation is a new job (ADR 0007), never the old JobId requeued.
+            assert job["JobId"] != job_before["JobId"], job
             return sandbox.job_nodes()
 
-        nodes_after = wait_until("the job running again after a requeue", requeued_elsewhere, 120)
+        nodes_after = wait_until("the job running again as a new job", resubmitted_elsewhere, 120)
         assert victim not in nodes_after
         assert sorted(nodes_after) == sorted([survivor, "gpu-4"]), nodes_after
         vstate = sandbox.nodes()[victim]
-        assert vstate.state in ("drained", "draining", "down"), vstate
+        assert vstate.base_state in ("drained", "draining", "down"), vstate
 
         def resumed_steps() -> bool:
             return any(e.get("event") == "step" and int(e.get("restart", 0)) > restarts0
                        for e in sandbox.events())
 
-        wait_until("the requeued job stepping", resumed_steps, 90)
+        wait_until("the resubmitted job stepping", resumed_steps, 90)
         wait_until("training past the pre-cut step", lambda: sandbox.max_step() > stalled_at, 60)
         print(f"link down -> training past step {stalled_at} again in {time.time() - t_cut:.1f} s")
     finally:
@@ -281,7 +287,7 @@ def test_fabric_link_down_moves_the_job_to_the_spare_from_its_checkpoint(sandbox
         {k: e.get(k) for k in ("event", "step", "restart", "job_id", "node", "rank", "message")}
         for e in events if e.get("t", 0) > t_cut
     ][:14]
-    assert resumes, f"the requeued job did not resume from a checkpoint; events since the cut: {after_cut}"
+    assert resumes, f"the new job did not resume from a checkpoint; events since the cut: {after_cut}"
     resumed_from = resumes[0]["step"]
     pre_cut_ckpts = [e["step"] for e in events if e.get("event") == "checkpoint" and e.get("t", 0) < t_cut]
     assert resumed_from == max(pre_cut_ckpts), "resumed from an older checkpoint than the newest written"
