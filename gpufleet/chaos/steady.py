@@ -48,6 +48,9 @@ class Observation:
     training_note: str = ""  # e.g. the auto-resume controller gave up
     workload_known: bool = True  # False: the backend names no training job to check
     unknown: tuple[str, ...] = ()  # observations that could not be made
+    # Alerts that must detect the coming experiment's fault and already fire (any severity): its
+    # detection could not be measured, so wait for them to resolve.
+    busy_alerts: tuple[str, ...] = ()
 
 
 def problems(obs: Observation) -> list[str]:
@@ -60,6 +63,8 @@ def problems(obs: Observation) -> list[str]:
     ]
     out += [f"fault still pending in the ledger: {p}" for p in obs.pending_faults]
     out += [f"critical alert firing: {a}" for a in obs.critical_alerts]
+    out += [f"alert {a} already firing: it must detect the coming experiment's fault"
+            for a in obs.busy_alerts]
     if not obs.workload_known:
         return out
     if not obs.job_nodes:
@@ -113,7 +118,10 @@ def _alert_name(labels: dict[str, str]) -> str:
     return f"{labels.get('alertname')}{{{labels.get('host') or labels.get('instance', '')}}}"
 
 
-def observe(backend: Backend, ledger: Ledger, now: float | None = None) -> Observation:
+def observe(
+    backend: Backend, ledger: Ledger, now: float | None = None, quiet: frozenset[str] = frozenset()
+) -> Observation:
+    """`quiet`: names of the alerts that must detect the coming experiment's fault."""
     now = time.time() if now is None else now
     unknown: list[str] = []
     nodes: dict[str, NodeObs] = {}
@@ -123,13 +131,14 @@ def observe(backend: Backend, ledger: Ledger, now: float | None = None) -> Obser
         unknown.append(f"node states ({e})")
     pending = tuple(f"{r.kind} {r.target} (run {r.run_id})" for r in ledger.pending() if not r.dry_run)
     alerts: tuple[str, ...] = ()
+    busy: tuple[str, ...] = ()
     url = backend.prometheus_url()
     if url is not None:
         try:
-            alerts = tuple(sorted(
-                _alert_name(a["labels"]) for a in prometheus.firing_alerts(url)
-                if a.get("labels", {}).get("severity") == CRITICAL
-            ))
+            firing = [a.get("labels", {}) for a in prometheus.firing_alerts(url)]
+            alerts = tuple(sorted(_alert_name(lb) for lb in firing if lb.get("severity") == CRITICAL))
+            busy = tuple(sorted(_alert_name(lb) for lb in firing
+                                if lb.get("alertname") in quiet and lb.get("severity") != CRITICAL))
         except ActivityFailed as e:
             unknown.append(f"alerts ({e})")
     job_nodes: tuple[str, ...] = ()
@@ -142,12 +151,12 @@ def observe(backend: Backend, ledger: Ledger, now: float | None = None) -> Obser
         dead_daemons=tuple(backend.dead_daemons()), nodes=nodes, pending_faults=pending,
         critical_alerts=alerts, job_nodes=job_nodes, last_step_age_s=age, steps_this_incarnation=steps,
         training_note=backend.training_note(), workload_known=backend.workload_events() is not None,
-        unknown=tuple(unknown),
+        unknown=tuple(unknown), busy_alerts=busy,
     )
 
 
-def check(backend: Backend, ledger: Ledger) -> list[str]:
-    return problems(observe(backend, ledger))
+def check(backend: Backend, ledger: Ledger, quiet: frozenset[str] = frozenset()) -> list[str]:
+    return problems(observe(backend, ledger, quiet=quiet))
 
 
 @dataclass
@@ -172,6 +181,7 @@ def ensure(
     poll_s: float = 1.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    quiet: frozenset[str] = frozenset(),
 ) -> HealReport:
     """Check the steady state; heal and wait (at most `timeout_s`) when it does not hold.
 
@@ -179,7 +189,7 @@ def ensure(
     the backend was read from."""
     t0 = clock()
     backend = backend_factory()
-    obs = observe(backend, ledger)
+    obs = observe(backend, ledger, quiet=quiet)
     report = HealReport(problems=problems(obs))
     if not report.problems:
         return report
@@ -206,7 +216,7 @@ def ensure(
     while clock() - t0 < timeout_s:
         sleep(poll_s)
         backend = backend_factory()
-        obs = observe(backend, ledger)
+        obs = observe(backend, ledger, quiet=quiet)
         left = problems(obs)
         if not left:
             break

@@ -50,7 +50,7 @@ class GamedayOptions:
     # Before each experiment: check the steady state, heal, and wait at most this long for it.
     steady_timeout_s: float = 150.0
     # (options, listener) -> HealReport JSON; None: ensure_steady_state (tests put a stand-in here).
-    steady: Callable[[GamedayOptions, Listener], dict[str, Any]] | None = None
+    steady: Callable[[GamedayOptions, Listener, Experiment], dict[str, Any]] | None = None
     # Undoes the fault ledger after a run that was killed or left no journal; () = `gpufleet chaos revert`.
     revert_argv: tuple[str, ...] = ()
     python: str = sys.executable
@@ -235,10 +235,31 @@ def _revert(opts: GamedayOptions) -> str:
 # --------------------------------------------------------------------------- steady state
 
 
-def ensure_steady_state(opts: GamedayOptions, listener: Listener) -> dict[str, Any]:
+def _alerts_of(experiment: Experiment | None) -> frozenset[str]:
+    if experiment is None:
+        return frozenset()
+    from gpufleet.catalog import load_catalog
+
+    names = set()
+    for fid in experiment.fault_ids:
+        try:
+            fault = load_catalog().get(fid)
+        except KeyError:
+            continue
+        if fault.alert is not None:
+            names.add(fault.alert.name)
+    return frozenset(names)
+
+
+def ensure_steady_state(
+    opts: GamedayOptions, listener: Listener, experiment: Experiment | None = None
+) -> dict[str, Any]:
     """Check the steady state before an experiment and heal it (gpufleet.chaos.steady.ensure). On a
     sandbox whose head daemons died, healing rebuilds the sandbox and checks again. Returns the
-    HealReport as JSON (`ok` false: the experiment is not run and is judged UNKNOWN)."""
+    HealReport as JSON (`ok` false: the experiment is not run and is judged UNKNOWN). The alerts that
+    must detect `experiment`'s faults must not be firing already (from an earlier run's fault still in
+    the alert's window), else its detection could not be measured. Once steady, the platform's
+    restart budget is reset: a fault the game-day injects on purpose is not a crash loop."""
     from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
     from gpufleet.chaos import engine, steady
@@ -250,7 +271,10 @@ def ensure_steady_state(opts: GamedayOptions, listener: Listener) -> dict[str, A
     for attempt in (1, 2):
         try:
             ctx = engine.context(cfg)
-            report = steady.ensure(ctx.backend, ctx.ledger, timeout_s=opts.steady_timeout_s).to_json()
+            report = steady.ensure(ctx.backend, ctx.ledger, timeout_s=opts.steady_timeout_s,
+                                   quiet=_alerts_of(experiment)).to_json()
+            if report["ok"]:
+                ctx.backend().reset_restart_budget()
         except (ActivityFailed, InvalidActivity) as e:
             report = {"problems": [str(e)], "actions": [], "seconds": 0.0, "ok": False, "remaining": [str(e)]}
         report["actions"] = actions + report["actions"]
@@ -307,7 +331,7 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
         for i, exp in enumerate(suite):
             if i and opts.settle_s > 0:
                 time.sleep(opts.settle_s)
-            healing = (opts.steady or ensure_steady_state)(opts, listener)
+            healing = (opts.steady or ensure_steady_state)(opts, listener, exp)
             if healing["problems"]:
                 listener.healed(i, exp, healing)
             listener.experiment_started(i, exp)

@@ -96,6 +96,10 @@ class Backend:
     def resume_node(self, node: str) -> None:
         raise ActivityFailed(f"backend {self.name} cannot resume node {node}: resume it by hand")
 
+    def reset_restart_budget(self) -> None:
+        """Before an experiment: the platform's restart budget starts afresh (a deliberately injected
+        fault is not a crash loop). A backend without such a budget does nothing."""
+
     def resume_training(self) -> str:
         raise ActivityFailed(f"backend {self.name} cannot resubmit the training job: resubmit it by hand")
 

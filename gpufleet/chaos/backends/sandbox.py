@@ -393,11 +393,14 @@ class SandboxBackend(Backend):
     def resume_training(self) -> str:
         """Ask the auto-resume controller for a job: SIGHUP resets its restart budget, and it submits
         the next incarnation when no job is running."""
+        self.reset_restart_budget()
+        return "asked the auto-resume controller to resubmit training (restart budget reset)"
+
+    def reset_restart_budget(self) -> None:
         ctl = next((p for p in self.state.processes if p.name == "autoresume"), None)
         if ctl is None:
             raise ActivityFailed("this sandbox has no auto-resume controller: rebuild it")
         sysops.signal_verified(ctl.pid, ctl.start_time, signal.SIGHUP)
-        return "asked the auto-resume controller to resubmit training (restart budget reset)"
 
     def _node(self, name: str) -> SandboxNode:
         try:

@@ -51,6 +51,16 @@ def test_each_precondition_is_named() -> None:
     assert plan == steady.HealPlan(True, True, ("gpu-1",), True)
 
 
+def test_the_alert_that_must_detect_the_coming_fault_must_be_quiet() -> None:
+    # FabricSymbolErrors counts errors over 10 minutes: still firing from an earlier run's fault, it
+    # could not detect the next one. Waiting is the only remedy (nothing to heal).
+    found = steady.problems(obs(busy_alerts=("FabricSymbolErrors{gpu-0}",)))
+    assert found == ["alert FabricSymbolErrors{gpu-0} already firing: it must detect the coming experiment's "
+                     "fault"]
+    assert steady.heal_plan(obs(busy_alerts=("FabricSymbolErrors{gpu-0}",))) == steady.HealPlan(
+        False, False, (), False)
+
+
 def test_training_must_be_making_progress() -> None:
     stalled = "training is not making progress"
     assert steady.problems(obs(last_step_age_s=30.0)) == [f"{stalled} (last step 30 s ago)"]

@@ -26,14 +26,14 @@ STEADY = {"problems": [], "actions": [], "seconds": 0.0, "ok": True, "remaining"
 @pytest.fixture(autouse=True)
 def _no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI runs the real steady-state check; there is no cluster behind the stand-in `chaos`."""
-    monkeypatch.setattr("gpufleet.gameday.runner.ensure_steady_state", lambda _o, _l: dict(STEADY))
+    monkeypatch.setattr("gpufleet.gameday.runner.ensure_steady_state", lambda _o, _l, _e=None: dict(STEADY))
 
 
 def options(tmp_path: Path, *names: str, **kw: object) -> GamedayOptions:
     # Never the real `gpufleet chaos revert` from a unit test: it would touch the host's ledger.
     kw.setdefault("revert_argv", ("true",))
     # Nor the real steady-state check: there is no cluster behind the stand-in `chaos`.
-    kw.setdefault("steady", lambda _o, _l: dict(STEADY))
+    kw.setdefault("steady", lambda _o, _l, _e=None: dict(STEADY))
     return GamedayOptions(
         stack="sandbox", backend="slurm", experiments=names, report_dir=tmp_path / "report",
         experiments_dir=EXPERIMENTS, stacks_dir=STACKS, settle_s=0.0, **kw,  # type: ignore[arg-type]
@@ -67,7 +67,7 @@ def test_each_experiment_starts_from_a_healed_steady_state(fake_chaos: Path, tmp
         dict(STEADY),
     ])
     run = run_gameday(options(tmp_path, "gpu-xid-79", "budget-breach", "gpu-xid-79",
-                              steady=lambda _o, _l: next(reports)))
+                              steady=lambda _o, _l, _e=None: next(reports)))
     assert [r.result for r in run.results] == [Result.MET, Result.UNJUDGED, Result.MET]
     first, second, _ = run.results
     assert first.healing is not None and first.healing["actions"] == ["asked for a job"]
