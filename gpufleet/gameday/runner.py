@@ -27,7 +27,7 @@ from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.gameday.evaluate import ExperimentResult, evaluate
 from gpufleet.gameday.journal import read_journal
 from gpufleet.gameday.report.summary import SuiteRun
-from gpufleet.gameday.suite import Experiment, discover, left_out, select
+from gpufleet.gameday.suite import Experiment, catalog, discover, left_out, select
 from gpufleet.slo import Budget
 
 # SIGUSR1 makes chaostoolkit stop the run and play the rollbacks (conventions.md, Chaos Toolkit).
@@ -238,12 +238,10 @@ def _revert(opts: GamedayOptions) -> str:
 def _alerts_of(experiment: Experiment | None) -> frozenset[str]:
     if experiment is None:
         return frozenset()
-    from gpufleet.catalog import load_catalog
-
     names = set()
     for fid in experiment.fault_ids:
         try:
-            fault = load_catalog().get(fid)
+            fault = catalog().get(fid)
         except KeyError:
             continue
         if fault.alert is not None:

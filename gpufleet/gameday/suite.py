@@ -21,13 +21,14 @@ order: sort key within the suite (then the file name); default 100.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.catalog import load_catalog
+from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import read_json
 from gpufleet.gameday.contract import BUDGET_PROBE, calls
@@ -73,7 +74,7 @@ class Experiment:
             return value
         for fid in self.fault_ids:
             try:
-                return load_catalog().get(fid).fault_class.value
+                return catalog().get(fid).fault_class.value
             except (KeyError, InputError):
                 continue
         return None
@@ -111,6 +112,12 @@ def parse_experiment(path: Path, doc: Any) -> Experiment:
         name=path.stem, path=path, title=str(title), tags=tuple(tags), configuration=dict(config),
         expect=expect, order=order, rollbacks=len(rollbacks), fault_ids=fault_ids,
     )
+
+
+@functools.cache
+def catalog() -> Catalog:
+    """The packaged catalog, read once per process (experiments name faults in it)."""
+    return load_catalog()
 
 
 def fault_id_of(activity: Any) -> str | None:
