@@ -55,13 +55,6 @@ def environ(pid: int) -> dict[str, str] | None:
     return out
 
 
-def cwd(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
-
-
 def signal_verified(pid: int, st: int | None, sig: int) -> bool:
     """Send sig only if pid still has start time st (None: no check)."""
     if st is not None and start_time(pid) != st:

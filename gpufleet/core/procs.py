@@ -7,7 +7,11 @@ a recorded PID. A zombie is dead: only its parent's wait() remains of it.
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
+
+from gpufleet.core.sandbox_contract import Launch
 
 
 def start_time(pid: int) -> int | None:
@@ -26,3 +30,22 @@ def start_time(pid: int) -> int | None:
 def alive(pid: int, started: int) -> bool:
     """The process runs and is the one recorded (not a reused PID, not a zombie)."""
     return start_time(pid) == started
+
+
+def launch(recipe: Launch) -> tuple[subprocess.Popen[bytes], int | None]:
+    """Start a daemon from its recipe in a session of its own (it outlives its starter), output
+    appended to the recipe's log; returns the process and its start time (None: it died at once)."""
+    log = Path(recipe.log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out, open(os.devnull, "rb") as devnull:
+        popen = subprocess.Popen(
+            recipe.argv(),
+            stdin=devnull,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=recipe.env,
+            cwd=recipe.cwd,
+        )
+    return popen, start_time(popen.pid)

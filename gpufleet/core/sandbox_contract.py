@@ -56,14 +56,34 @@ class SandboxNode(_M):
     leaf: str | None = None  # leaf group: the nodes behind one set of leaf switches (switch-down)
 
 
+class Launch(_M):
+    """How a daemon is started: the one recipe `sandbox up` starts it with and a chaos rollback
+    (node crash, reboot) starts it again with, so nothing is rebuilt or parsed back from /proc."""
+
+    program: list[str]  # the daemon's own argv: what /proc/<pid>/cmdline shows once wrappers exec
+    netns: str | None = None  # run inside this named network namespace
+    hostname: str | None = None  # in a new UTS namespace with this hostname (a node's daemons)
+    env: dict[str, str] = Field(default_factory=dict)  # the whole environment, verbatim
+    cwd: str | None = None
+    log: str  # stdout and stderr are appended here
+
+    def argv(self) -> list[str]:
+        """The program behind its namespace wrappers; each wrapper exec()s, so the PID is the
+        daemon's."""
+        out = list(self.program)
+        if self.hostname is not None:
+            out = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', self.hostname, *out]
+        if self.netns is not None:
+            out = ["ip", "netns", "exec", self.netns, *out]
+        return out
+
+
 class SandboxProcess(_M):
     name: str  # e.g. "slurmd@gpu-0", "prometheus", "agent@gpu-1"
     pid: int
     start_time: int  # /proc/<pid>/stat field 22, to detect PID reuse after a crash
     netns: str | None = None
-    # How to start it again (chaos rollbacks of node crash/reboot restart a node's daemons).
-    argv: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    launch: Launch  # how to start it again
     node: str | None = None  # the sandbox node it belongs to, if any
 
 
@@ -97,7 +117,8 @@ class ControllerStatus(_M):
 class SandboxState(_M):
     """Everything a running sandbox made, and how to reach it."""
 
-    version: Literal[1] = 1
+    # 2: processes carry their Launch recipe (1 carried a wrapped argv that readers parsed back).
+    version: Literal[2] = 2
     stack: str
     run_id: str  # short per-run prefix used in every name
     phase: Literal["creating", "up", "deleting", "failed"]
@@ -136,7 +157,14 @@ class SandboxState(_M):
 
 
 def read_state(stack: str, root: Path | None = None) -> SandboxState:
-    return SandboxState.model_validate(json.loads(state_path(stack, root).read_text()))
+    raw = json.loads(state_path(stack, root).read_text())
+    version = raw.get("version") if isinstance(raw, dict) else None
+    if version != 2:
+        raise ValueError(
+            f"state file version {version!r}, this gpufleet reads version 2: the sandbox was made by "
+            "another gpufleet version; stop it with that version's `gpufleet sandbox down`"
+        )
+    return SandboxState.model_validate(raw)
 
 
 def write_state(state: SandboxState, root: Path | None = None) -> Path:

@@ -18,22 +18,11 @@ from pathlib import Path
 
 from gpufleet.core import procs
 from gpufleet.core.procs import start_time
-from gpufleet.core.sandbox_contract import SandboxProcess
+from gpufleet.core.sandbox_contract import Launch, SandboxProcess
 
 
 def alive(p: SandboxProcess) -> bool:
     return procs.alive(p.pid, p.start_time)
-
-
-def netns_argv(netns: str | None, argv: Sequence[str], hostname: str | None = None) -> list[str]:
-    """argv that runs `argv` inside a named network namespace, optionally with its own hostname
-    (a new UTS namespace). Each wrapper exec()s, so the PID is the daemon's."""
-    out = list(argv)
-    if hostname is not None:
-        out = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *out]
-    if netns is not None:
-        out = ["ip", "netns", "exec", netns, *out]
-    return out
 
 
 # What a daemon started without an explicit environment gets: enough to find its programs and the
@@ -62,22 +51,16 @@ def spawn(
 ) -> Started:
     """Start a daemon in its own session (it outlives `up`), output appended to `log`.
 
-    The record carries the exact argv (namespace wrappers included), environment and node, so a
-    chaos rollback can start the same daemon again after killing it (SandboxProcess contract)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    full_argv = netns_argv(netns, argv, hostname)
-    full_env = dict(env) if env is not None else base_env()
-    with open(log, "ab") as out, open(os.devnull, "rb") as devnull:
-        popen = subprocess.Popen(
-            full_argv,
-            stdin=devnull,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-            env=full_env,
-        )
-    st = start_time(popen.pid)
+    The record carries the launch recipe, so a chaos rollback can start the same daemon again after
+    killing it (SandboxProcess contract)."""
+    recipe = Launch(
+        program=list(argv),
+        netns=netns,
+        hostname=hostname,
+        env=dict(env) if env is not None else base_env(),
+        log=str(log),
+    )
+    popen, st = procs.launch(recipe)
     if st is None:
         popen.wait(timeout=5)
         raise RuntimeError(f"{name} exited at once with code {popen.returncode}; see {log}")
@@ -86,8 +69,7 @@ def spawn(
         pid=popen.pid,
         start_time=st,
         netns=netns,
-        argv=full_argv,
-        env=full_env,
+        launch=recipe,
         node=node if node is not None else hostname,
     )
     return Started(record, popen)

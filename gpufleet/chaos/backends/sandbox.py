@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Mapping
@@ -48,9 +47,10 @@ from gpufleet.chaos.backends.base import (
     tbf_argv,
 )
 from gpufleet.chaos.ledger import Ledger, Rollback
-from gpufleet.core.procs import alive, start_time
+from gpufleet.core.procs import alive, launch, start_time
 from gpufleet.core.sandbox_contract import (
     ControllerStatus,
+    Launch,
     SandboxNode,
     SandboxState,
     read_controller_status,
@@ -208,38 +208,27 @@ def rb_reboot_hung(args: dict[str, Any]) -> None:
     rb_restart_daemons(args["restart"])
 
 
-def _running(netns: str, match: list[str]) -> bool:
-    return any(sysops.cmdline(pid) == match for pid in sysops.netns_pids(netns))
+def _running(netns: str, program: list[str]) -> bool:
+    return any(sysops.cmdline(pid) == program for pid in sysops.netns_pids(netns))
 
 
 def rb_restart_daemons(args: dict[str, Any]) -> None:
-    """Start the node's daemons again (those not already running), then resume it in Slurm."""
+    """Start the node's daemons again from their recorded launch recipes (those not already
+    running), then resume the node in Slurm."""
     netns = args["netns"]
     if not _netns_exists(netns):
         logger.warning("namespace %s is gone (sandbox down?): nothing to restart", netns)
         return
-    for d in args["daemons"]:
-        if _running(netns, d["match"]):
+    daemons = [(d["name"], Launch.model_validate(d["launch"])) for d in args["daemons"]]
+    for name, recipe in daemons:
+        if _running(netns, recipe.program):
             continue
-        log = Path(d["log"])
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out, open(os.devnull, "rb") as devnull:
-            p = subprocess.Popen(
-                d["argv"],
-                stdin=devnull,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=d["env"] or None,
-                cwd=d.get("cwd") or None,
-                start_new_session=True,
-                close_fds=True,
-            )
-        st = start_time(p.pid)
+        popen, st = launch(recipe)
         if st is None:
-            raise ActivityFailed(f"restarting {d['name']} failed at once ({p.wait(5)}); see {log}")
-        _update_state_pid(args.get("stack"), args.get("state_root"), d["name"], p.pid, st)
+            raise ActivityFailed(f"restarting {name} failed at once ({popen.wait(5)}); see {recipe.log}")
+        _update_state_pid(args.get("stack"), args.get("state_root"), name, popen.pid, st)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not all(_running(netns, d["match"]) for d in args["daemons"]):
+    while time.monotonic() < deadline and not all(_running(netns, r.program) for _, r in daemons):
         time.sleep(0.2)
     _resume_node(list(args.get("slurm_prefix") or []), args["node"])
 
@@ -457,49 +446,12 @@ class SandboxBackend(Backend):
 
     # ------------------------------------------------------------ node
     def _daemons(self, n: SandboxNode) -> list[dict[str, Any]]:
-        """How to start each of the node's recorded daemons again. The contract's argv/env are used
-        when the sandbox recorded them; else /proc/<pid>/cmdline + environ, read before the kill."""
-        out = []
-        for p in self.state.processes:
-            if p.node != n.name and not (p.node is None and p.netns == n.netns):
-                continue
-            live = start_time(p.pid) == p.start_time
-            inner = list(p.argv) or (sysops.cmdline(p.pid) if live else None) or []
-            env = dict(p.env) or (sysops.environ(p.pid) if live else None) or {}
-            if not inner:
-                raise ActivityFailed(
-                    f"cannot record how to restart {p.name}: no argv in the state and pid {p.pid} is gone"
-                )
-            argv = inner if inner[0] in ("ip", "nsenter") else ["ip", "netns", "exec", n.netns, *inner]
-            hostname = _uts_hostname(p.pid) if live else None
-            if hostname and inner[0] not in ("ip", "nsenter", "unshare"):
-                argv = [
-                    "ip",
-                    "netns",
-                    "exec",
-                    n.netns,
-                    "unshare",
-                    "--uts",
-                    "--",
-                    "sh",
-                    "-c",
-                    'hostname "$0" && exec "$@"',
-                    hostname,
-                    *inner,
-                ]
-            out.append(
-                {
-                    "name": p.name,
-                    "argv": argv,
-                    "match": _match(inner),
-                    "env": env,
-                    "cwd": (sysops.cwd(p.pid) if live else None),
-                    "log": str(
-                        Path(self.state.base_dir) / "logs" / f"chaos-restart-{p.name.replace('@', '-')}.log"
-                    ),
-                }
-            )
-        return out
+        """The node's daemons and the launch recipe the sandbox started each with (its contract)."""
+        return [
+            {"name": p.name, "launch": p.launch.model_dump()}
+            for p in self.state.processes
+            if p.node == n.name or (p.node is None and p.netns == n.netns)
+        ]
 
     def _node_procs(self, n: SandboxNode) -> list[tuple[int, int]]:
         return sysops.snapshot(sysops.netns_pids(n.netns))
@@ -813,26 +765,3 @@ class SandboxBackend(Backend):
             apply,
             f"SIGKILL rank {rank} (pids {[p for p, _ in procs]} on {found[0][2]})",
         )
-
-
-def _match(inner: list[str]) -> list[str]:
-    """The cmdline the running daemon shows: wrappers (ip netns exec, unshare ... sh -c) exec it."""
-    if inner and inner[0] == "ip" and len(inner) > 4 and inner[1:3] == ["netns", "exec"]:
-        return _match(inner[4:])
-    if inner and inner[0] == "unshare" and "--" in inner:
-        rest = inner[inner.index("--") + 1 :]
-        if rest[:2] == ["sh", "-c"] and len(rest) > 4:
-            return rest[4:]
-        return rest
-    return inner
-
-
-def _uts_hostname(pid: int) -> str | None:
-    """The hostname of the process's UTS namespace when it differs from ours."""
-    try:
-        if os.readlink(f"/proc/{pid}/ns/uts") == os.readlink("/proc/self/ns/uts"):
-            return None
-    except OSError:
-        return None
-    out = sysops.run(["nsenter", "-t", str(pid), "-u", "hostname"], check=False).strip()
-    return out or None

@@ -39,7 +39,14 @@ from gpufleet.chaos.guard import takes_node_down
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.chaos.settings import parse_settings
-from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, SandboxProcess, SandboxState, write_state
+from gpufleet.core.sandbox_contract import (
+    FabricLink,
+    Launch,
+    SandboxNode,
+    SandboxProcess,
+    SandboxState,
+    write_state,
+)
 
 CATALOG = load_catalog()
 NODE = "gpu-0"
@@ -67,7 +74,9 @@ def write_sandbox_state(root: Path, **changes: Any) -> None:
         stack="sandbox", run_id="t1", phase="up", base_dir=str(root / "run"), created_at=0.0,
         head_netns="t1-head", slurm_conf=str(root / "slurm.conf"), nodes=nodes,
         processes=[SandboxProcess(name=f"slurmd@{n}", pid=FAKE_PID + 1, start_time=999, netns=f"t1-{n}",
-                                  argv=["slurmd", "-D"], env={"SLURM_CONF": "x"}, node=n)
+                                  launch=Launch(program=["slurmd", "-D"], netns=f"t1-{n}", hostname=n,
+                                                env={"SLURM_CONF": "x"}, log=str(root / f"{n}.log")),
+                                  node=n)
                    for n in ("gpu-0", "gpu-1")],
         agent_token_file=None, checkpoint_dir=str(root / "ckpt"),
     )

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpufleet.core.sandbox_contract import SandboxProcess
+from gpufleet.core.sandbox_contract import Launch, SandboxProcess
 from gpufleet.sandbox import processes
 
 
@@ -17,7 +17,7 @@ def test_start_time_identifies_a_process_and_survives_exec(tmp_path: Path) -> No
         assert rec.start_time == processes.start_time(rec.pid)
         assert processes.alive(rec)
         # The same PID with another start time is a different process: never signalled.
-        impostor = SandboxProcess(name="x", pid=rec.pid, start_time=rec.start_time + 1)
+        impostor = SandboxProcess(name="x", pid=rec.pid, start_time=rec.start_time + 1, launch=rec.launch)
         assert not processes.alive(impostor)
         assert not processes.signal_verified(impostor, 15)
         assert processes.alive(rec)
@@ -56,13 +56,13 @@ def test_spawn_reports_an_immediate_failure(tmp_path: Path) -> None:
         raise AssertionError("spawning a missing binary did not fail")
 
 
-def test_netns_argv_wraps_and_keeps_the_pid() -> None:
-    argv = processes.netns_argv("ns1", ["slurmd", "-D"], hostname="gpu-0")
+def test_launch_argv_wraps_and_keeps_the_pid() -> None:
+    argv = Launch(program=["slurmd", "-D"], netns="ns1", hostname="gpu-0", log="/l").argv()
     assert argv[:4] == ["ip", "netns", "exec", "ns1"]
     assert argv[4:7] == ["unshare", "--uts", "--"]
     assert argv[-3:] == ["gpu-0", "slurmd", "-D"]
     assert "exec" in argv[9]  # the shell exec()s: the PID stays the daemon's
-    assert processes.netns_argv(None, ["x"]) == ["x"]
+    assert Launch(program=["x"], log="/l").argv() == ["x"]
 
 
 def test_pids_mentioning_finds_only_the_named_programs(tmp_path: Path) -> None:
@@ -83,37 +83,19 @@ def test_pids_mentioning_finds_only_the_named_programs(tmp_path: Path) -> None:
 
 
 def test_spawn_records_how_to_start_the_daemon_again(tmp_path: Path) -> None:
-    """argv (wrappers included), env and node land in the record: a chaos node-crash rollback
-    restarts the daemon from them instead of re-reading /proc."""
+    """The launch recipe (program, namespaces, env, log) lands in the record: a chaos node-crash
+    rollback restarts the daemon from it instead of re-reading /proc."""
     started = processes.spawn("sleeper@n1", ["sleep", "30"], tmp_path / "log", env={"A": "1"}, node="n1")
     try:
         rec = started.record
-        assert rec.argv == ["sleep", "30"]
-        assert rec.env == {"A": "1"}
+        assert rec.launch.program == ["sleep", "30"]
+        assert rec.launch.argv() == ["sleep", "30"]
+        assert rec.launch.env == {"A": "1"}
+        assert rec.launch.log == str(tmp_path / "log")
         assert rec.node == "n1"
         environ = Path(f"/proc/{rec.pid}/environ").read_bytes().split(b"\0")
         assert [e for e in environ if e] == [b"A=1"]  # what is recorded is what it got
+        assert Path(f"/proc/{rec.pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", b"30"]
     finally:
         started.popen.kill()
         started.popen.wait()
-    assert processes.netns_argv("ns1", ["x"], "h") == [
-        "ip",
-        "netns",
-        "exec",
-        "ns1",
-        "unshare",
-        "--uts",
-        "--",
-        "sh",
-        "-c",
-        'hostname "$0" && exec "$@"',
-        "h",
-        "x",
-    ]
-    default = processes.spawn("s2", ["sleep", "30"], tmp_path / "log2", hostname=None)
-    try:
-        assert set(default.record.env) <= set(processes._INHERITED_ENV)
-        assert "PATH" in default.record.env and default.record.node is None
-    finally:
-        default.popen.kill()
-        default.popen.wait()

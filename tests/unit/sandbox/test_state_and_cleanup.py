@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.core.sandbox_contract import SandboxNode, SandboxProcess, SandboxState, read_state
+from gpufleet.core.sandbox_contract import Launch, SandboxNode, SandboxProcess, SandboxState, read_state
 from gpufleet.sandbox.down import all_stacks, plan_cleanup
 from gpufleet.sandbox.state import Recorder, existing, new_state
+
+_L = Launch(program=["true"], log="/dev/null")
 
 
 def test_recorder_writes_every_change_at_once(tmp_path: Path) -> None:
@@ -15,7 +17,7 @@ def test_recorder_writes_every_change_at_once(tmp_path: Path) -> None:
     rec.add_names("namespaces", ["gf-abc123-head", "gf-abc123-gpu-0"])
     rec.add_names("namespaces", ["gf-abc123-gpu-0", "gf-abc123-gpu-1"])  # no duplicates
     assert read_state("s1", tmp_path).namespaces == ["gf-abc123-head", "gf-abc123-gpu-0", "gf-abc123-gpu-1"]
-    rec.add_process(SandboxProcess(name="munged", pid=10, start_time=99))
+    rec.add_process(SandboxProcess(name="munged", pid=10, start_time=99, launch=_L))
     rec.update(phase="up", prometheus_url="http://127.0.0.1:1234")
     st = read_state("s1", tmp_path)
     assert (st.phase, st.prometheus_url, st.processes[0].name) == ("up", "http://127.0.0.1:1234", "munged")
@@ -68,9 +70,9 @@ def _crashed_state() -> SandboxState:
             ),
         ],
         processes=[
-            SandboxProcess(name="munged", pid=100, start_time=5),
-            SandboxProcess(name="prometheus", pid=101, start_time=6, netns="gf-abc123-head"),
-            SandboxProcess(name="slurmctld", pid=102, start_time=7, netns="gf-abc123-head"),
+            SandboxProcess(name="munged", pid=100, start_time=5, launch=_L),
+            SandboxProcess(name="prometheus", pid=101, start_time=6, netns="gf-abc123-head", launch=_L),
+            SandboxProcess(name="slurmctld", pid=102, start_time=7, netns="gf-abc123-head", launch=_L),
         ],
     )
 
