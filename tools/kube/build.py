@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Build the sandbox's Kubernetes programs from pinned Go modules, and generate its CRDs, once.
+
+    make kube-bins                                   # or: python3 tools/kube/build.py
+    python3 tools/kube/build.py --only kubernetes    # one component (repeatable; 'crds' too)
+    python3 tools/kube/build.py --print-paths        # JSON {program: path, "crds": {source: dir}}
+
+Versions: tools/kube/versions.toml, the one place (the Go modules under tools/kube/ pin the same
+versions in go.mod and go.sum; this script refuses to build when they disagree). Results go to a
+cache keyed by versions, ${GPUFLEET_GO_CACHE:-~/.cache/gpufleet/go}/<component>-<version>/bin/ and
+<cache>/crds/<source>-<version>/; each folder gets a stamp (.stamp.json) last, recording the
+inputs. A folder whose stamp matches the inputs is up to date and not rebuilt, so a warm cache
+makes this a no-op that starts no Go command. Go's own caches (GOMODCACHE, GOCACHE) stay where the
+go command keeps them, so a rebuild after a version change reuses what did not change.
+
+Programs: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w ...' with GOTOOLCHAIN=local (never
+download another Go) and -mod=readonly (go.sum decides). CRDs: controller-gen, built here first,
+runs over the Go API packages of each operator's module in the module cache (docs/kubernetes-
+sandbox.md, ADR 0032). Go builds run at nice 19 (--nice) so that tests sharing the machine keep a
+core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TOOLS.parents[1]))  # the repository root: run with any Python >= 3.11
+
+from gpufleet.core.errors import InputError  # noqa: E402
+from gpufleet.sandbox.kube.binaries import (  # noqa: E402
+    BUILD_COMMAND,
+    STAMP,
+    cache_root,
+    component_dir,
+    crd_dir,
+    kube_paths,
+)
+from gpufleet.sandbox.kube.versions import (  # noqa: E402
+    CRDS_GO_DIR,
+    Component,
+    CrdSource,
+    KubeVersions,
+    gomod_problems,
+    load_versions,
+)
+
+CRDS = "crds"
+CONTROLLER_GEN = "controller-gen"
+STAMP_FORMAT = 1
+GO_BUILD_FLAGS = ("-trimpath",)
+GO_LDFLAGS = ("-s", "-w")  # no symbol table, no DWARF: a third of the size
+
+
+class BuildError(RuntimeError):
+    """A step failed; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing to make: a component's programs or one CRD source's CRDs."""
+
+    name: str  # component name, or "crds/<source>"
+    out_dir: Path
+    inputs: dict[str, object]  # what the stamp records; a different value means rebuild
+
+
+@dataclass(frozen=True)
+class Go:
+    """How Go commands run here: their environment and niceness."""
+
+    env: dict[str, str]
+    nice: int
+
+    @classmethod
+    def from_environ(cls, nice: int) -> Go:
+        env = dict(os.environ)
+        env["CGO_ENABLED"] = "0"
+        env["GOTOOLCHAIN"] = "local"
+        # -mod=readonly: go.sum decides every module; -buildvcs=false: the programs do not carry the
+        # state of this repository's work tree (they are the same whatever else is edited here).
+        env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
+        return cls(env, nice)
+
+    def run(self, argv: Sequence[str], cwd: Path, what: str) -> str:
+        """Run a command at the configured niceness; its stderr passes through; stdout returned."""
+        full = ["nice", "-n", str(self.nice), *argv] if self.nice and shutil.which("nice") else list(argv)
+        proc = subprocess.run(full, cwd=cwd, env=self.env, stdout=subprocess.PIPE, text=True, check=False)
+        if proc.returncode != 0:
+            raise BuildError(f"{what} failed (exit {proc.returncode}): {' '.join(argv)} in {cwd}")
+        return proc.stdout
+
+    def version(self) -> str:
+        if shutil.which("go") is None:
+            raise BuildError("no `go` command on PATH: install Go (the machines have Go 1.26) and rerun")
+        return self.run(["go", "env", "GOVERSION"], TOOLS, "go env").strip()
+
+
+def file_digest(paths: Iterable[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def component_step(root: Path, comp: Component) -> Step:
+    go_dir = TOOLS / comp.go_dir
+    inputs: dict[str, object] = {
+        "format": STAMP_FORMAT,
+        "component": comp.name,
+        "module": comp.module,
+        "version": comp.version,
+        "binaries": dict(sorted(comp.binaries.items())),
+        "build_flags": [*GO_BUILD_FLAGS, "-ldflags", " ".join([*GO_LDFLAGS, *comp.ldflags()])],
+        "go_mod_sum": file_digest([go_dir / "go.mod", go_dir / "go.sum"]),
+    }
+    return Step(comp.name, component_dir(root, comp), inputs)
+
+
+def crd_step(root: Path, src: CrdSource, controller_gen: Component) -> Step:
+    inputs: dict[str, object] = {
+        "format": STAMP_FORMAT,
+        "source": src.name,
+        "module": src.module,
+        "version": src.version,
+        "packages": list(src.packages),
+        "options": src.options,
+        "controller_gen": controller_gen.version,
+        "go_mod_sum": file_digest([TOOLS / CRDS_GO_DIR / "go.mod", TOOLS / CRDS_GO_DIR / "go.sum"]),
+    }
+    return Step(f"{CRDS}/{src.name}", crd_dir(root, src), inputs)
+
+
+def up_to_date(step: Step, expected_files: Iterable[Path]) -> bool:
+    try:
+        stamp = json.loads((step.out_dir / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(stamp.get("inputs") == step.inputs and all(p.is_file() for p in expected_files))
+
+
+def write_stamp(step: Step, seconds: float, go_version: str, extra: dict[str, object]) -> None:
+    record = {"inputs": step.inputs, "go": go_version, "seconds": round(seconds, 1), **extra}
+    tmp = step.out_dir / (STAMP + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    tmp.replace(step.out_dir / STAMP)
+
+
+def replace_dir(staging: Path, final: Path) -> None:
+    """Swap a finished folder into place (the old one, if any, goes away after)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    old = final.with_name(final.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    staging.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def program_file(package: str) -> str:
+    """The file name go build gives a main package: its last path element, less a /vN suffix."""
+    parts = package.rstrip("/").split("/")
+    if len(parts) > 1 and re.fullmatch(r"v\d+", parts[-1]):
+        return parts[-2]
+    return parts[-1]
+
+
+def build_component(step: Step, comp: Component, go: Go, go_version: str) -> float:
+    """go build every program of the component into <out>/bin; returns the wall seconds."""
+    step.out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{step.out_dir.name}.", dir=step.out_dir.parent))
+    try:
+        (staging / "bin").mkdir()
+        started = time.monotonic()
+        # One go build for all the component's programs: they share most packages.
+        go.run(
+            [
+                "go",
+                "build",
+                *GO_BUILD_FLAGS,
+                "-ldflags",
+                " ".join([*GO_LDFLAGS, *comp.ldflags()]),
+                "-o",
+                str(staging / "bin") + os.sep,
+                *sorted(comp.binaries.values()),
+            ],
+            TOOLS / comp.go_dir,
+            f"building {comp.name} {comp.version}",
+        )
+        seconds = time.monotonic() - started
+        built = {p.name for p in (staging / "bin").iterdir()}
+        for program, package in comp.binaries.items():
+            produced = program_file(package)
+            if produced not in built:
+                raise BuildError(f"{comp.name}: go build made {sorted(built)}, not {produced} ({package})")
+            if produced != program:
+                (staging / "bin" / produced).rename(staging / "bin" / program)
+        sizes = {p.name: p.stat().st_size for p in sorted((staging / "bin").iterdir())}
+        write_stamp(Step(step.name, staging, step.inputs), seconds, go_version, {"sizes": sizes})
+        replace_dir(staging, step.out_dir)
+        return seconds
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def module_dir(module: str, version: str, go: Go) -> Path:
+    """The module's folder in the module cache, downloaded and checked against crds/go.sum."""
+    out = go.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        TOOLS / CRDS_GO_DIR,
+        f"downloading {module}@{version}",
+    )
+    info = json.loads(out)
+    if info.get("Error") or not info.get("Dir"):
+        raise BuildError(f"go mod download {module}@{version}: {info.get('Error')}")
+    return Path(info["Dir"])
+
+
+def generate_crds(step: Step, src: CrdSource, controller_gen: Path, go: Go, go_version: str) -> float:
+    """controller-gen over the module's API packages, in the module's own folder (its go.mod)."""
+    step.out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{step.out_dir.name}.", dir=step.out_dir.parent))
+    try:
+        started = time.monotonic()
+        mod_dir = module_dir(src.module, src.version, go)
+        go.run(
+            [
+                str(controller_gen),
+                src.options,
+                *(f"paths={p}" for p in src.packages),
+                f"output:crd:dir={staging}",
+            ],
+            mod_dir,
+            f"generating the CRDs of {src.name} {src.version}",
+        )
+        seconds = time.monotonic() - started
+        files = sorted(p.name for p in staging.glob("*.yaml"))
+        if not files:
+            raise BuildError(f"controller-gen made no CRD for {src.name} from {', '.join(src.packages)}")
+        write_stamp(Step(step.name, staging, step.inputs), seconds, go_version, {"files": files})
+        replace_dir(staging, step.out_dir)
+        return seconds
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def select(versions: KubeVersions, only: Sequence[str]) -> list[str]:
+    known = [*versions.names(), CRDS]
+    unknown = [o for o in only if o not in known]
+    if unknown:
+        raise BuildError(f"--only {', '.join(unknown)}: no such component (have: {', '.join(known)})")
+    return [n for n in known if not only or n in only]
+
+
+def build(versions: KubeVersions, root: Path, only: Sequence[str], force: bool, nice: int) -> int:
+    names = select(versions, only)
+    problems = gomod_problems(versions, lambda rel: (TOOLS / rel).read_text())
+    if problems:
+        raise BuildError(
+            "tools/kube/versions.toml and the Go modules disagree:\n"
+            + "\n".join(f"  tools/kube/{p}" for p in problems)
+        )
+    paths = kube_paths(versions, root)
+    gen = versions.component(CONTROLLER_GEN)
+    steps: list[tuple[Step, Component | CrdSource]] = []
+    for name in names:
+        if name == CRDS:
+            if CONTROLLER_GEN not in names:  # the CRDs need controller-gen: make sure it is there
+                steps.append((component_step(root, gen), gen))
+            steps += [(crd_step(root, src, gen), src) for src in versions.crds]
+        else:
+            comp = versions.component(name)
+            steps.append((component_step(root, comp), comp))
+
+    def expected(step: Step, what: Component | CrdSource) -> list[Path]:
+        if isinstance(what, Component):
+            return [paths.binaries[b] for b in what.binaries]
+        return []
+
+    todo = [(s, w) for s, w in steps if force or not up_to_date(s, expected(s, w))]
+    if not todo:
+        print(f"kube-bins: up to date ({', '.join(s.name for s, _ in steps)} in {root})")
+        return 0
+    go = Go.from_environ(nice)
+    gov = go.version()
+    total = time.monotonic()
+    for step, what in todo:
+        print(f"kube-bins: {step.name} {what.version} ...", flush=True)
+        if isinstance(what, Component):
+            seconds = build_component(step, what, go, gov)
+            sizes = json.loads((step.out_dir / STAMP).read_text())["sizes"]
+            detail = ", ".join(f"{b} {n / 2**20:.0f} MiB" for b, n in sizes.items())
+        else:
+            seconds = generate_crds(step, what, paths.binaries[CONTROLLER_GEN], go, gov)
+            detail = f"{len(list(step.out_dir.glob('*.yaml')))} CRD file(s)"
+        print(f"kube-bins: {step.name} {what.version} built in {seconds:.0f} s ({detail})", flush=True)
+    print(f"kube-bins: done in {time.monotonic() - total:.0f} s ({root})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="COMPONENT",
+        help="build only this component (repeatable): a [components] name or 'crds'",
+    )
+    parser.add_argument(
+        "--print-paths",
+        action="store_true",
+        help="print the JSON of every program's path and the CRD folders; build nothing",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even what is up to date")
+    parser.add_argument("--nice", type=int, default=19, help="niceness of the Go commands (default 19)")
+    parser.add_argument(
+        "--versions", type=Path, default=None, help="versions file (default tools/kube/versions.toml)"
+    )
+    args = parser.parse_args(argv)
+    root = cache_root()
+    try:
+        versions = load_versions() if args.versions is None else load_versions(args.versions)
+        if args.print_paths:
+            print(json.dumps(kube_paths(versions, root).as_json(), indent=2))
+            return 0
+        return build(versions, root, args.only, args.force, args.nice)
+    except InputError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 2
+    except BuildError as exc:
+        print(f"kube-bins: {exc}\n(rerun `{BUILD_COMMAND}` once fixed)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
