@@ -28,6 +28,7 @@ from typing import Any
 from chaoslib.types import Configuration, Experiment, Journal, Secrets
 
 from gpufleet.chaos import engine
+from gpufleet.chaos.settings import RUN_KEY
 
 logger = logging.getLogger("chaostoolkit")
 
@@ -55,8 +56,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     name = signal.Signals(signum).name
     logger.warning("gpufleet: %s received: reverting this run's faults", name)
     _revert_now(name)
-    for w in engine.RUN.watchers:
-        w.stop()
+    engine.run_of(_configuration).stop()
     # KeyboardInterrupt is the one exception chaoslib lets out of an activity and turns into an
     # "interrupted" run that still calls after_experiment_control.
     raise KeyboardInterrupt(name)
@@ -68,10 +68,12 @@ def configure_control(
     secrets: Secrets = None,
     **kwargs: Any,
 ) -> None:
+    title = (experiment or {}).get("title", "experiment")
+    # The run's id goes into the configuration dict every activity of this run is handed.
+    run = engine.new_run(str(title), configuration if isinstance(configuration, dict) else None)
     _configuration.clear()
     _configuration.update(configuration or {})
-    title = (experiment or {}).get("title", "experiment")
-    run = engine.new_run(str(title))
+    _configuration[RUN_KEY] = run.run_id
     stale = engine.ledger_pending_other_runs(_configuration, run.run_id)
     if stale:
         logger.warning(
@@ -115,8 +117,7 @@ def after_experiment_control(
     secrets: Secrets = None,
     **kwargs: Any,
 ) -> None:
-    for w in engine.RUN.watchers:
-        w.stop()
+    engine.run_of(_configuration).stop()
     _revert_now(f"end of experiment ({(state or {}).get('status', 'unknown')})")
 
 

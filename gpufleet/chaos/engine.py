@@ -23,7 +23,7 @@ from gpufleet.chaos.guard import blast_radius, production_gate, takes_node_down
 from gpufleet.chaos.ledger import FaultRecord, Ledger, RevertResult, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.chaos.selectors import IdleNode, NamedNode, parse_node_selector
-from gpufleet.chaos.settings import Settings, parse_settings
+from gpufleet.chaos.settings import RUN_KEY, Settings, parse_settings
 from gpufleet.chaos.watch import SchedulerWatcher
 from gpufleet.config import StackSpec, load_named_stack
 from gpufleet.core.errors import InputError
@@ -33,7 +33,8 @@ logger = logging.getLogger("chaostoolkit")
 
 @dataclass
 class RunState:
-    """What this process knows about the experiment it runs (one `chaos run` = one process)."""
+    """What one experiment run knows: its id (the ledger's run_id), its timelines, its scheduler
+    watcher. Passed to activities through their configuration (RUN_KEY), never a module global."""
 
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     started_at: float = field(default_factory=time.time)
@@ -42,16 +43,50 @@ class RunState:
     watchers: list[SchedulerWatcher] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
+    def stop(self) -> None:
+        for w in self.watchers:
+            w.stop()
 
-RUN = RunState()
+
+# Chaos Toolkit hands every control and activity of a run the same configuration dict: the run's id
+# travels in it, and the runs of this process are found by id.
+_RUNS: dict[str, RunState] = {}
+_RUNS_LOCK = threading.Lock()
 
 
-def new_run(experiment: str) -> RunState:
-    global RUN
-    for w in RUN.watchers:
-        w.stop()
-    RUN = RunState(experiment=experiment)
-    return RUN
+def new_run(experiment: str, configuration: dict[str, Any] | None = None) -> RunState:
+    """A new run, named in `configuration` (the gpufleet-safety control calls this first)."""
+    run = RunState(experiment=experiment)
+    with _RUNS_LOCK:
+        _RUNS[run.run_id] = run
+    if configuration is not None:
+        configuration[RUN_KEY] = run.run_id
+    return run
+
+
+def run_of(configuration: Configuration | None) -> RunState:
+    """The run `configuration` names. Without the control, the first activity starts an ad-hoc run
+    and names it in the same configuration dict, so the later activities share it."""
+    rid = (configuration or {}).get(RUN_KEY)
+    if rid is None:
+        run = new_run("adhoc")
+        if isinstance(configuration, dict):
+            configuration[RUN_KEY] = run.run_id
+        return run
+    with _RUNS_LOCK:
+        found = _RUNS.get(str(rid))
+    if found is None:
+        raise InvalidActivity(f"{RUN_KEY} {rid!r} names no run of this process (the control sets it; do not)")
+    return found
+
+
+def end_runs() -> None:
+    """Stop every run's watcher and forget the runs (tests; the end of a process needs nothing)."""
+    with _RUNS_LOCK:
+        runs = list(_RUNS.values())
+        _RUNS.clear()
+    for r in runs:
+        r.stop()
 
 
 @lru_cache(maxsize=8)
@@ -69,6 +104,7 @@ class Context:
     settings: Settings
     stack: StackSpec | None
     backend_name: str
+    run: RunState
 
     @property
     def ledger(self) -> Ledger:
@@ -141,7 +177,7 @@ def context(configuration: Configuration | None) -> Context:
         raise InvalidActivity(
             "set configuration gpufleet_backend (sandbox | slurm | kubernetes) or gpufleet_stack"
         )
-    return Context(s, stack, backend)
+    return Context(s, stack, backend, run_of(configuration))
 
 
 def injection_for(fault: Fault, backend: str) -> AnyInjection | None:
@@ -190,14 +226,14 @@ def check_blast_radius(
     )
 
 
-def ensure_watcher(backend: Backend) -> SchedulerWatcher:
+def ensure_watcher(run: RunState, backend: Backend) -> SchedulerWatcher:
     """The run's scheduler watcher, started (baseline sample first) before the first fault."""
-    with RUN.lock:
-        if not RUN.watchers:
+    with run.lock:
+        if not run.watchers:
             w = SchedulerWatcher(backend.node_states)
             w.start()
-            RUN.watchers.append(w)
-        watcher: SchedulerWatcher = RUN.watchers[0]
+            run.watchers.append(w)
+        watcher: SchedulerWatcher = run.watchers[0]
         return watcher
 
 
@@ -228,12 +264,12 @@ def execute(
         params=params,
         stack=ctx.settings.stack,
         fault_id=fault_id,
-        run_id=RUN.run_id,
+        run_id=ctx.run.run_id,
         dry_run=ctx.settings.dry_run,
     )
     ledger = ctx.ledger
     if not ctx.settings.dry_run:
-        ensure_watcher(backend)
+        ensure_watcher(ctx.run, backend)
     ledger.record(rec)
     out: dict[str, Any] = {
         "id": rec.id,
@@ -275,7 +311,7 @@ def revert(
     ledger = Ledger(s.ledger)
     ids = {
         r.id
-        for r in ledger.pending(RUN.run_id if this_run_only else None)
+        for r in ledger.pending(run_of(configuration).run_id if this_run_only else None)
         if (kinds is None or r.kind in kinds) and (node is None or r.target.get("node") == node)
     }
     return revert_pending(ledger, ROLLBACKS, only=ids)

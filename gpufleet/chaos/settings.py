@@ -44,7 +44,10 @@ CONFIG_KEYS: dict[str, str] = {
     "gpufleet_prometheus_url": "slurm/kubernetes: Prometheus base URL (the sandbox names its own)",
     "gpufleet_sandbox_root": "sandbox: state root (else $GPUFLEET_SANDBOX_ROOT, else "
     "/run/gpufleet/sandboxes)",
+    "gpufleet_run": "set by the run itself (the gpufleet-safety control, else the first activity): "
+    "this run's id in the ledger; do not set it",
 }
+RUN_KEY = "gpufleet_run"
 KNOWN_KEYS = frozenset(CONFIG_KEYS)
 
 
@@ -89,7 +92,11 @@ class Settings:
 def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
     """Validate the gpufleet_* keys; every problem at once (InvalidActivity)."""
     cfg = dict(configuration or {})
-    problems: list[str] = []
+    problems: list[str] = [
+        f"unknown key {k!r} (known: {', '.join(sorted(KNOWN_KEYS))})"
+        for k in sorted(cfg)
+        if k.startswith("gpufleet_") and k not in KNOWN_KEYS
+    ]
     backend = cfg.get("gpufleet_backend")
     if backend is not None and backend not in BACKENDS:
         problems.append(f"gpufleet_backend must be one of {', '.join(BACKENDS)} (got {backend!r})")

@@ -24,8 +24,8 @@ from gpufleet.chaos import prometheus
 from gpufleet.chaos.backends.base import Backend
 from gpufleet.chaos.ledger import Ledger, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
-from gpufleet.chaos.timeline import read_jsonl
 from gpufleet.core.slurm_state import NodeObs
+from gpufleet.core.training_events import read_events
 
 logger = logging.getLogger("chaostoolkit")
 
@@ -106,12 +106,11 @@ def _training(backend: Backend, now: float) -> tuple[float | None, int]:
     path = backend.workload_events()
     if path is None:
         return None, 0
-    steps = [e for e in read_jsonl(path) if e.get("event") == "step" and "t" in e]
+    steps = [e for e in read_events(path) if e.event == "step"]
     if not steps:
         return None, 0
     last = steps[-1]
-    inc = last.get("restart", 0)
-    return now - float(last["t"]), len({e.get("step") for e in steps if e.get("restart", 0) == inc})
+    return now - last.t, len({e.step for e in steps if e.restart == last.restart})
 
 
 def _alert_name(labels: dict[str, str]) -> str:

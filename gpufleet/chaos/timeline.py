@@ -4,14 +4,12 @@ workload/probes.py; everything here is tested on recorded inputs."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from gpufleet.chaos.ledger import FaultRecord
 from gpufleet.chaos.scheduler import Transition
+from gpufleet.core.training_events import TrainingEvent
 from gpufleet.slo import Event, EventKind, Timeline
 
 
@@ -25,45 +23,24 @@ class WorkloadFacts:
     restarted: bool
 
 
-def read_jsonl(path: str | Path, limit_bytes: int = 50_000_000) -> list[dict[str, Any]]:
-    """Training events (JSONL: {"t", "event", "step", "restart", "job_id", "node"}); torn lines skipped."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit_bytes)
-    except OSError:
-        return []
-    out = []
-    for raw in data.splitlines():
-        try:
-            ev = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(ev, dict) and "t" in ev:
-            out.append(ev)
-    return out
-
-
-def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in events if e.get("event") == "step" and e.get("step") is not None]
+def _steps(events: list[TrainingEvent]) -> list[TrainingEvent]:
+    return [e for e in events if e.event == "step" and e.step is not None]
 
 
 def _last_done_step(
-    events: list[dict[str, Any]], restart0: int | None, before: float, fallback: int | None
+    events: list[TrainingEvent], restart0: int | None, before: float, fallback: int | None
 ) -> int | None:
     """Last step the interrupted incarnation completed: step events are sampled (about one a second)
     but a checkpoint proves its step was done, so the later of the two counts."""
     done = [
-        int(e["step"])
+        e.step
         for e in events
-        if e.get("event") in ("step", "checkpoint")
-        and e.get("step") is not None
-        and int(e.get("restart", 0)) == restart0
-        and float(e["t"]) < before
+        if e.event in ("step", "checkpoint") and e.step is not None and e.restart == restart0 and e.t < before
     ]
     return max(done) if done else fallback
 
 
-def workload_facts(events: list[dict[str, Any]], t0: float, stall_seconds: float) -> WorkloadFacts:
+def workload_facts(events: list[TrainingEvent], t0: float, stall_seconds: float) -> WorkloadFacts:
     """What the workload did around a fault at t0.
 
     Restart path: the first "resume" (or "start") event after t0 with a higher restart count marks a
@@ -71,70 +48,53 @@ def workload_facts(events: list[dict[str, Any]], t0: float, stall_seconds: float
     resumed_from_step = the resume event's step. Without a restart, a gap between steps longer than
     `stall_seconds` after t0 is a stall (interrupted = step before it, resumed = step after it).
     """
-    events = sorted(events, key=lambda e: float(e["t"]))
+    events = sorted(events, key=lambda e: e.t)
     steps = _steps(events)
-    before = [e for e in steps if float(e["t"]) <= t0]
-    steps_at_fault = int(before[-1]["step"]) if before else None
-    restart0 = int(before[-1].get("restart", 0)) if before else None
-    ckpts = [
-        e
-        for e in events
-        if e.get("event") == "checkpoint" and float(e["t"]) <= t0 and e.get("step") is not None
-    ]
-    ckpt = int(ckpts[-1]["step"]) if ckpts else None
+    before = [e for e in steps if e.t <= t0]
+    steps_at_fault = before[-1].step if before else None
+    restart0 = before[-1].restart if before else None
+    ckpts = [e for e in events if e.event == "checkpoint" and e.t <= t0 and e.step is not None]
+    ckpt = ckpts[-1].step if ckpts else None
     restarts = [
         e
         for e in events
-        if e.get("event") in ("resume", "start")
-        and float(e["t"]) > t0
-        and (restart0 is None or int(e.get("restart", 0)) > restart0)
+        if e.event in ("resume", "start") and e.t > t0 and (restart0 is None or e.restart > restart0)
     ]
     if restarts:
         first = restarts[0]
-        old = [e for e in steps if int(e.get("restart", 0)) == restart0 and float(e["t"]) < float(first["t"])]
+        old = [e for e in steps if e.restart == restart0 and e.t < first.t]
         # The first step of ANY later incarnation: a restart that fails again before its first step
         # (e.g. requeued onto the same faulty node) does not count as resumed.
-        new = [
-            e
-            for e in steps
-            if float(e["t"]) > t0 and (restart0 is None or int(e.get("restart", 0)) > restart0)
-        ]
+        new = [e for e in steps if e.t > t0 and (restart0 is None or e.restart > restart0)]
         resumed = new[0] if new else None
-        rc = int(resumed.get("restart", 0)) if resumed else None
         # The "start" event carries no step; the "resume" event of the incarnation that made progress
         # names the checkpoint step it loaded (none: it started from scratch).
-        resume = next(
-            (
-                e
-                for e in events
-                if e.get("event") == "resume" and rc is not None and int(e.get("restart", 0)) == rc
-            ),
-            None,
-        )
+        rc = resumed.restart if resumed is not None else None
+        resume = next((e for e in events if e.event == "resume" and e.restart == rc), None)
         return WorkloadFacts(
-            interrupted_at=float(old[-1]["t"]) if old else None,
-            resumed_at=float(resumed["t"]) if resumed else None,
-            steps_at_fault=_last_done_step(events, restart0, float(first["t"]), steps_at_fault),
+            interrupted_at=old[-1].t if old else None,
+            resumed_at=resumed.t if resumed else None,
+            steps_at_fault=_last_done_step(events, restart0, first.t, steps_at_fault),
             checkpoint_step_at_fault=ckpt,
-            resumed_from_step=int(resume["step"]) if resume and resume.get("step") is not None else None,
+            resumed_from_step=resume.step if resume else None,
             restarted=True,
         )
     prev = before[-1] if before else None
     for e in steps:
-        if float(e["t"]) <= t0:
+        if e.t <= t0:
             continue
-        if prev is not None and float(e["t"]) - float(prev["t"]) > stall_seconds:
-            return WorkloadFacts(float(prev["t"]), float(e["t"]), steps_at_fault, ckpt, None, False)
+        if prev is not None and e.t - prev.t > stall_seconds:
+            return WorkloadFacts(prev.t, e.t, steps_at_fault, ckpt, None, False)
         prev = e
     # No restart and no finished stall (one still running is found by stalled_now).
     return WorkloadFacts(None, None, steps_at_fault, ckpt, None, False)
 
 
-def stalled_now(events: list[dict[str, Any]], now: float, stall_seconds: float) -> float | None:
+def stalled_now(events: list[TrainingEvent], now: float, stall_seconds: float) -> float | None:
     """Time of the last step when the workload has made none for `stall_seconds` (else None)."""
     steps = _steps(events)
-    if steps and now - float(steps[-1]["t"]) > stall_seconds:
-        return float(steps[-1]["t"])
+    if steps and now - steps[-1].t > stall_seconds:
+        return steps[-1].t
     return None
 
 
@@ -154,48 +114,54 @@ def unavailable_intervals(
     return out
 
 
-def workload_noticed(events: list[dict[str, Any]], t0: float) -> tuple[float, str] | None:
+def workload_noticed(events: list[TrainingEvent], t0: float) -> tuple[float, str] | None:
     """The job's own detection of a crashed rank: the first `error` (a peer's collective failed)
     or `exit` (by a signal: srun --kill-on-bad-exit ended the step) event after t0. A killed process
     has no hardware signal for monitoring to see; the job failing fast is how it is detected."""
-    for e in sorted(events, key=lambda e: float(e["t"])):
-        if float(e["t"]) < t0 or e.get("event") not in ("error", "exit"):
+    for e in sorted(events, key=lambda e: e.t):
+        if e.t < t0 or e.event not in ("error", "exit"):
             continue
-        if e.get("event") == "exit" and e.get("reason") == "finished":
+        if e.event == "exit" and e.reason == "finished":
             continue
-        what = str(e.get("message") or e.get("reason") or e.get("event"))[:120]
-        return float(e["t"]), f"rank {e.get('rank')} on {e.get('node')}: {what}"
+        what = str(e.message or e.reason or e.event)[:120]
+        return e.t, f"rank {e.rank} on {e.node}: {what}"
     return None
 
 
-def build_timeline(
-    experiment: str,
-    fault_id: str,
-    fault_class: str,
-    records: list[FaultRecord],
-    reverted_at: dict[str, float],
-    window: tuple[float, float],
-    alert_name: str | None,
-    alert_first_firing: float | None,
-    health_detected: tuple[float, str] | None,
-    nodes: set[str],
-    baseline: dict[str, bool],
-    transitions: list[Transition],
-    workload: WorkloadFacts | None,
-    nodes_total: int | None,
-    workload_detected: tuple[float, str] | None = None,
-) -> Timeline:
+@dataclass(frozen=True)
+class TimelineInputs:
+    """Everything one recovery timeline is built from, gathered by the probe (I/O) and read by
+    build_timeline (pure)."""
+
+    experiment: str
+    fault_id: str
+    fault_class: str
+    records: list[FaultRecord]  # this run's faults, from the ledger
+    reverted_at: dict[str, float]  # ledger id -> when its rollback ran
+    window: tuple[float, float]
+    alert_name: str | None
+    alert_first_firing: float | None
+    health_detected: tuple[float, str] | None  # the scheduler noticing a target node
+    nodes: set[str]  # the faulted nodes
+    baseline: dict[str, bool]  # schedulable per node before the first fault
+    transitions: list[Transition]
+    workload: WorkloadFacts | None
+    nodes_total: int | None
+    workload_detected: tuple[float, str] | None = None  # the job failing fast (a killed rank)
+
+
+def build_timeline(i: TimelineInputs) -> Timeline:
     ev: list[Event] = []
-    if workload_detected is not None:
+    if i.workload_detected is not None:
         ev.append(
             Event(
                 kind=EventKind.DETECTED,
-                at=workload_detected[0],
+                at=i.workload_detected[0],
                 source="workload",
-                detail=workload_detected[1],
+                detail=i.workload_detected[1],
             )
         )
-    for r in records:
+    for r in i.records:
         node = r.target.get("node")
         ev.append(
             Event(
@@ -206,37 +172,37 @@ def build_timeline(
                 detail=f"{r.kind} {r.target} (ledger {r.id})",
             )
         )
-        if r.id in reverted_at:
+        if r.id in i.reverted_at:
             ev.append(
                 Event(
                     kind=EventKind.REVERTED,
-                    at=reverted_at[r.id],
+                    at=i.reverted_at[r.id],
                     source="ledger",
                     node=node,
                     detail=f"rollback {r.rollback.name}",
                 )
             )
-    if alert_first_firing is not None and alert_name:
+    if i.alert_first_firing is not None and i.alert_name:
         ev.append(
             Event(
                 kind=EventKind.DETECTED,
-                at=alert_first_firing,
-                source=f"prometheus:{alert_name}",
+                at=i.alert_first_firing,
+                source=f"prometheus:{i.alert_name}",
                 detail="first firing sample of ALERTS",
             )
         )
-    if health_detected is not None:
+    if i.health_detected is not None:
         ev.append(
             Event(
                 kind=EventKind.DETECTED,
-                at=health_detected[0],
+                at=i.health_detected[0],
                 source="health-check",
-                detail=health_detected[1],
+                detail=i.health_detected[1],
             )
         )
-    t0 = min((r.at for r in records), default=window[0])
-    for t in transitions:
-        if t.node not in nodes or t.at < t0:
+    t0 = min((r.at for r in i.records), default=i.window[0])
+    for t in i.transitions:
+        if t.node not in i.nodes or t.at < t0:
             continue
         if not t.schedulable:
             # Slurm's reason time (1 s resolution) is when the drain was set; the poll saw it later.
@@ -261,35 +227,35 @@ def build_timeline(
                 )
             )
     tl = Timeline(
-        experiment=experiment,
-        fault_id=fault_id,
-        fault_class=fault_class,
-        window_start=window[0],
-        window_end=window[1],
-        nodes_total=nodes_total,
-        nodes_unavailable=unavailable_intervals(baseline, transitions, window),
+        experiment=i.experiment,
+        fault_id=i.fault_id,
+        fault_class=i.fault_class,
+        window_start=i.window[0],
+        window_end=i.window[1],
+        nodes_total=i.nodes_total,
+        nodes_unavailable=unavailable_intervals(i.baseline, i.transitions, i.window),
     )
-    if workload is not None:
-        if workload.interrupted_at is not None:
+    if i.workload is not None:
+        if i.workload.interrupted_at is not None:
             ev.append(
                 Event(
                     kind=EventKind.INTERRUPTED,
-                    at=max(workload.interrupted_at, t0),
+                    at=max(i.workload.interrupted_at, t0),
                     source="workload",
-                    detail=f"last step before the stall at {workload.interrupted_at:.3f}",
+                    detail=f"last step before the stall at {i.workload.interrupted_at:.3f}",
                 )
             )
-        if workload.resumed_at is not None:
+        if i.workload.resumed_at is not None:
             ev.append(
                 Event(
                     kind=EventKind.RESUMED,
-                    at=workload.resumed_at,
+                    at=i.workload.resumed_at,
                     source="workload",
-                    detail="first step after restart" if workload.restarted else "first step after stall",
+                    detail="first step after restart" if i.workload.restarted else "first step after stall",
                 )
             )
-        tl.steps_at_fault = workload.steps_at_fault
-        tl.checkpoint_step_at_fault = workload.checkpoint_step_at_fault
-        tl.resumed_from_step = workload.resumed_from_step
+        tl.steps_at_fault = i.workload.steps_at_fault
+        tl.checkpoint_step_at_fault = i.workload.checkpoint_step_at_fault
+        tl.resumed_from_step = i.workload.resumed_from_step
     tl.events = sorted(ev, key=lambda e: e.at)
     return tl

@@ -3,12 +3,11 @@ submits it to the sandbox's Slurm, and its progress read from the events file it
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from gpufleet.core.training_events import TrainingEvent, read_events
 from gpufleet.sandbox.layout import Layout
 from gpufleet.sandbox.processes import Started, spawn
 
@@ -115,21 +114,9 @@ class Progress:
     last_t: float | None
 
 
-def parse_events(lines: list[str]) -> list[dict[str, Any]]:
-    out = []
-    for line in lines:
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue  # a line being appended right now
-        if isinstance(ev, dict):
-            out.append(ev)
-    return out
-
-
-def progress(events: list[dict[str, Any]]) -> Progress:
-    steps = [(float(e.get("t", 0)), int(e["step"])) for e in events if isinstance(e.get("step"), int)]
-    restarts = max((int(e.get("restart", 0)) for e in events if isinstance(e.get("restart"), int)), default=0)
+def progress(events: list[TrainingEvent]) -> Progress:
+    steps = [(e.t, e.step) for e in events if e.step is not None]
+    restarts = max((e.restart for e in events), default=0)
     return Progress(
         max_step=max((s for _, s in steps), default=-1),
         steps_seen=len({s for _, s in steps}),
@@ -140,11 +127,7 @@ def progress(events: list[dict[str, Any]]) -> Progress:
 
 
 def read_progress(path: Path) -> Progress:
-    try:
-        text = path.read_text()
-    except OSError:
-        return progress([])
-    return progress(parse_events(text.splitlines()))
+    return progress(read_events(path))
 
 
 def progressing(p: Progress) -> bool:

@@ -12,12 +12,14 @@ from chaoslib.types import Configuration, Secrets
 
 from gpufleet.chaos import engine, prometheus
 from gpufleet.chaos.timeline import (
+    TimelineInputs,
+    WorkloadFacts,
     build_timeline,
-    read_jsonl,
     stalled_now,
     workload_facts,
     workload_noticed,
 )
+from gpufleet.core.training_events import read_events
 from gpufleet.slo import EventKind, RunInputs, Timeline, judge_run
 
 __all__ = ["capacity_during_fault", "recovery_timeline", "recovery_within_budget", "training_progressing"]
@@ -63,24 +65,22 @@ def _event_step_rate(path: str, window_seconds: float) -> float:
     deadline = time.monotonic() + window_seconds
     while True:
         now = time.time()
-        steps = [
-            e for e in read_jsonl(path) if e.get("event") == "step" and float(e["t"]) >= now - window_seconds
-        ]
+        since = now - window_seconds
+        steps = [e for e in read_events(path) if e.event == "step" and e.step is not None and e.t >= since]
         if steps:
-            last = int(steps[-1].get("restart", 0))
-            steps = [e for e in steps if int(e.get("restart", 0)) == last]
-        span = float(steps[-1]["t"]) - float(steps[0]["t"]) if len(steps) >= 2 else 0.0
-        stale = not steps or now - float(steps[-1]["t"]) > window_seconds / 2
+            steps = [e for e in steps if e.restart == steps[-1].restart]
+        span = steps[-1].t - steps[0].t if len(steps) >= 2 else 0.0
+        stale = not steps or now - steps[-1].t > window_seconds / 2
         if (span >= window_seconds / 2 and not stale) or time.monotonic() >= deadline:
             break
         time.sleep(1.0)
     if len(steps) < 2 or stale or span <= 0:
         return 0.0
-    return (int(steps[-1]["step"]) - int(steps[0]["step"])) / span
+    return ((steps[-1].step or 0) - (steps[0].step or 0)) / span
 
 
 def _run_records(ctx: engine.Context) -> list[Any]:
-    return [r for r in ctx.ledger.records() if r.run_id == engine.RUN.run_id and not r.dry_run]
+    return [r for r in ctx.ledger.records() if r.run_id == ctx.run.run_id and not r.dry_run]
 
 
 def recovery_timeline(
@@ -126,30 +126,30 @@ def recovery_timeline(
     if fault_class is None:
         raise InvalidActivity(f"fault class unknown for {fid}: set configuration gpufleet_fault_class")
     targets = set(nodes or [str(r.target["node"]) for r in records if r.target.get("node")])
-    watcher = engine.ensure_watcher(backend)
+    run = ctx.run
+    watcher = engine.ensure_watcher(run, backend)
     t0 = min(r.at for r in records)
     crash_fault = any(r.kind == "kill-rank" for r in records)
     url = backend.prometheus_url()
     events_path = backend.workload_events()
     deadline = time.monotonic() + max(0.0, timeout_seconds)
 
-    def gather(now: float) -> Timeline:
+    def gather(now: float) -> TimelineInputs:
         first_fire = None
         if url and alert:
             try:
                 first_fire = prometheus.alert_firing_since(url, alert, t0 - 1, now, 1.0)
             except ActivityFailed as e:
                 logger.warning("alert source unreadable: %s", e)
-        events = read_jsonl(events_path) if events_path else None
+        events = read_events(events_path) if events_path else None
         facts = workload_facts(events, t0, stall_seconds) if events is not None else None
         if facts is not None and facts.interrupted_at is None and events is not None:
             st = stalled_now(events, now, stall_seconds)
             if st is not None and st >= t0 - stall_seconds:
-                facts = type(facts)(
+                facts = WorkloadFacts(
                     st, None, facts.steps_at_fault, facts.checkpoint_step_at_fault, None, False
                 )
         led = ctx.ledger
-        reverted = {r.id: t for r in records if (t := led.reverted_at(r.id)) is not None}
         health = None
         for tr in watcher.transitions():
             # The scheduler noticing the node (not responding, or drained by the health check with
@@ -161,31 +161,32 @@ def recovery_timeline(
                     f"scheduler: {tr.node} {tr.state} {tr.reason}".strip(),
                 )
                 break
-        total = (
+        snapshot = watcher.snapshot()
+        total_nodes = (
             sum(p.total_nodes for p in ctx.stack.node_pools) if ctx.stack else len(watcher.baseline()) or None
         )
-        return build_timeline(
-            experiment or engine.RUN.experiment,
-            fid,
-            fault_class,
-            records,
-            reverted,
-            (min(watcher.snapshot()[0][0] if watcher.snapshot() else t0, t0), now),
-            alert,
-            first_fire,
-            health,
-            targets,
-            watcher.baseline(),
-            watcher.transitions(),
-            facts,
-            total,
+        return TimelineInputs(
+            experiment=experiment or run.experiment,
+            fault_id=fid,
+            fault_class=fault_class,
+            records=records,
+            reverted_at={r.id: t for r in records if (t := led.reverted_at(r.id)) is not None},
+            window=(min(snapshot[0][0] if snapshot else t0, t0), now),
+            alert_name=alert,
+            alert_first_firing=first_fire,
+            health_detected=health,
+            nodes=targets,
+            baseline=watcher.baseline(),
+            transitions=watcher.transitions(),
+            workload=facts,
+            nodes_total=total_nodes,
             # A killed rank (kill-rank) has no hardware signal: the job failing fast detects it.
-            workload_noticed(events, t0) if events is not None and crash_fault else None,
+            workload_detected=workload_noticed(events, t0) if events is not None and crash_fault else None,
         )
 
     while True:
         now = time.time()
-        tl = gather(now)
+        tl = build_timeline(gather(now))
         have = {e.kind.value for e in tl.events}
         if "returned" in wait:
             latest = watcher.latest()
@@ -195,7 +196,7 @@ def recovery_timeline(
                 have.discard("returned")
         if "settled" in wait:
             have.discard("settled")
-            evs = read_jsonl(events_path) if events_path else None
+            evs = read_events(events_path) if events_path else None
             if (
                 evs is not None
                 and ("interrupted" not in have or "resumed" in have)
@@ -209,8 +210,8 @@ def recovery_timeline(
     if missing:
         logger.warning("recovery_timeline: still waiting for %s after %g s", missing, timeout_seconds)
     doc = tl.model_dump(mode="json")
-    with engine.RUN.lock:
-        engine.RUN.timelines.append(doc)
+    with run.lock:
+        run.timelines.append(doc)
     return doc
 
 
@@ -232,8 +233,8 @@ def recovery_within_budget(
         if value is not None and not isinstance(value, bool):
             raise InvalidActivity(f"{name} must be true, false or null (the fault class's default)")
     ctx = engine.context(configuration)
-    with engine.RUN.lock:
-        tl_doc = engine.RUN.timelines[-1] if engine.RUN.timelines else None
+    with ctx.run.lock:
+        tl_doc = ctx.run.timelines[-1] if ctx.run.timelines else None
     if tl_doc is None:
         if not _run_records(ctx):
             return True
@@ -258,8 +259,8 @@ def capacity_during_fault(configuration: Configuration = None, secrets: Secrets 
     """From this run's latest timeline: nodes in the cluster, most nodes unavailable at once, and
     whether capacity was degraded (fewer schedulable nodes than the pools' non-spare node count)."""
     ctx = engine.context(configuration)
-    with engine.RUN.lock:
-        tl_doc = engine.RUN.timelines[-1] if engine.RUN.timelines else None
+    with ctx.run.lock:
+        tl_doc = ctx.run.timelines[-1] if ctx.run.timelines else None
     if tl_doc is None or ctx.stack is None:
         raise ActivityFailed("no timeline or no stack: capacity unknown")
     tl = Timeline.model_validate(tl_doc)

@@ -19,7 +19,6 @@ status file. SIGHUP resets the budget (the game-day's healing uses it). The stat
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -37,6 +36,7 @@ from gpufleet.core.sandbox_contract import (
     read_controller_status,
     write_controller_status,
 )
+from gpufleet.core.training_events import TrainingEvent, read_events
 
 # Slurm job states (squeue(1), "JOB STATE CODES") in which the job may still run or is running.
 ACTIVE_STATES = frozenset({
@@ -111,9 +111,9 @@ def decide(
     return Decision("submit", f"job {status.job_id} ended {state or '(purged)'}")
 
 
-def fast_failures(events: list[dict[str, object]], current: int) -> int:
+def fast_failures(events: list[TrainingEvent], current: int) -> int:
     """How many incarnations in a row, ending with `current`, made no step (pure)."""
-    stepped = {e.get("restart") for e in events if e.get("event") == "step"}
+    stepped = {e.restart for e in events if e.event == "step"}
     n = 0
     for inc in range(current, -1, -1):
         if inc in stepped:
@@ -163,20 +163,8 @@ class Controller:
             raise RuntimeError(f"sbatch failed: {res.stderr.strip()}")
         return res.stdout.strip().split(";")[0]
 
-    def events(self) -> list[dict[str, object]]:
-        try:
-            lines = Path(self.cfg.events_file).read_text().splitlines()
-        except OSError:
-            return []
-        out = []
-        for line in lines:
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
-                out.append(doc)
-        return out
+    def events(self) -> list[TrainingEvent]:
+        return read_events(self.cfg.events_file)
 
     def step(self, now: float) -> Decision:
         s = self.status

@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-EVENTS = ("start", "step", "checkpoint", "checkpoint_failed", "resume", "exit", "error")
+from gpufleet.core.training_events import EventName, TrainingEvent
 
 
 def gpu_fault(doc: Any, gpus: int | Iterable[int], started_at: float | None = None) -> str | None:
@@ -83,12 +83,10 @@ class EventContext:
     rank: int
 
 
-def event_line(ctx: EventContext, event: str, step: int | None, t: float, **extra: Any) -> str:
-    if event not in EVENTS:
-        raise ValueError(f"unknown event {event!r}")
-    doc = {"t": round(t, 3), "event": event, "step": step, "restart": ctx.restart, "job_id": ctx.job_id,
-           "node": ctx.node, "rank": ctx.rank, **extra}
-    return json.dumps(doc, sort_keys=True) + "\n"
+def event_line(ctx: EventContext, event: EventName, step: int | None, t: float, **extra: Any) -> str:
+    """One line of the events file (the model refuses an unknown event or detail)."""
+    return TrainingEvent(t=round(t, 3), event=event, step=step, restart=ctx.restart, job_id=ctx.job_id,
+                         node=ctx.node, rank=ctx.rank, **extra).line()
 
 
 class EventLog:
@@ -99,7 +97,7 @@ class EventLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._last_step_t: float | None = None
 
-    def emit(self, event: str, step: int | None, **extra: Any) -> None:
+    def emit(self, event: EventName, step: int | None, **extra: Any) -> None:
         t = time.time()
         line = event_line(self.ctx, event, step, t, **extra)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -18,9 +18,9 @@ from gpufleet.chaos import engine
 def _fresh_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test: its own ledger and a new run id."""
     monkeypatch.setenv("GPUFLEET_LEDGER", str(tmp_path / "ledger" / "faults.jsonl"))
-    engine.new_run("unit")
+    engine.end_runs()
     yield
-    engine.new_run("unit")
+    engine.end_runs()
 
 
 class FakeApiServer:
@@ -75,5 +75,5 @@ class FakeApiServer:
 def api_server() -> Iterator[FakeApiServer]:
     s = FakeApiServer()
     yield s
-    engine.new_run("unit")  # stop the scheduler watcher before its server goes away
+    engine.end_runs()  # stop the scheduler watcher before its server goes away
     s.close()

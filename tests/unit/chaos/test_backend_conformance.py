@@ -215,7 +215,7 @@ class _Failing(Backend):
 
 def _ctx(tmp_path: Path) -> engine.Context:
     settings = parse_settings({"gpufleet_ledger": str(tmp_path / "faults.jsonl")})
-    return engine.Context(settings, None, "sandbox")
+    return engine.Context(settings, None, "sandbox", engine.RunState(experiment="t"))
 
 
 @pytest.mark.parametrize(("error", "raised"), [

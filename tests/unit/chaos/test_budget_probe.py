@@ -19,15 +19,15 @@ TIMELINE = Path(__file__).parents[1] / "slo" / "fixtures" / "gpu_fatal_recovered
 
 
 @pytest.fixture
-def run_with_timeline(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def run_with_timeline() -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(TIMELINE.read_text())
-    monkeypatch.setattr(engine, "RUN", engine.RunState(experiment="t"))
-    engine.RUN.timelines.append(doc)
     return doc
 
 
 def _judge(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], **args: Any) -> bool:
-    ctx = SimpleNamespace(settings=parse_settings(config), stack=None)
+    run = engine.RunState(experiment="t")
+    run.timelines.append(json.loads(TIMELINE.read_text()))
+    ctx = SimpleNamespace(settings=parse_settings(config), stack=None, run=run)
     monkeypatch.setattr(engine, "context", lambda configuration: ctx)
     return probes.recovery_within_budget(configuration=config, **args)
 

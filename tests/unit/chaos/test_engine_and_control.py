@@ -114,7 +114,7 @@ def test_sigterm_reverts_this_runs_faults_then_interrupts(
                 backend="sandbox",
                 target={},
                 rollback=Rollback("test.touch", {"n": 1}),
-                run_id=engine.RUN.run_id,
+                run_id=engine.run_of(cfg).run_id,
             )
         )
         led.record(
@@ -149,7 +149,7 @@ def test_after_experiment_reverts_even_a_failed_run(tmp_path: Path, monkeypatch:
                 backend="sandbox",
                 target={},
                 rollback=Rollback("test.touch", {"n": 7}),
-                run_id=engine.RUN.run_id,
+                run_id=engine.run_of(cfg).run_id,
             )
         )
         control.after_experiment_control(context={}, state={"status": "failed"}, configuration=cfg)

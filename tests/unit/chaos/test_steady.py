@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from gpufleet.chaos import steady
 from gpufleet.chaos.backends.base import Backend
 from gpufleet.chaos.ledger import FaultRecord, Ledger, Rollback
 from gpufleet.core.slurm_state import NodeObs
+from gpufleet.core.training_events import TrainingEvent
 
 
 def node(name: str, state: str = "idle", reason: str = "") -> NodeObs:
@@ -97,7 +97,8 @@ class FakeBackend(Backend):
         self.world["job"] = True
         now = time.time()
         self.events.write_text("".join(
-            json.dumps({"event": "step", "step": s, "restart": 1, "t": now}) + "\n" for s in (1, 2, 3)
+            TrainingEvent(event="step", step=s, restart=1, t=now, job_id=2, node="gpu-0", rank=0).line()
+            for s in (1, 2, 3)
         ))
         return "asked for a job"
 

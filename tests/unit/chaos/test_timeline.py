@@ -1,24 +1,31 @@
 """Timeline building from recorded inputs, and its measurement by gpufleet.slo."""
 
+from typing import Any
+
 from gpufleet.chaos.ledger import FaultRecord, Rollback
 from gpufleet.chaos.scheduler import transitions
-from gpufleet.chaos.timeline import build_timeline, unavailable_intervals, workload_facts
+from gpufleet.chaos.timeline import TimelineInputs, build_timeline, unavailable_intervals, workload_facts
 from gpufleet.core.slurm_state import NodeObs, parse_sinfo, schedulable
+from gpufleet.core.training_events import TrainingEvent
 from gpufleet.slo import Budget, EventKind, judge, measure
 
 T0 = 1000.0
 
 
-def _events() -> list[dict[str, object]]:
-    ev: list[dict[str, object]] = [{"t": T0 - 30, "event": "start", "step": None, "restart": 0}]
-    ev += [{"t": T0 - 20 + i, "event": "step", "step": 100 + 10 * i, "restart": 0} for i in range(21)]
-    ev += [{"t": T0 - 5, "event": "checkpoint", "step": 240, "restart": 0}]
+def E(**fields: Any) -> TrainingEvent:
+    return TrainingEvent(**{"restart": 0, "job_id": 1, "node": "gpu-0", "rank": 0, **fields})
+
+
+def _events() -> list[TrainingEvent]:
+    ev: list[TrainingEvent] = [E(t=T0 - 30, event="start", step=None, restart=0)]
+    ev += [E(t=T0 - 20 + i, event="step", step=100 + 10 * i, restart=0) for i in range(21)]
+    ev += [E(t=T0 - 5, event="checkpoint", step=240, restart=0)]
     # fault at T0; old incarnation's last step at T0 + 0; restart 1 starts at T0 + 25
     ev += [
-        {"t": T0 + 25, "event": "start", "step": None, "restart": 1},
-        {"t": T0 + 27, "event": "resume", "step": 240, "restart": 1},
-        {"t": T0 + 28.5, "event": "step", "step": 241, "restart": 1},
-        {"t": T0 + 30, "event": "step", "step": 250, "restart": 1},
+        E(t=T0 + 25, event="start", step=None, restart=1),
+        E(t=T0 + 27, event="resume", step=240, restart=1),
+        E(t=T0 + 28.5, event="step", step=241, restart=1),
+        E(t=T0 + 30, event="step", step=250, restart=1),
     ]
     return ev
 
@@ -34,14 +41,14 @@ def test_workload_facts_after_a_restart() -> None:
 
 
 def test_workload_facts_stall_without_restart() -> None:
-    ev = [{"t": T0 - 1 + i, "event": "step", "step": i, "restart": 0} for i in range(3)]
-    ev += [{"t": T0 + 12, "event": "step", "step": 3, "restart": 0}]
+    ev = [E(t=T0 - 1 + i, event="step", step=i, restart=0) for i in range(3)]
+    ev += [E(t=T0 + 12, event="step", step=3, restart=0)]
     f = workload_facts(ev, T0, stall_seconds=3)
     assert (f.interrupted_at, f.resumed_at, f.restarted) == (T0 + 1, T0 + 12, False)
 
 
 def test_workload_not_interrupted() -> None:
-    ev = [{"t": T0 - 5 + i, "event": "step", "step": i, "restart": 0} for i in range(20)]
+    ev = [E(t=T0 - 5 + i, event="step", step=i, restart=0) for i in range(20)]
     f = workload_facts(ev, T0, stall_seconds=3)
     assert f.interrupted_at is None and f.resumed_at is None and f.steps_at_fault == 5
 
@@ -89,20 +96,22 @@ def test_timeline_end_to_end_from_recorded_inputs() -> None:
         at=T0,
     )
     tl = build_timeline(
-        "xid79",
-        "gpu-xid-79",
-        "gpu-fatal",
-        [rec],
-        {rec.id: T0 + 45},
-        (T0 - 1, T0 + 60),
-        "GpuFallenOffBus",
-        T0 + 3.0,
-        None,
-        {"gpu-0"},
-        {"gpu-0": True, "gpu-1": True},
-        trans,
-        workload_facts(_events(), T0, 3),
-        nodes_total=5,
+        TimelineInputs(
+            experiment="xid79",
+            fault_id="gpu-xid-79",
+            fault_class="gpu-fatal",
+            records=[rec],
+            reverted_at={rec.id: T0 + 45},
+            window=(T0 - 1, T0 + 60),
+            alert_name="GpuFallenOffBus",
+            alert_first_firing=T0 + 3.0,
+            health_detected=None,
+            nodes={"gpu-0"},
+            baseline={"gpu-0": True, "gpu-1": True},
+            transitions=trans,
+            workload=workload_facts(_events(), T0, 3),
+            nodes_total=5,
+        )
     )
     kinds = [(e.kind, e.at) for e in tl.events]
     assert (EventKind.INJECTED, T0) in kinds
@@ -127,17 +136,17 @@ def test_unavailable_intervals_open_at_the_end() -> None:
 
 
 def test_a_restart_that_fails_before_its_first_step_is_not_a_resume() -> None:
-    ev: list[dict[str, object]] = [
-        {"t": T0 - 1, "event": "step", "step": 50, "restart": 0},
-        {"t": T0 - 0.5, "event": "checkpoint", "step": 52, "restart": 0},
+    ev: list[TrainingEvent] = [
+        E(t=T0 - 1, event="step", step=50, restart=0),
+        E(t=T0 - 0.5, event="checkpoint", step=52, restart=0),
     ]
     ev += [
-        {"t": T0 + 20, "event": "start", "step": None, "restart": 1},
-        {"t": T0 + 40, "event": "resume", "step": 52, "restart": 1},
-        {"t": T0 + 41, "event": "error", "step": 52, "restart": 1},  # requeued onto the faulty node
-        {"t": T0 + 70, "event": "start", "step": None, "restart": 2},
-        {"t": T0 + 90, "event": "resume", "step": 52, "restart": 2},
-        {"t": T0 + 91, "event": "step", "step": 53, "restart": 2},
+        E(t=T0 + 20, event="start", step=None, restart=1),
+        E(t=T0 + 40, event="resume", step=52, restart=1),
+        E(t=T0 + 41, event="error", step=52, restart=1),  # requeued onto the faulty node
+        E(t=T0 + 70, event="start", step=None, restart=2),
+        E(t=T0 + 90, event="resume", step=52, restart=2),
+        E(t=T0 + 91, event="step", step=53, restart=2),
     ]
     f = workload_facts(ev, T0, stall_seconds=3)
     assert f.resumed_at == T0 + 91 and f.resumed_from_step == 52
@@ -149,11 +158,11 @@ def test_a_killed_rank_is_detected_by_the_job_failing() -> None:
     from gpufleet.chaos.timeline import workload_noticed
 
     events = [
-        {"t": 99.0, "event": "exit", "reason": "finished", "rank": 1, "node": "gpu-1"},
-        {"t": 100.5, "event": "step", "step": 10, "restart": 0},
-        {"t": 101.2, "event": "error", "rank": 1, "node": "gpu-1",
-         "message": "RuntimeError: Connection closed"},
-        {"t": 101.4, "event": "exit", "rank": 1, "node": "gpu-1", "reason": "signal SIGTERM"},
+        E(t=99.0, event="exit", reason="finished", rank=1, node="gpu-1"),
+        E(t=100.5, event="step", step=10, restart=0),
+        E(t=101.2, event="error", rank=1, node="gpu-1",
+         message="RuntimeError: Connection closed"),
+        E(t=101.4, event="exit", rank=1, node="gpu-1", reason="signal SIGTERM"),
     ]
     assert workload_noticed(events, 100.0) == (101.2, "rank 1 on gpu-1: RuntimeError: Connection closed")
     assert workload_noticed(events[:2], 100.0) is None  # a finished job detects nothing

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from gpufleet.core.sandbox_contract import ControllerStatus, Restart, read_controller_status
+from gpufleet.core.training_events import EventName, TrainingEvent
 from gpufleet.sandbox.training.autoresume import (
     Controller,
     ControllerConfig,
@@ -48,10 +48,12 @@ def test_backoff_doubles_for_each_incarnation_that_made_no_step() -> None:
 
 
 def test_fast_failures_counts_back_to_the_last_incarnation_that_stepped() -> None:
-    ev: list[dict[str, object]] = [{"event": "step", "restart": 0}, {"event": "start", "restart": 1},
-                                   {"event": "start", "restart": 2}]
-    assert fast_failures(ev, 2) == 2
-    assert fast_failures([*ev, {"event": "step", "restart": 2}], 2) == 0
+    def ev(event: EventName, restart: int) -> TrainingEvent:
+        return TrainingEvent(t=1.0, event=event, step=1, restart=restart, job_id=1, node="n", rank=0)
+
+    events = [ev("step", 0), ev("start", 1), ev("start", 2)]
+    assert fast_failures(events, 2) == 2
+    assert fast_failures([*events, ev("step", 2)], 2) == 0
 
 
 def test_decide(tmp_path: Path) -> None:
@@ -111,7 +113,9 @@ def test_controller_submits_a_new_job_per_incarnation(tmp_path: Path, fake_slurm
     assert (ctl.status.incarnation, ctl.status.job_id) == (1, "2")
     (d / "2.state").unlink()  # purged: Slurm no longer knows it
     assert ctl.step(2.0).kind == "wait"
-    (tmp_path / "events.jsonl").write_text(json.dumps({"event": "step", "restart": 1}) + "\n")
+    (tmp_path / "events.jsonl").write_text(
+        TrainingEvent(t=1.0, event="step", step=1, restart=1, job_id=2, node="gpu-0", rank=0).line()
+    )
     assert ctl.step(7.5).kind == "submit"
     assert [r.previous_state for r in ctl.status.restarts] == ["NODE_FAIL", "PURGED"]
     log = (d / "sbatch.log").read_text().splitlines()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 from gpufleet.core.slurm_state import NodeObs, parse_sinfo
+from gpufleet.core.training_events import TrainingEvent
 from gpufleet.sandbox import slurm, workload
+
+
+def _ev(**fields: Any) -> TrainingEvent:
+    return TrainingEvent(job_id=1, node="gpu-0", rank=0, **fields)
 
 
 def test_parse_sinfo_states_flags_and_reasons() -> None:
@@ -34,13 +39,13 @@ def test_parse_squeue() -> None:
 
 def test_progress_from_events(tmp_path: Path) -> None:
     events = [
-        {"event": "start", "step": None, "restart": 0, "t": 1.0},
-        {"event": "step", "step": 1, "restart": 0, "t": 2.0},
-        {"event": "step", "step": 17, "restart": 0, "t": 3.0},
-        {"event": "step", "step": 21, "restart": 1, "t": 9.0},
+        _ev(event="start", step=None, restart=0, t=1.0),
+        _ev(event="step", step=1, restart=0, t=2.0),
+        _ev(event="step", step=17, restart=0, t=3.0),
+        _ev(event="step", step=21, restart=1, t=9.0),
     ]
     path = tmp_path / "events.jsonl"
-    path.write_text("\n".join(json.dumps(e) for e in events) + '\n{"event": "st')  # torn last line
+    path.write_text("".join(e.line() for e in events) + '{"event": "st')  # torn last line
     p = workload.read_progress(path)
     assert (p.max_step, p.steps_seen, p.restarts, p.first_t, p.last_t) == (21, 3, 1, 2.0, 9.0)
     assert workload.progressing(p)
@@ -48,7 +53,7 @@ def test_progress_from_events(tmp_path: Path) -> None:
 
 def test_not_progressing_before_two_steps(tmp_path: Path) -> None:
     assert not workload.progressing(workload.read_progress(tmp_path / "absent.jsonl"))
-    one = workload.progress([{"event": "step", "step": 1, "t": 1.0}])
+    one = workload.progress([_ev(event="step", step=1, restart=0, t=1.0)])
     assert not workload.progressing(one)
 
 
