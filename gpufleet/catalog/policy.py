@@ -3,8 +3,10 @@ pure decisions the node-health checker and remediators take from it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.model import Fault
@@ -25,17 +27,43 @@ class XidRule:
     source: str  # "catalog" or "stack override: <reason>"
 
 
+class OverrideLike(Protocol):
+    """A stack's override of one XID: the stack file's `remediation.xidOverrides.<xid>` passes as it
+    is (the catalog stays independent of config: it reads these three attributes only)."""
+
+    @property
+    def action(self) -> LadderAction: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def fault_class(self) -> FaultClass | None: ...
+
+
 @dataclass(frozen=True)
 class OverrideSpec:
-    """A stack's override of one XID (plain data so the catalog stays independent of config)."""
+    """An override given outside a stack file (the node agent's command line, tests)."""
 
     action: LadderAction
     reason: str
     fault_class: FaultClass | None = None
 
 
+def parse_overrides(text: str, where: str) -> dict[int, OverrideSpec]:
+    """A stack file's remediation.xidOverrides passed on a command line as JSON (camelCase keys),
+    how the sandbox hands its stack's policy to the node agent and the health check."""
+    try:
+        doc = json.loads(text)
+        return {
+            int(xid): OverrideSpec(LadderAction(o["action"]), str(o["reason"]),
+                                   FaultClass(o["faultClass"]) if o.get("faultClass") else None)
+            for xid, o in doc.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{where}: not an XID override table ({type(e).__name__}: {e})") from None
+
+
 def xid_policy(
-    catalog: Catalog, overrides: Mapping[int, OverrideSpec]
+    catalog: Catalog, overrides: Mapping[int, OverrideLike]
 ) -> tuple[dict[int, XidRule], list[Problem]]:
     """Resolve the XID -> action table; returns it with any conflicts (path under remediation)."""
     table = {

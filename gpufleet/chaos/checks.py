@@ -85,10 +85,12 @@ class _Experiment:
         for key in sorted(k for k in config if k.startswith("gpufleet_") and k not in KNOWN_KEYS):
             self.add(f"configuration.{key}", f"unknown key; known: {', '.join(sorted(KNOWN_KEYS))}")
         # A value given as a chaostoolkit dynamic entry ({"type": "env", ...}) is known at run time only.
+        # Unknown keys are reported above, once.
         static = {
             k: v
             for k, v in config.items()
-            if not (isinstance(v, dict) and "type" in v) and (k in KNOWN_KEYS or not k.startswith("gpufleet_"))
+            if (k in KNOWN_KEYS or not k.startswith("gpufleet_"))
+            and not (isinstance(v, dict) and "type" in v)
         }
         try:
             parse_settings(static)

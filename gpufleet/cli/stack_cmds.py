@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpufleet.catalog import OverrideSpec, load_catalog, xid_policy
+from gpufleet.catalog import load_catalog, xid_policy
 from gpufleet.cli.common import console, input_errors
 from gpufleet.config import load_stack
 from gpufleet.config.model import StackSpec
@@ -31,11 +31,7 @@ def gameday_experiment_problems(stack: StackSpec, experiments_dir: Path) -> list
 
 def check_stack_policy(stack: StackSpec, file: str) -> None:
     """Cross-check a stack's XID overrides against the catalog; raises InputError on conflicts."""
-    overrides = {
-        xid: OverrideSpec(o.action, o.reason, o.fault_class)
-        for xid, o in stack.remediation.xid_overrides.items()
-    }
-    _, problems = xid_policy(load_catalog(), overrides)
+    _, problems = xid_policy(load_catalog(), stack.remediation.xid_overrides)
     if problems:
         raise InputError(file, problems)
 

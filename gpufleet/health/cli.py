@@ -19,12 +19,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from gpufleet.catalog import Catalog, OverrideSpec, XidRule, load_catalog, xid_policy
-from gpufleet.core.errors import InputError
+from gpufleet.catalog import Catalog, XidRule, load_catalog, xid_policy
+from gpufleet.catalog.policy import OverrideLike, parse_overrides
+from gpufleet.core.errors import InputError, Problem
 from gpufleet.health import sources as S
 from gpufleet.health.decide import Verdict, describe, drain_argv, drain_reason, evaluate
 from gpufleet.health.observe import GpuReading, LinkReading, Observations, XidSeen, merge_xids
@@ -38,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["npd", "text", "json"], default="npd")
     p.add_argument("--stack", help="apply this stack's remediation.xidOverrides to the XID policy")
     p.add_argument("--stacks-dir", default="stacks", type=Path)
+    p.add_argument("--xid-overrides", help="the overrides themselves, as JSON (the sandbox passes its "
+                   "stack's): {\"<xid>\": {\"action\", \"reason\", \"faultClass\"}}")
     p.add_argument("--slurm-drain", action="store_true",
                    help="drain this node in Slurm for faults whose action isolates the node")
     p.add_argument("--scontrol", default=shutil.which("scontrol") or "/usr/bin/scontrol")
@@ -139,17 +142,25 @@ def _with_mount(args: argparse.Namespace, obs: Observations) -> Observations:
     return dataclasses.replace(obs, mount_seconds=took, mount_path=path)
 
 
-def policy(catalog: Catalog, stack: str | None, stacks_dir: Path) -> dict[int, XidRule]:
-    overrides: dict[int, OverrideSpec] = {}
-    if stack:
+def policy(
+    catalog: Catalog, stack: str | None, stacks_dir: Path, overrides_json: str | None = None
+) -> dict[int, XidRule]:
+    """The XID policy: the catalog with a stack's overrides (--stack, or --xid-overrides as JSON)."""
+    overrides: Mapping[int, OverrideLike] = {}
+    where = f"stack {stack}"
+    if overrides_json is not None:
+        where = "--xid-overrides"
+        try:
+            overrides = parse_overrides(overrides_json, where)
+        except ValueError as e:
+            raise InputError(where, [Problem("(value)", str(e))]) from None
+    elif stack:
         from gpufleet.config.load import load_named_stack
 
-        spec = load_named_stack(stack, stacks_dir)
-        overrides = {x: OverrideSpec(o.action, o.reason, o.fault_class)
-                     for x, o in spec.remediation.xid_overrides.items()}
+        overrides = load_named_stack(stack, stacks_dir).remediation.xid_overrides
     table, problems = xid_policy(catalog, overrides)
     if problems:
-        raise InputError(f"stack {stack}", problems)
+        raise InputError(where, problems)
     return table
 
 
@@ -218,7 +229,7 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
 def _check(args: argparse.Namespace, out: IO[str]) -> int:
     try:
         catalog = load_catalog()
-        table = policy(catalog, args.stack, args.stacks_dir)
+        table = policy(catalog, args.stack, args.stacks_dir, args.xid_overrides)
     except InputError as e:
         out.write(f"cannot check: {e.file}: " + "; ".join(str(p) for p in e.problems) + "\n")
         return 2

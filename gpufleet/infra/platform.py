@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.catalog import OverrideSpec, XidRule, load_catalog, xid_policy
+from gpufleet.catalog import XidRule, load_catalog, xid_policy
 from gpufleet.catalog.dashboard import dashboard
 from gpufleet.catalog.rules import rule_groups
 from gpufleet.config import (
@@ -62,10 +62,7 @@ def catalog_outputs() -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def xid_table(spec: StackSpec) -> dict[int, XidRule]:
     """The catalog's XID policy with the stack's overrides applied (validated with the stack)."""
-    overrides = {
-        x: OverrideSpec(o.action, o.reason, o.fault_class) for x, o in spec.remediation.xid_overrides.items()
-    }
-    table, _ = xid_policy(load_catalog(), overrides)
+    table, _ = xid_policy(load_catalog(), spec.remediation.xid_overrides)
     return table
 
 

@@ -51,6 +51,8 @@ def agent_argv(layout: Layout, node: str, python: str = sys.executable) -> list[
         ",".join(ifname for _, ifname, _, _ in n.fabric),
         "--link-speed-gbps",
         f"{layout.link_speed_gbps:g}",
+        "--xid-overrides",
+        layout.xid_overrides_json,
     ]
 
 

@@ -7,6 +7,7 @@ as YAML so it is valid by construction.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ def _context(layout: Layout, gpufleet_bin: Path) -> dict[str, Any]:
         "slurm_conf": str(layout.slurm_conf),
         "token_file": str(layout.token_file),
         "mgmt_ifname": MGMT_IFNAME,
+        "xid_overrides": shlex.quote(layout.xid_overrides_json),
         "gpufleet": str(gpufleet_bin),
         "python": str(gpufleet_bin.parent / "python"),
         "slurmctld_port": SLURMCTLD_PORT,

@@ -13,6 +13,7 @@ so these subnets exist only inside the run's namespaces and can repeat across ru
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -109,6 +110,9 @@ class Layout:
     cluster_name: str
     links: tuple[str, ...] = field(default=())
     link_speed_gbps: float = 100.0  # fabric.linkSpeedGbps: the agents' node_infiniband_rate_bytes_per_second
+    # remediation.xidOverrides as the agents take it (--xid-overrides): the stack's XID policy
+    # decides which XIDs kill the job on the sandbox too.
+    xid_overrides_json: str = "{}"
 
     # ---- names
     @property
@@ -279,4 +283,9 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
         queue=spec.scheduler.queues[0].name,
         cluster_name=spec.cluster.name,
         link_speed_gbps=float(spec.fabric.link_speed_gbps),
+        xid_overrides_json=json.dumps(
+            {str(x): o.model_dump(mode="json", by_alias=True)
+             for x, o in spec.remediation.xid_overrides.items()},
+            sort_keys=True,
+        ),
     )

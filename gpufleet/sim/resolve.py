@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpufleet.catalog import Catalog
+from gpufleet.catalog import Catalog, XidRule, xid_policy
 from gpufleet.config.model import NodePool, SpareMode, StackSpec
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.taxonomy import FaultClass, LadderAction
@@ -19,20 +19,24 @@ from gpufleet.sim.params import ClassHandling, FaultKind, SimParams, UpgradeWave
 from gpufleet.sim.scenario import Scenario
 
 
-def catalog_kinds(catalog: Catalog, gpus_per_node: int) -> list[FaultKind]:
-    """One fault stream per catalog entry with a published rate."""
+def catalog_kinds(
+    catalog: Catalog, gpus_per_node: int, xid_rules: Mapping[int, XidRule] | None = None
+) -> list[FaultKind]:
+    """One fault stream per catalog entry with a published rate; an XID fault takes its class and
+    action from the stack's XID policy (`xid_rules`: the catalog with remediation.xidOverrides)."""
     out = []
     for f in catalog:
         if f.rate is None:
             continue
         esc = f.escalation
+        rule = xid_rules.get(f.xid) if xid_rules is not None and f.xid is not None else None
         out.append(FaultKind(
             fault_id=f.id,
-            fault_class=f.fault_class,
+            fault_class=rule.fault_class if rule else f.fault_class,
             cause=f.rate.cause,
             source=f.rate.source,
             per_node_hour=f.rate.per_gpu_hour(gpus_per_node) * gpus_per_node,
-            action=f.action,
+            action=rule.action if rule else f.action,
             escalate_repeats=esc.repeats if esc else None,
             escalate_window_hours=esc.window_hours if esc else None,
             escalate_to=esc.to if esc else None,
@@ -188,7 +192,10 @@ def resolve(
     load = sc.checkpoint.load_seconds if sc.checkpoint.load_seconds is not None else ck.load_seconds
     job_gpus = np_.nodes * np_.gpus_per_node
     restart, restart_src = restart_seconds(job_gpus, load, sc)
-    kinds = apply_rate_overrides(catalog_kinds(catalog, np_.gpus_per_node), sc, np_.gpus_per_node)
+    rules, conflicts = xid_policy(catalog, stack.remediation.xid_overrides)
+    if conflicts:
+        raise InputError("stack remediation", conflicts)
+    kinds = apply_rate_overrides(catalog_kinds(catalog, np_.gpus_per_node, rules), sc, np_.gpus_per_node)
     if spares is not None:
         n_spares = spares
     else:

@@ -18,7 +18,8 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from gpufleet.catalog import load_catalog
+from gpufleet.catalog import load_catalog, xid_policy
+from gpufleet.catalog.policy import parse_overrides
 from gpufleet.config.accelerators import AcceleratorModel
 from gpufleet.sandbox.agent.control import serve_control
 from gpufleet.sandbox.agent.exposition import AgentCollector
@@ -55,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--link-speed-gbps", type=float, default=None,
                    help="fabric link speed (Gb/s): publish node_infiniband_rate_bytes_per_second, lowered "
                         "to the kernel's tbf rate limit on a link when one is set")
+    p.add_argument("--xid-overrides", default="{}",
+                   help='the stack\'s remediation.xidOverrides as JSON: {"<xid>": {"action", "reason", '
+                        '"faultClass"}}')
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -70,6 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         token = args.token_file.read_text().strip()
         if not token:
             raise ValueError(f"token file {args.token_file} is empty")
+        catalog = load_catalog()
+        rules, problems = xid_policy(catalog, parse_overrides(args.xid_overrides, "--xid-overrides"))
+        if problems:
+            raise ValueError("--xid-overrides: " + "; ".join(f"{p.path}: {p.message}" for p in problems))
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -77,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent = Agent(
         node=args.node, gpus=args.gpus, model_name=MODEL_NAMES[AcceleratorModel(args.model)],
         state_dir=args.state_dir, kernel_log=args.kernel_log, fabric_ifnames=ifnames,
-        catalog=load_catalog(), link_speed_gbps=args.link_speed_gbps,
+        catalog=catalog, xid_rules=rules, link_speed_gbps=args.link_speed_gbps,
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(agent.snapshot))

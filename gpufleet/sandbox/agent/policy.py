@@ -1,18 +1,19 @@
 """Which injected values are GPU faults, and which of them are fatal to the process using the GPU.
 
-"Fatal" comes from the catalog, never from a list here: a fault is fatal when its action isolates
-the node (reset-gpu and above on the ladder) or when DCGM's health watch reports FAIL for it
-(gpu-faults.md: XIDs 48, 74, 79, 95, 119, 120, 140 are always FAIL). XIDs the catalog does not know
-are reported but not fatal.
+"Fatal" comes from the catalog and the stack's XID overrides, never from a list here: a fault is
+fatal when its action isolates the node (reset-gpu and above on the ladder) or when DCGM's health
+watch reports FAIL for it (gpu-faults.md: XIDs 48, 74, 79, 95, 119, 120, 140 are always FAIL). XIDs
+neither the catalog nor the stack knows are reported but not fatal.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpufleet.catalog import Catalog, Fault
+from gpufleet.catalog import Catalog, Fault, XidRule
+from gpufleet.catalog.policy import ISOLATING_CLASSES
 from gpufleet.core.taxonomy import LadderAction
 from gpufleet.sandbox.agent import fields as F
 
@@ -55,17 +56,26 @@ def kills_process(fault: Fault) -> bool:
     return is_fatal(fault) or fault.action.rank >= LadderAction.RESTART_JOB.rank
 
 
-def classify_xid(xid: int, catalog: Catalog) -> GpuFault:
-    fault = catalog.by_xid().get(xid)
+def classify_xid(xid: int, catalog: Catalog, rules: Mapping[int, XidRule]) -> GpuFault:
+    """What an XID does to the GPU, by the stack's XID policy (the catalog with the stack's
+    remediation.xidOverrides applied, gpufleet.catalog.xid_policy): an override that makes an XID
+    isolate the node makes it fatal here too."""
+    rule = rules.get(xid)
+    fault = catalog.get(rule.fault_id) if rule is not None and rule.fault_id else None
     title = fault.title if fault else f"Xid {xid}"
     cuda = _XID_CUDA_ERROR.get(xid, _LAUNCH_FAILURE)
+    fatal = rule is not None and (
+        rule.fault_class in ISOLATING_CLASSES
+        or rule.action.isolates_node
+        or (fault is not None and fault.dcgm_health == "FAIL")
+    )
     return GpuFault(
-        fatal=fault is not None and is_fatal(fault),
-        fault_id=fault.id if fault else None,
+        fatal=fatal,
+        fault_id=rule.fault_id if rule else None,
         xid=xid,
         title=title,
         error=f"CUDA error: {cuda} (Xid {xid}: {title})",
-        kills_process=fault is not None and kills_process(fault),
+        kills_process=fatal or (rule is not None and rule.action.rank >= LadderAction.RESTART_JOB.rank),
     )
 
 

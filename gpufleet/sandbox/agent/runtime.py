@@ -18,11 +18,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufleet.catalog import Catalog
+from gpufleet.catalog import Catalog, XidRule, xid_policy
 from gpufleet.sandbox.agent import fields as F
 from gpufleet.sandbox.agent import host, kmsg
 from gpufleet.sandbox.agent.exposition import Snapshot
@@ -68,6 +68,7 @@ class Agent:
         kernel_log: Path,
         fabric_ifnames: Sequence[str],
         catalog: Catalog,
+        xid_rules: Mapping[int, XidRule] | None = None,
         clock: Callable[[], float] = time.time,
         sys_class_net: Path = SYS_CLASS_NET,
         link_speed_gbps: float | None = None,
@@ -77,6 +78,8 @@ class Agent:
         self.fabric_ifnames = list(fabric_ifnames)
         self.link_speed_gbps = link_speed_gbps
         self.catalog, self.clock, self.sys_class_net = catalog, clock, sys_class_net
+        # The stack's XID policy (catalog + remediation.xidOverrides); without a stack, the catalog's.
+        self.xid_rules = dict(xid_rules) if xid_rules is not None else xid_policy(catalog, {})[0]
         self._lock = threading.Lock()
         state_dir.mkdir(parents=True, exist_ok=True)
         (state_dir / PROCS_DIR).mkdir(exist_ok=True)
@@ -119,7 +122,7 @@ class Agent:
     def inject(self, inj: Injection) -> dict[str, Any]:
         with self._lock:
             now = self.clock()
-            self.state, events = inject(self.state, inj, self.catalog, now)
+            self.state, events = inject(self.state, inj, self.catalog, self.xid_rules, now)
             if inj.kmsg and events:
                 proc = self.proc_of(inj.gpu)
                 fault = self.catalog.by_xid().get(events[0].xid)

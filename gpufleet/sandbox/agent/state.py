@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpufleet.catalog import Catalog
+from gpufleet.catalog import Catalog, XidRule
 from gpufleet.sandbox.agent import fields as F
 from gpufleet.sandbox.agent.policy import GpuFault, classify_field, classify_xid, worse
 
@@ -89,7 +90,7 @@ def parse_injection(body: Any, gpus: int) -> Injection:
 
 
 def inject(
-    state: AgentState, inj: Injection, catalog: Catalog, now: float
+    state: AgentState, inj: Injection, catalog: Catalog, rules: Mapping[int, XidRule], now: float
 ) -> tuple[AgentState, list[XidEvent]]:
     """Apply one injection; returns the new state and the XID events it produced."""
     g = state.gpus[inj.gpu]
@@ -101,7 +102,7 @@ def inject(
         xid = int(inj.value)
         counts[xid] = counts.get(xid, 0) + inj.burst
         new_events = [XidEvent(inj.gpu, xid, now) for _ in range(inj.burst)]
-        fault = classify_xid(xid, catalog)
+        fault = classify_xid(xid, catalog, rules)
     else:
         fault = classify_field(inj.field_id, inj.value, catalog)
     kept = worse(g.fault, fault)

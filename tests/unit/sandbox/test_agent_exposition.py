@@ -7,12 +7,13 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.catalog import load_catalog
+from gpufleet.catalog import load_catalog, xid_policy
 from gpufleet.sandbox.agent.exposition import AgentCollector, Snapshot
 from gpufleet.sandbox.agent.fabric import read_link
 from gpufleet.sandbox.agent.state import Injection, initial_state, inject
 
 CAT = load_catalog()
+RULES = xid_policy(CAT, {})[0]
 
 
 def fake_sysfs(root: Path, name: str, operstate: str, carrier_changes: int, rx_bytes: int) -> None:
@@ -46,9 +47,9 @@ def find(sm: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **l
 
 def test_dcgm_metrics_exact_names_labels_and_injected_values(tmp_path: Path) -> None:
     fake_sysfs(tmp_path, "fab0", "up", 2, 1000)
-    s, _ = inject(initial_state("gpu-3", 8, 0.0), Injection(3, 230, 79, kmsg=True), CAT, 1.0)
-    s, _ = inject(s, Injection(3, 230, 45, burst=4), CAT, 2.0)
-    s, _ = inject(s, Injection(1, 311, 2), CAT, 3.0)
+    s, _ = inject(initial_state("gpu-3", 8, 0.0), Injection(3, 230, 79, kmsg=True), CAT, RULES, 1.0)
+    s, _ = inject(s, Injection(3, 230, 45, burst=4), CAT, RULES, 2.0)
+    s, _ = inject(s, Injection(1, 311, 2), CAT, RULES, 3.0)
     text = render(Snapshot(s, "NVIDIA H100 80GB HBM3", frozenset({0}), [read_link("fab0", tmp_path)]))
     sm = samples(text)
     xid3 = [dict(ls) for (n, ls) in sm if n == "DCGM_FI_DEV_XID_ERRORS" and dict(ls)["gpu"] == "3"]

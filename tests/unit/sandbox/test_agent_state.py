@@ -4,10 +4,12 @@ clears, persistence, the gpu-health document and the kernel-log line."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from gpufleet.catalog import load_catalog
+from gpufleet.catalog import OverrideSpec, load_catalog, xid_policy
+from gpufleet.core.taxonomy import FaultClass, LadderAction
 from gpufleet.sandbox.agent import fields as F
 from gpufleet.sandbox.agent.kmsg import xid_line
 from gpufleet.sandbox.agent.policy import classify_field, classify_xid, is_fatal
@@ -23,6 +25,7 @@ from gpufleet.sandbox.agent.state import (
 )
 
 CAT = load_catalog()
+RULES = xid_policy(CAT, {})[0]
 
 
 def test_field_table_ids_and_names_follow_dcgm() -> None:
@@ -70,7 +73,7 @@ def test_parse_injection_rejects_bad_bodies(body: object, msg: str) -> None:
 def test_xid_injection_sets_gauge_counts_and_marks_fatal_from_catalog() -> None:
     s0 = initial_state("gpu-0", 8, now=100.0)
     inj = parse_injection({"gpu": 3, "field_id": 230, "value": 79, "kmsg": True}, 8)
-    s1, ev = inject(s0, inj, CAT, 101.0)
+    s1, ev = inject(s0, inj, CAT, RULES, 101.0)
     g = s1.gpus[3]
     assert g.fields[230] == 79
     assert g.xid_counts == {79: 1}
@@ -79,7 +82,7 @@ def test_xid_injection_sets_gauge_counts_and_marks_fatal_from_catalog() -> None:
     assert g.fault_since == 101.0
     assert s0.gpus[3].fields == {}  # pure: the old state is untouched
     # An XID 45 burst afterwards: gauge shows 45 (last XID), counts add up, the GPU stays dead.
-    s2, ev2 = inject(s1, Injection(3, 230, 45, kmsg=True, burst=20), CAT, 102.0)
+    s2, ev2 = inject(s1, Injection(3, 230, 45, kmsg=True, burst=20), CAT, RULES, 102.0)
     g2 = s2.gpus[3]
     assert g2.fields[230] == 45
     assert g2.xid_counts == {79: 1, 45: 20}
@@ -90,24 +93,55 @@ def test_xid_injection_sets_gauge_counts_and_marks_fatal_from_catalog() -> None:
 def test_fatal_follows_the_catalog_not_a_list() -> None:
     for fault in CAT:
         if fault.xid is not None:
-            assert classify_xid(fault.xid, CAT).fatal == is_fatal(fault), fault.id
-    assert classify_xid(79, CAT).fatal
-    assert not classify_xid(45, CAT).fatal  # action none, no DCGM FAIL
+            assert classify_xid(fault.xid, CAT, RULES).fatal == is_fatal(fault), fault.id
+    assert classify_xid(79, CAT, RULES).fatal
+    assert not classify_xid(45, CAT, RULES).fatal  # action none, no DCGM FAIL
     unknown = next(x for x in range(1, 256) if x not in CAT.by_xid())
-    v = classify_xid(unknown, CAT)
+    v = classify_xid(unknown, CAT, RULES)
     assert not v.fatal and v.fault_id is None
 
 
+def test_the_stacks_xid_overrides_decide_what_kills_the_job() -> None:
+    """remediation.xidOverrides reach the node agent: an XID the stack isolates on is fatal, and an
+    XID only the stack knows is classified by the stack's class."""
+    unknown = next(x for x in range(1, 256) if x not in CAT.by_xid())
+    rules, problems = xid_policy(CAT, {
+        13: OverrideSpec(LadderAction.RESET_GPU, "XID 13 precedes a dead GPU here", FaultClass.GPU_FATAL),
+        unknown: OverrideSpec(LadderAction.RESTART_JOB, "vendor note", FaultClass.GPU_CONTAINED),
+    })
+    assert problems == []
+    assert not classify_xid(13, CAT, RULES).fatal and classify_xid(13, CAT, rules).fatal
+    v = classify_xid(unknown, CAT, rules)
+    assert not v.fatal and v.kills_process
+
+
+def test_the_agent_command_line_reads_a_stack_files_overrides(tmp_path: Path) -> None:
+    from gpufleet.catalog.policy import parse_overrides
+    from gpufleet.sandbox.agent.cli import main
+
+    got = parse_overrides('{"13": {"action": "reset-gpu", "reason": "r", "faultClass": "gpu-fatal"}}', "x")
+    assert got == {13: OverrideSpec(LadderAction.RESET_GPU, "r", FaultClass.GPU_FATAL)}
+    with pytest.raises(ValueError, match="--xid-overrides"):
+        parse_overrides('{"13": {"action": "explode"}}', "--xid-overrides")
+    # A conflicting table (a fatal class with an action that keeps the node) stops the agent: exit 2.
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    bad = '{"79": {"action": "restart-job", "reason": "r"}}'
+    assert main(["--node", "n", "--listen", "127.0.0.1:1", "--control-socket", str(tmp_path / "s"),
+                 "--token-file", str(token), "--state-dir", str(tmp_path), "--kernel-log",
+                 str(tmp_path / "k"), "--xid-overrides", bad]) == 2
+
+
 def test_non_fatal_xid_does_not_write_a_fatal_health_entry() -> None:
-    s, _ = inject(initial_state("n", 2, 0.0), Injection(1, 230, 45, burst=3), CAT, 1.0)
+    s, _ = inject(initial_state("n", 2, 0.0), Injection(1, 230, 45, burst=3), CAT, RULES, 1.0)
     doc = health_doc(s)
     assert doc["gpus"]["1"]["fatal"] is False
     assert "0" not in doc["gpus"]
 
 
 def test_field_injection_sets_value_like_dcgm_and_uses_dcgm_field_checks() -> None:
-    s, ev = inject(initial_state("n", 2, 0.0), Injection(0, F.ECC_SBE_VOL_TOTAL, 5), CAT, 1.0)
-    s, _ = inject(s, Injection(0, F.ECC_SBE_VOL_TOTAL, 7), CAT, 2.0)
+    s, ev = inject(initial_state("n", 2, 0.0), Injection(0, F.ECC_SBE_VOL_TOTAL, 5), CAT, RULES, 1.0)
+    s, _ = inject(s, Injection(0, F.ECC_SBE_VOL_TOTAL, 7), CAT, RULES, 2.0)
     assert s.gpus[0].fields[F.ECC_SBE_VOL_TOTAL] == 7  # set, not added (dcgmi test --inject)
     assert ev == []
     # Whatever the catalog says about a field, the verdict equals its dcgm-field checks.
@@ -124,8 +158,8 @@ def test_field_injection_sets_value_like_dcgm_and_uses_dcgm_field_checks() -> No
 
 
 def test_clear_one_gpu_and_all() -> None:
-    s, _ = inject(initial_state("n", 4, 0.0), Injection(1, 230, 79, kmsg=True), CAT, 1.0)
-    s, _ = inject(s, Injection(2, 230, 48), CAT, 2.0)
+    s, _ = inject(initial_state("n", 4, 0.0), Injection(1, 230, 79, kmsg=True), CAT, RULES, 1.0)
+    s, _ = inject(s, Injection(2, 230, 48), CAT, RULES, 2.0)
     one = clear(s, 1, 3.0)
     assert one.gpus[1].fault is None and one.gpus[1].xid_counts == {} and one.gpus[1].reset_at == 3.0
     assert one.gpus[2].fault is not None and one.gpus[2].reset_at is None
@@ -136,8 +170,8 @@ def test_clear_one_gpu_and_all() -> None:
 
 
 def test_persistence_round_trip_and_node_check() -> None:
-    s, _ = inject(initial_state("gpu-2", 8, 5.0), Injection(3, 230, 79, kmsg=True), CAT, 6.0)
-    s, _ = inject(s, Injection(5, F.ECC_SBE_VOL_TOTAL, 12), CAT, 7.0)
+    s, _ = inject(initial_state("gpu-2", 8, 5.0), Injection(3, 230, 79, kmsg=True), CAT, RULES, 6.0)
+    s, _ = inject(s, Injection(5, F.ECC_SBE_VOL_TOTAL, 12), CAT, RULES, 7.0)
     back = from_json(to_json(s), "gpu-2", 8, 99.0)
     assert back == s
     with pytest.raises(ValueError, match="belongs to node"):
@@ -147,7 +181,7 @@ def test_persistence_round_trip_and_node_check() -> None:
 
 
 def test_health_doc_matches_the_rank_contract() -> None:
-    s, _ = inject(initial_state("n", 8, 0.0), Injection(3, 230, 79), CAT, 1234.5)
+    s, _ = inject(initial_state("n", 8, 0.0), Injection(3, 230, 79), CAT, RULES, 1234.5)
     entry = health_doc(s)["gpus"]["3"]
     assert entry == {
         "fatal": True, "kills_process": True, "xid": 79, "fault_id": "gpu-xid-79", "since": 1234.5,
@@ -172,11 +206,11 @@ def test_contained_faults_kill_only_the_process_running_at_the_time() -> None:
     from gpufleet.sandbox.training.progress import gpu_fault
 
     cat = load_catalog()
-    x94, x79, x45 = classify_xid(94, cat), classify_xid(79, cat), classify_xid(45, cat)
+    x94, x79, x45 = (classify_xid(x, cat, xid_policy(cat, {})[0]) for x in (94, 79, 45))
     assert (x94.fatal, x94.kills_process) == (False, True)
     assert (x79.fatal, x79.kills_process) == (True, True)
     assert (x45.fatal, x45.kills_process) == (False, False)
-    s, _ = inject(initial_state("gpu-0", 2, 0.0), Injection(0, 230, 94), cat, 100.0)
+    s, _ = inject(initial_state("gpu-0", 2, 0.0), Injection(0, 230, 94), cat, RULES, 100.0)
     doc = health_doc(s)
     assert doc["gpus"]["0"]["kills_process"] is True and doc["gpus"]["0"]["since"] == 100.0
     assert gpu_fault(doc, 0, started_at=50.0) is not None  # running when it happened: dies
@@ -184,7 +218,7 @@ def test_contained_faults_kill_only_the_process_running_at_the_time() -> None:
     assert gpu_fault(doc, 0, started_at=101.0) is None  # the restarted rank runs
     assert gpu_fault(doc, 1, started_at=50.0) is None  # another GPU
     assert gpu_fault(doc, 0) is None  # no start time known: only fatal faults apply
-    s, _ = inject(s, Injection(1, 230, 79), cat, 200.0)
+    s, _ = inject(s, Injection(1, 230, 79), cat, RULES, 200.0)
     assert gpu_fault(health_doc(s), 1, started_at=300.0) is not None  # fatal: every process
     # Persisted and restored with the flag.
     assert from_json(to_json(s), "gpu-0", 2, 0.0).gpus[0].fault == s.gpus[0].fault

@@ -250,3 +250,19 @@ def test_report_experiments_drive_the_projection_as_a_distribution(tmp_path: Pat
     # Each experiment: detect, isolate - detect, recover - isolate.
     assert p.handling[FaultClass.GPU_FATAL].measured == ((12.0, 28.0, 160.0), (20.0, 40.0, 200.0))
     assert p.handling[FaultClass.NODE_CRASH].measured == ()  # one experiment: its value is used
+
+
+def test_the_stacks_xid_overrides_reach_the_simulator() -> None:
+    """remediation.xidOverrides move an XID's faults to the stack's class and action."""
+    from gpufleet.config.model import XidOverride
+    from gpufleet.core.taxonomy import LadderAction
+
+    cat = Catalog((fault("x13", "gpu-contained", "restart-job", 3.0, "A", xid=13),
+                   fault("x79", "gpu-fatal", "reset-gpu", 1.0, "B", xid=79)))
+    spec = stack()
+    spec.remediation.xid_overrides[13] = XidOverride(
+        action=LadderAction.RESET_GPU, fault_class=FaultClass.GPU_FATAL, reason="repeats here mean hardware")
+    kinds = {k.fault_id: (k.fault_class, k.action) for k in resolve(spec, cat).kinds}
+    assert kinds == {"x13": (FaultClass.GPU_FATAL, LadderAction.RESET_GPU),
+                     "x79": (FaultClass.GPU_FATAL, LadderAction.RESET_GPU)}
+    assert {k.fault_id: k.fault_class for k in resolve(stack(), cat).kinds}["x13"] is FaultClass.GPU_CONTAINED
