@@ -1,9 +1,9 @@
 """One experiment's journal + the stack's budgets -> a judged result (pure).
 
 Three kinds of check make an experiment's result:
-- the SLO checks from `gpufleet.slo.judge_run`, the one judge that the chaos probe
-  `recovery_within_budget` calls with the same inputs (the journal's timeline, the experiment's
-  fault class, budget override and probe arguments, the stack's budgets);
+- the SLO checks of the run's verdict, which the chaos probe `recovery_within_budget` computed with
+  `gpufleet.slo.judge_run` inside `chaos run` and Chaos Toolkit wrote into the journal: read here,
+  never judged again (a run whose journal holds no verdict is UNKNOWN, with the reason);
 - `steady-state`: the Chaos Toolkit hypothesis held after the method (journal not deviated);
 - `rollbacks`: every declared rollback ran and succeeded (a fault must never outlive its run).
 An experiment *meets* its expectation when the run checks pass and the SLO verdict equals the
@@ -12,7 +12,6 @@ expected outcome (PASS normally; FAIL for a breach test whose budget is set too 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -21,14 +20,11 @@ from gpufleet.gameday.journal import JournalFacts
 from gpufleet.gameday.suite import Experiment
 from gpufleet.slo import (
     Budget,
-    BudgetLike,
     Check,
     Measurement,
     Outcome,
-    RunInputs,
     Timeline,
     combine,
-    judge_run,
 )
 
 
@@ -75,28 +71,23 @@ class ExperimentResult:
         return "failed as expected" if self.expected_failure else self.result.value
 
 
-def _steady_state(facts: JournalFacts, slo_outcome: Outcome) -> Check:
-    """A deviation caused by the recovery-budget probe is the SLO verdict seen by Chaos Toolkit
-    (the same `judge_run` over the same inputs): it counts once, in the SLO checks. Any other
-    deviation fails the run."""
+def _steady_state(facts: JournalFacts) -> Check:
+    """A deviation caused by the recovery-budget probe is the verdict itself: it counts once, in the
+    SLO checks. Any other deviation fails the run."""
     name = "steady-state"
     if not facts.deviated:
         return Check(name, None, None, Outcome.PASS, "hypothesis held before and after")
     if facts.deviated_by_budget:
-        if slo_outcome is Outcome.PASS:
-            return Check(name, None, None, Outcome.UNKNOWN,
-                         f"probe {facts.deviated_by!r} deviated but the verdict is PASS: the probe could "
-                         "not judge (see the chaos log), or `chaos run` read another stack file")
         return Check(name, None, None, Outcome.PASS,
-                     f"only the recovery-budget probe {facts.deviated_by!r} deviated (judged above)")
+                     f"only the recovery-budget probe {facts.deviated_by!r} deviated (its verdict above)")
     probe = f"probe {facts.deviated_by!r}" if facts.deviated_by else "the hypothesis"
     return Check(name, None, None, Outcome.FAIL, f"{probe} did not hold after the method (deviated)")
 
 
-def _run_checks(experiment: Experiment, facts: JournalFacts, slo_outcome: Outcome) -> list[Check]:
+def _run_checks(experiment: Experiment, facts: JournalFacts) -> list[Check]:
     checks: list[Check] = []
     if facts.status == "completed":
-        checks.append(_steady_state(facts, slo_outcome))
+        checks.append(_steady_state(facts))
     elif facts.status == "failed":
         checks.append(Check("steady-state", None, None, Outcome.UNKNOWN,
                             "the experiment failed before its method (steady state not met at start?)"))
@@ -125,7 +116,6 @@ def _run_checks(experiment: Experiment, facts: JournalFacts, slo_outcome: Outcom
 def evaluate(
     experiment: Experiment,
     facts: JournalFacts,
-    stack_budgets: Mapping[str, BudgetLike],
     *,
     journal: str | None,
     started_at: float,
@@ -136,21 +126,21 @@ def evaluate(
     notes = [f"failed activity {a}" for a in facts.failed_activities]
     if error:
         notes.insert(0, error)
-    ex = experiment.expect
-    verdict = judge_run(RunInputs(
-        timeline=facts.timeline,
-        timeline_problem=facts.timeline_problem,
-        fault_class=experiment.fault_class,
-        budgets=stack_budgets,
-        budget_override=experiment.configuration.get("gpufleet_budget_override"),
-        expect_isolation=ex.isolation,
-        expect_interruption=ex.interruption,
-    ))
+    verdict = facts.verdict
     timeline = facts.timeline
-    notes.extend(verdict.notes)
-    slo_checks = list(verdict.checks)
+    if verdict is None:
+        why = facts.verdict_problem or "no verdict in the journal"
+        if facts.timeline is None and facts.timeline_problem:
+            why += f" ({facts.timeline_problem})"
+        slo_checks = [Check("verdict", None, None, Outcome.UNKNOWN, why)]
+    else:
+        notes.extend(verdict.notes)
+        slo_checks = list(verdict.checks)
+        if not slo_checks:
+            slo_checks = [Check("verdict", None, None, Outcome.UNKNOWN,
+                                "the verdict holds no check: the probe judged before any fault")]
     slo_outcome = combine([c.outcome for c in slo_checks])
-    run_checks = _run_checks(experiment, facts, slo_outcome)
+    run_checks = _run_checks(experiment, facts)
     run_outcome = combine([c.outcome for c in run_checks])
     if run_outcome is Outcome.FAIL:
         result = Result.MISSED
@@ -175,16 +165,16 @@ def evaluate(
         title=experiment.title,
         file=str(experiment.path),
         fault_id=timeline.fault_id if timeline else None,
-        fault_class=verdict.fault_class,
+        fault_class=verdict.fault_class if verdict else experiment.fault_class,
         status=facts.status,
         outcome=combine([c.outcome for c in slo_checks + run_checks]),
         verdict=slo_outcome,
         expected=experiment.expect.outcome,
         result=result,
         checks=tuple(slo_checks + run_checks),
-        measurement=verdict.measurement,
-        budget=verdict.budget,
-        budget_source=verdict.budget_source,
+        measurement=verdict.measurement if verdict else None,
+        budget=verdict.budget if verdict else None,
+        budget_source=verdict.budget_source if verdict else None,
         notes=tuple(notes),
         timeline=timeline,
         journal=journal,

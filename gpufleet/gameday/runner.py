@@ -313,7 +313,7 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
     listener = listener or Listener()
     started_at = time.time()
     t = time.monotonic()
-    budgets = stack_budgets(opts.stack, opts.stacks_dir)
+    load_named_stack(opts.stack, opts.stacks_dir)  # a bad stack stops the game-day before any work
     suite = plan(opts)
     listener.suite_started(suite)
     journals = opts.report_dir / "journals"
@@ -338,12 +338,12 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
             if not healing["ok"]:
                 why = (f"not run: cluster not in steady state after {healing['seconds']} s of healing: "
                        + "; ".join(healing["remaining"]))
-                result = evaluate(exp, read_journal(None), budgets, journal=None, started_at=run_started,
+                result = evaluate(exp, read_journal(None), journal=None, started_at=run_started,
                                   wall_seconds=0.0, error=why)
             else:
                 outcome = run_one(opts, exp, jpath, lpath, _ticker(listener, i, exp))
                 result = evaluate(
-                    exp, read_journal(outcome.journal), budgets,
+                    exp, read_journal(outcome.journal),
                     journal=str(jpath.relative_to(opts.report_dir)) if outcome.journal is not None else None,
                     started_at=run_started, wall_seconds=outcome.wall_seconds, error=outcome.error,
                 )

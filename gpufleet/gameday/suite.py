@@ -4,9 +4,11 @@ An experiment joins the default suite of a backend when its `tags` contain the b
 (`"sandbox"`, `"slurm"`, `"kubernetes"`).
 
 What the verdict expects of the fault (isolation, interruption) has one home: the arguments of the
-steady-state probe `recovery_within_budget`, which `chaos run` judges with and the game-day reads
-here, so both call `gpufleet.slo.judge_run` with the same inputs; an argument left out (or null)
-is the fault class's default (`FaultClass.isolates_node` / `interrupts_training`).
+steady-state probe `recovery_within_budget`, which judges the run inside `chaos run` and returns
+the verdict into the journal (the game-day reads it there); an argument left out (or null) is the
+fault class's default (`FaultClass.isolates_node` / `interrupts_training`). The probe comes first
+in the hypothesis (so it runs, and writes the verdict, even when another probe deviates) with the
+tolerance `BUDGET_TOLERANCE` (its verdict's outcome is PASS).
 
 Which verdict the game-day expects: PASS, or FAIL for a breach test, marked by the tag
 `expect-deviation` or by the experiment's `extensions` entry named `gpufleet` (the experiment
@@ -24,11 +26,13 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpufleet.catalog import Catalog, load_catalog
+from gpufleet.chaos.workload.probes import BUDGET_TOLERANCE
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import read_json
 from gpufleet.gameday.contract import BUDGET_PROBE, calls
@@ -149,8 +153,15 @@ def _from_hypothesis(hypothesis: Any, problems: list[Problem]) -> Expectations:
     for i, probe in enumerate(probes if isinstance(probes, list) else []):
         if not calls(probe, BUDGET_PROBE):
             continue
+        where = f"steady-state-hypothesis.probes[{i}]"
+        if i != 0:
+            problems.append(Problem(where, f"{BUDGET_PROBE} must be the first probe: chaoslib stops the "
+                                    "hypothesis at the first deviation, and the verdict must be written"))
+        if probe.get("tolerance") != BUDGET_TOLERANCE:
+            problems.append(Problem(f"{where}.tolerance", f"must be {json.dumps(BUDGET_TOLERANCE)} (the "
+                                    "probe returns the verdict; the hypothesis holds when it is a PASS)"))
         args = probe["provider"].get("arguments") or {}
-        at = f"steady-state-hypothesis.probes[{i}].provider.arguments"
+        at = f"{where}.provider.arguments"
         if not isinstance(args, dict):
             problems.append(Problem(at, "must be a mapping"))
             return Expectations()

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pydantic import TypeAdapter
+
 from gpufleet.core.taxonomy import FaultClass
 from gpufleet.slo.measure import Measurement, measure
 from gpufleet.slo.timeline import Timeline
@@ -142,22 +144,18 @@ class RunVerdict:
     expectations: Expectations | None
     notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        b = self.budget
-        e = self.expectations
-        return {
-            "outcome": self.outcome.value,
-            "fault_class": self.fault_class,
-            "checks": [c.to_dict() for c in self.checks],
-            "budget": None if b is None else {
-                "detect_seconds": b.detect_seconds, "isolate_seconds": b.isolate_seconds,
-                "recover_seconds": b.recover_seconds, "source": self.budget_source,
-            },
-            "expect_isolation": None if e is None else e.isolation,
-            "expect_interruption": None if e is None else e.interruption,
-            "measurement": None if self.measurement is None else self.measurement.to_dict(),
-            "notes": list(self.notes),
-        }
+    def to_doc(self) -> dict[str, Any]:
+        """The verdict as JSON data: what the chaos probe returns, so Chaos Toolkit writes it into
+        the journal once, and what the game-day reads back (from_doc) instead of judging again."""
+        return _VERDICT.dump_python(self, mode="json")  # type: ignore[no-any-return]
+
+    @staticmethod
+    def from_doc(doc: Any) -> RunVerdict:
+        """ValueError (pydantic's ValidationError) when `doc` is not a verdict."""
+        return _VERDICT.validate_python(doc)
+
+
+_VERDICT: TypeAdapter[RunVerdict] = TypeAdapter(RunVerdict)
 
 
 def judge_run(inputs: RunInputs) -> RunVerdict:

@@ -215,20 +215,27 @@ def recovery_timeline(
     return doc
 
 
+# The tolerance of `recovery_within_budget` in an experiment's steady-state hypothesis: the probe
+# returns the verdict (so the journal holds it once) and the hypothesis holds when it is a PASS.
+BUDGET_TOLERANCE: dict[str, str] = {"type": "regex", "target": "outcome", "pattern": "^PASS$"}
+
+
 def recovery_within_budget(
     expect_isolation: bool | None = None,
     expect_interruption: bool | None = None,
     configuration: Configuration = None,
     secrets: Secrets = None,
-) -> bool:
+) -> dict[str, Any]:
     """The steady-state check that enforces the recovery budget: judges this run's latest recovery
-    timeline with `gpufleet.slo.judge_run`, the one judge the game-day calls too, against the
-    stack's budget for the experiment's fault class (replaced key by key by
-    `gpufleet_budget_override`). `expect_isolation` / `expect_interruption` left out (null) take the
-    fault class's default (`FaultClass.isolates_node` / `interrupts_training`). True only for a
-    PASS; FAIL and UNKNOWN are False, so a missed budget makes a plain `chaos run` deviate. Before
-    any fault of this run (the hypothesis before the method) there is nothing to judge and it is
-    True."""
+    timeline with `gpufleet.slo.judge_run` against the stack's budget for the experiment's fault
+    class (replaced key by key by `gpufleet_budget_override`), and returns the verdict
+    (`RunVerdict.to_doc()`): Chaos Toolkit writes it into the journal, where the game-day reads it;
+    nobody judges the run again. Declare it with tolerance
+    `{"type": "regex", "target": "outcome", "pattern": "^PASS$"}`, so FAIL and UNKNOWN make a plain
+    `chaos run` deviate. `expect_isolation` / `expect_interruption` left out (null) take the fault
+    class's default (`FaultClass.isolates_node` / `interrupts_training`). Before any fault of this
+    run (the hypothesis before the method) there is nothing to judge: the output says so, with
+    outcome PASS and no checks."""
     for name, value in (("expect_isolation", expect_isolation), ("expect_interruption", expect_interruption)):
         if value is not None and not isinstance(value, bool):
             raise InvalidActivity(f"{name} must be true, false or null (the fault class's default)")
@@ -237,7 +244,8 @@ def recovery_within_budget(
         tl_doc = ctx.run.timelines[-1] if ctx.run.timelines else None
     if tl_doc is None:
         if not _run_records(ctx):
-            return True
+            return {"outcome": "PASS", "before_fault": True,
+                    "notes": ["no fault of this run yet: nothing to judge"]}
         raise ActivityFailed(
             "faults were injected but no recovery timeline was built (run recovery_timeline)"
         )
@@ -251,8 +259,9 @@ def recovery_within_budget(
             expect_interruption=expect_interruption,
         )
     )
-    logger.info("gpufleet verdict: %s", json.dumps(verdict.to_dict(), default=str))
-    return verdict.outcome.value == "PASS"
+    doc = verdict.to_doc()
+    logger.info("gpufleet verdict: %s", json.dumps(doc, default=str))
+    return doc
 
 
 def capacity_during_fault(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from chaoslib.hypothesis import within_tolerance
 
 from gpufleet.chaos import engine
 from gpufleet.chaos.settings import parse_settings
 from gpufleet.chaos.workload import probes
-from gpufleet.slo import Outcome, RunInputs, Timeline, judge_run
+from gpufleet.slo import Outcome, RunInputs, RunVerdict, Timeline, judge_run
 
 TIMELINE = Path(__file__).parents[1] / "slo" / "fixtures" / "gpu_fatal_recovered.json"
 
@@ -25,11 +26,24 @@ def run_with_timeline() -> dict[str, Any]:
 
 
 def _judge(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], **args: Any) -> bool:
+    """Whether the hypothesis holds: the probe's output under the experiments' tolerance, as
+    chaoslib itself evaluates it; the output must be the verdict, readable back."""
     run = engine.RunState(experiment="t")
     run.timelines.append(json.loads(TIMELINE.read_text()))
     ctx = SimpleNamespace(settings=parse_settings(config), stack=None, run=run)
     monkeypatch.setattr(engine, "context", lambda configuration: ctx)
-    return probes.recovery_within_budget(configuration=config, **args)
+    doc = probes.recovery_within_budget(configuration=config, **args)
+    held = within_tolerance(dict(probes.BUDGET_TOLERANCE), doc)
+    assert held is (RunVerdict.from_doc(doc).outcome is Outcome.PASS)
+    return bool(held)
+
+
+def test_before_any_fault_the_hypothesis_holds_with_nothing_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = SimpleNamespace(settings=parse_settings({}), stack=None, run=engine.RunState(experiment="t"),
+                          ledger=SimpleNamespace(records=lambda: []))
+    monkeypatch.setattr(engine, "context", lambda configuration: ctx)
+    doc = probes.recovery_within_budget(configuration={})
+    assert doc["before_fault"] is True and within_tolerance(dict(probes.BUDGET_TOLERANCE), doc)
 
 
 def test_left_out_arguments_are_the_class_defaults(

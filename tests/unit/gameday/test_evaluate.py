@@ -22,7 +22,7 @@ Facts = Callable[[str], JournalFacts]
 
 
 def run(exp: Experiment, facts: JournalFacts, budgets: dict[str, Budget]) -> ExperimentResult:
-    return evaluate(exp, facts, budgets, journal="journals/x.json", started_at=0.0, wall_seconds=1.0)
+    return evaluate(exp, facts, journal="journals/x.json", started_at=0.0, wall_seconds=1.0)
 
 
 def test_stack_budgets_convert(budgets: dict[str, Budget]) -> None:
@@ -35,22 +35,29 @@ def test_override_replaces_key_by_key(experiment: Exp, facts: Facts, budgets: di
     assert (r.budget, r.budget_source) == (Budget(15.0, 15.0, 20.0), "override")
 
 
-def test_bad_override_is_unjudged(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
+def test_the_verdict_is_read_from_the_journal_not_judged_again(
+    experiment: Exp, facts: Facts, budgets: dict[str, Budget]
+) -> None:
+    """The game-day reads the verdict the recovery-budget probe wrote: another stack's budgets or
+    a different override in the experiment file change nothing here."""
+    f = facts("gpu-xid-79")
+    assert f.verdict is not None and f.verdict.outcome is Outcome.PASS
     exp = experiment("gpu-xid-79")
-    exp = dataclasses.replace(
-        exp, configuration={**exp.configuration, "gpufleet_budget_override": {"recoverSeconds": 0}}
-    )
-    r = run(exp, facts("gpu-xid-79"), budgets)
-    assert r.result is Result.UNJUDGED and r.budget is None
-    assert [c.detail for c in r.checks if c.name == "budget"] == [
-        "gpufleet_budget_override.recoverSeconds must be positive (got 0)"
-    ]
+    other = dataclasses.replace(exp, configuration={**exp.configuration,
+                                                    "gpufleet_budget_override": {"recoverSeconds": 1}})
+    slo = ("detect", "isolate", "recover")
+    assert [c for c in run(other, f, {}).checks if c.name in slo] == list(f.verdict.checks)
+    assert [c for c in run(exp, f, budgets).checks if c.name in slo] == list(f.verdict.checks)
 
 
-def test_missing_stack_budget_is_unjudged(experiment: Exp, facts: Facts) -> None:
-    r = run(experiment("gpu-xid-79"), facts("gpu-xid-79"), {})
-    assert r.result is Result.UNJUDGED
-    assert r.checks[0].detail == "the stack declares no budget for fault class 'gpu-fatal' (slos.budgets)"
+def test_a_journal_without_a_verdict_is_unjudged_with_the_reason(
+    experiment: Exp, facts: Facts
+) -> None:
+    why = "no 'recovery_within_budget' probe ran after the method: no verdict"
+    f = dataclasses.replace(facts("gpu-xid-79"), verdict=None, verdict_problem=why)
+    r = run(experiment("gpu-xid-79"), f, {})
+    assert r.result is Result.UNJUDGED and r.measurement is None
+    assert r.checks[0].detail == why
 
 
 def test_recovered_within_budget_meets(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
@@ -86,7 +93,10 @@ def test_breach_test_that_passes_is_a_miss(experiment: Exp, facts: Facts, budget
 def test_no_timeline_is_unjudged(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
     r = run(experiment("inject-fails"), facts("inject-fails"), budgets)
     assert (r.verdict, r.result) == (Outcome.UNKNOWN, Result.UNJUDGED)
-    assert r.checks[0].name == "timeline"
+    assert (r.checks[0].name, r.checks[0].detail) == (
+        "verdict", "the 'recovery_within_budget' probe failed: ActivityFailed: faults were injected but "
+        "no recovery timeline was built (the journal has no 'recovery_timeline' probe run (method did "
+        "not reach it))")
     assert r.notes == ("failed activity inject: ActivityFailed: agent socket refused",)
 
 
@@ -129,31 +139,9 @@ def test_steady_state(
 
 
 def test_runner_error_leads_the_notes(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
-    r = evaluate(experiment("inject-fails"), facts("inject-fails"), budgets, journal=None, started_at=0.0,
+    r = evaluate(experiment("inject-fails"), facts("inject-fails"), journal=None, started_at=0.0,
                  wall_seconds=300.0, error="timed out after 300 s and was stopped with SIGUSR1")
     assert r.notes[0] == "timed out after 300 s and was stopped with SIGUSR1"
-
-
-def test_unknown_fault_class(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
-    exp = experiment("gpu-xid-79")
-    exp = dataclasses.replace(exp, configuration={**exp.configuration, "gpufleet_fault_class": "meteor"})
-    r = run(exp, facts("gpu-xid-79"), {**budgets, "meteor": Budget(1, None, 2)})
-    assert r.result is Result.UNJUDGED
-    assert any(c.name == "fault-class" and c.outcome is Outcome.UNKNOWN for c in r.checks)
-
-
-def test_probe_arguments_left_out_take_the_class_defaults(
-    experiment: Exp, facts: Facts, budgets: dict[str, Budget]
-) -> None:
-    """Leaving out the probe's arguments judges with the class's defaults: never unjudged."""
-    given = run(experiment("gpu-xid-79"), facts("gpu-xid-79"), budgets)
-    exp = dataclasses.replace(experiment("gpu-xid-79"), expect=Expectations())
-    left_out = run(exp, facts("gpu-xid-79"), budgets)
-    assert left_out.result is Result.MET
-    assert left_out.checks == given.checks
-    # An explicit argument still wins over the default: the fatal GPU must stay in service -> FAIL.
-    stay = dataclasses.replace(experiment("gpu-xid-79"), expect=Expectations(isolation=False))
-    assert run(stay, facts("gpu-xid-79"), budgets).verdict is Outcome.FAIL
 
 
 def test_suite_result_and_exit_codes(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:
@@ -175,17 +163,9 @@ def test_deviation_by_the_budget_probe_is_judged_once(
     r = run(experiment("node-crash"), f, budgets)
     steady = next(c for c in r.checks if c.name == "steady-state")
     assert steady.outcome is Outcome.PASS
-    assert steady.detail == "only the recovery-budget probe 'recovery-within-budget' deviated (judged above)"
+    assert steady.detail == (
+        "only the recovery-budget probe 'recovery-within-budget' deviated (its verdict above)")
     assert r.result is Result.MISSED  # by the recover check
-
-
-def test_budget_probe_disagreeing_with_the_verdict_is_unknown(
-    experiment: Exp, facts: Facts, budgets: dict[str, Budget]
-) -> None:
-    f = dataclasses.replace(facts("gpu-xid-79"), deviated=True, deviated_by="recovery-within-budget",
-                            deviated_by_budget=True)
-    r = run(experiment("gpu-xid-79"), f, budgets)
-    assert (r.verdict, r.result) == (Outcome.PASS, Result.UNJUDGED)
 
 
 def test_deviation_by_another_probe_fails(experiment: Exp, facts: Facts, budgets: dict[str, Budget]) -> None:

@@ -18,7 +18,7 @@ NAMES = ("gpu-xid-79", "node-crash", "budget-breach", "inject-fails")
 def suite(experiment: Exp, facts: Facts, budgets: dict[str, Budget], names: tuple[str, ...] = NAMES,
           planned: tuple[str, ...] = NAMES) -> SuiteRun:
     results = tuple(
-        evaluate(experiment(n), facts(n), budgets, journal=f"journals/{n}.json", started_at=1.7e9 + i,
+        evaluate(experiment(n), facts(n), journal=f"journals/{n}.json", started_at=1.7e9 + i,
                  wall_seconds=30.0 + i)
         for i, n in enumerate(names)
     )
@@ -99,7 +99,7 @@ def test_html_escapes_text(experiment: Exp, facts: Facts, budgets: dict[str, Bud
     import dataclasses
 
     exp = dataclasses.replace(experiment("gpu-xid-79"), title="<script>alert(1)</script>")
-    r = evaluate(exp, facts("gpu-xid-79"), budgets, journal=None, started_at=0.0, wall_seconds=1.0)
+    r = evaluate(exp, facts("gpu-xid-79"), journal=None, started_at=0.0, wall_seconds=1.0)
     html = write_report(SuiteRun("sandbox", "sandbox", 0.0, 1.0, 0.0, (r,)), tmp_path)["html"].read_text()
     assert "<script>" not in html
     assert "&lt;script&gt;" in html

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.chaos.workload.probes import BUDGET_TOLERANCE
 from gpufleet.core.errors import InputError
 from gpufleet.gameday import discover, parse_experiment, select
 from gpufleet.gameday.contract import PROBES_MODULE
@@ -77,7 +78,8 @@ def test_discover_collects_problems_of_all_files(tmp_path: Path) -> None:
 
 
 def hypothesis(args: dict[str, object]) -> dict[str, object]:
-    return {"title": "h", "probes": [{"type": "probe", "name": "recovery-within-budget", "tolerance": True,
+    return {"title": "h", "probes": [{"type": "probe", "name": "recovery-within-budget",
+                                      "tolerance": BUDGET_TOLERANCE,
                                       "provider": {"type": "python", "module": PROBES_MODULE,
                                                    "func": "recovery_within_budget", "arguments": args}}]}
 

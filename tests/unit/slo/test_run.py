@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +14,7 @@ from gpufleet.slo import (
     Expectations,
     Outcome,
     RunInputs,
+    RunVerdict,
     Timeline,
     judge_run,
     parse_budget_override,
@@ -129,8 +131,13 @@ def test_the_configured_class_wins_with_a_note(recorded: Recorded) -> None:
     assert v.expectations == Expectations(False, True)
 
 
-def test_to_dict_carries_inputs_and_checks(recorded: Recorded) -> None:
-    d = judge_run(RunInputs(recorded("gpu_fatal_recovered"), budgets=STACK)).to_dict()
-    assert d["outcome"] == "PASS" and d["budget"]["source"] == "stack"
-    assert (d["expect_isolation"], d["expect_interruption"]) == (True, True)
+def test_the_verdict_document_carries_inputs_and_checks_and_reads_back(recorded: Recorded) -> None:
+    """What the probe writes into the journal is what the game-day reads: JSON data, same verdict."""
+    v = judge_run(RunInputs(recorded("gpu_fatal_recovered"), budgets=STACK))
+    d = json.loads(json.dumps(v.to_doc()))
+    assert d["outcome"] == "PASS" and d["budget_source"] == "stack"
+    assert d["expectations"] == {"isolation": True, "interruption": True}
     assert [c["name"] for c in d["checks"]] == ["detect", "isolate", "recover"]
+    assert RunVerdict.from_doc(d) == v
+    with pytest.raises(ValueError):
+        RunVerdict.from_doc({"outcome": "PASS", "before_fault": True})
