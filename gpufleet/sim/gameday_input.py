@@ -1,11 +1,10 @@
 """Measured recovery times from a game-day report's JSON summary (`--from-report`).
 
-Read fields (docs/simulator.md, "Game-day report input"): a top-level object with an `experiments`
-list (a bare list is accepted too); per experiment `fault_class` (or `faultClass`) and the measured
-seconds from the fault, `detect_seconds`, `isolate_seconds`, `recover_seconds` (camelCase accepted),
-either on the experiment or inside its `measured` object. Missing or null values are "not
-measured". Other keys are ignored, so the report may grow. Several experiments of one class: each
-fault of the projection draws one experiment's times (the measured distribution); the medians are
+The report is read through the model the game-day writes it with (gpufleet.core.gameday_summary,
+docs/simulator.md "Game-day report input"): per experiment `fault_class` and `measured`
+(`detect_seconds`, `isolate_seconds`, `recover_seconds`, seconds from the fault); null is "not
+measured"; unknown keys are errors, with their path. Several experiments of one class: each fault
+of the projection draws one experiment's times (the measured distribution); the medians are
 recorded as the class's summary.
 """
 
@@ -17,14 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.core.errors import InputError, Problem
-from gpufleet.core.taxonomy import FaultClass
+from pydantic import ValidationError
 
-_FIELDS = {
-    "detect": ("detect_seconds", "detectSeconds"),
-    "isolate": ("isolate_seconds", "isolateSeconds"),
-    "recover": ("recover_seconds", "recoverSeconds"),
-}
+from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.gameday_summary import SummaryDoc
+from gpufleet.core.taxonomy import FaultClass
 
 
 @dataclass(frozen=True)
@@ -41,64 +37,39 @@ class Measured:
     samples: tuple[tuple[float | None, float | None, float | None], ...] = ()
 
 
-def _number(value: Any, path: str, problems: list[Problem]) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
-        problems.append(Problem(path, f"must be a number of seconds >= 0 or null (got {value!r})"))
-        return None
-    return float(value)
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
 
 
 def parse_report(doc: Any, file: str) -> dict[FaultClass, Measured]:
+    try:
+        summary = SummaryDoc.model_validate(doc)
+    except ValidationError as e:
+        raise InputError(file, [Problem(_path(err["loc"]), err["msg"]) for err in e.errors()]) from None
     problems: list[Problem] = []
-    if isinstance(doc, dict):
-        exps = doc.get("experiments")
-        if not isinstance(exps, list):
-            raise InputError(
-                file, [Problem("experiments", "a game-day report needs an `experiments` list")])
-        base = "experiments"
-    elif isinstance(doc, list):
-        exps, base = doc, ""
-    else:
-        raise InputError(file, [Problem("(top level)", "expected an object with `experiments` or a list")])
     known = ", ".join(c.value for c in FaultClass)
     samples: dict[FaultClass, dict[str, list[float]]] = {}
     names: dict[FaultClass, list[str]] = {}
     triples: dict[FaultClass, list[tuple[float | None, float | None, float | None]]] = {}
-    for i, exp in enumerate(exps):
-        where = f"{base}[{i}]"
-        if not isinstance(exp, dict):
-            problems.append(Problem(where, "an experiment must be an object"))
-            continue
-        raw_cls = exp.get("fault_class", exp.get("faultClass"))
-        if raw_cls is None:
-            measured = exp.get("measured")
-            if isinstance(measured, dict) and all(measured.get(k) is None for ks in _FIELDS.values()
-                                                  for k in ks):
-                continue  # an experiment that ran nothing classifiable (e.g. failed to start)
-            problems.append(Problem(f"{where}.fault_class", "required key is missing"))
-            continue
+    for i, exp in enumerate(summary.experiments):
+        where = f"experiments[{i}]"
+        m = exp.measured
+        values = {k: v for k, v in (("detect", m.detect_seconds), ("isolate", m.isolate_seconds),
+                                    ("recover", m.recover_seconds)) if v is not None}
+        if exp.fault_class is None:
+            if values:
+                problems.append(Problem(f"{where}.fault_class", "measured times need the fault class"))
+            continue  # an experiment that never ran far enough to be classified
         try:
-            cls = FaultClass(raw_cls)
+            cls = FaultClass(exp.fault_class)
         except ValueError:
             problems.append(
-                Problem(f"{where}.fault_class", f"unknown fault class {raw_cls!r}; known: {known}"))
+                Problem(f"{where}.fault_class", f"unknown fault class {exp.fault_class!r}; known: {known}"))
             continue
-        holder, hpath = exp, where
-        if "measured" in exp:
-            if not isinstance(exp["measured"], dict):
-                problems.append(Problem(f"{where}.measured", "must be an object of seconds"))
-                continue
-            holder, hpath = exp["measured"], f"{where}.measured"
-        values: dict[str, float] = {}
-        for name, keys in _FIELDS.items():
-            for key in keys:
-                if key in holder:
-                    v = _number(holder[key], f"{hpath}.{key}", problems)
-                    if v is not None:
-                        values[name] = v
-                    break
+        hpath = f"{where}.measured"
         if "detect" in values and "isolate" in values and values["isolate"] < values["detect"]:
             problems.append(
                 Problem(hpath, "isolate_seconds is before detect_seconds (both count from the fault)"))
@@ -114,11 +85,11 @@ def parse_report(doc: Any, file: str) -> dict[FaultClass, Measured]:
             samples.setdefault(cls, {}).setdefault(name, []).append(v)
         triples.setdefault(cls, []).append(
             (values.get("detect"), values.get("isolate"), values.get("recover")))
-        names.setdefault(cls, []).append(str(exp.get("name", exp.get("experiment", where))))
+        names.setdefault(cls, []).append(exp.name)
     if problems:
         raise InputError(file, problems)
     if not samples:
-        raise InputError(file, [Problem(base or "(top level)", "no experiment has a measured time")])
+        raise InputError(file, [Problem("experiments", "no experiment has a measured time")])
 
     def med(cls: FaultClass, name: str) -> float | None:
         vals = samples[cls].get(name)

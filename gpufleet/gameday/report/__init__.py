@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpufleet.core.gameday_summary import SCHEMA
 from gpufleet.gameday.report.html import html_report
 from gpufleet.gameday.report.junit import junit_xml
-from gpufleet.gameday.report.summary import SCHEMA, SuiteRun, experiment_dict, summary_dict
+from gpufleet.gameday.report.summary import SuiteRun, experiment_doc, summary_dict
 
 __all__ = [
-    "SCHEMA", "SuiteRun", "experiment_dict", "html_report", "junit_xml", "summary_dict", "write_report",
+    "SCHEMA", "SuiteRun", "experiment_doc", "html_report", "junit_xml", "summary_dict", "write_report",
 ]
 
 

@@ -1,8 +1,6 @@
-"""summary.json: the machine-readable game-day report.
-
-Stable keys read by other tools (the simulator calibrates detection/recovery from them):
-`experiments[].fault_class` and `experiments[].measured.{detect_seconds,isolate_seconds,
-recover_seconds}`. Seconds are from the fault's injection; null means not measured.
+"""summary.json: the machine-readable game-day report, written through the one model its readers
+use too (gpufleet.core.gameday_summary: the simulator calibrates detection and recovery from
+`experiments[].fault_class` and `experiments[].measured`).
 """
 
 from __future__ import annotations
@@ -10,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.core.gameday_summary import BudgetDoc, CheckDoc, ExperimentDoc, MeasuredDoc, SummaryDoc
 from gpufleet.gameday.evaluate import EXIT_CODES, ExperimentResult, Result, suite_result
 
-SCHEMA = "gpufleet.gameday/v1"
 _SUITE_OUTCOME = {Result.MET: "PASS", Result.MISSED: "FAIL", Result.UNJUDGED: "UNKNOWN"}
 
 
@@ -49,63 +47,60 @@ class SuiteRun:
         return EXIT_CODES[self.result]
 
 
-def experiment_dict(r: ExperimentResult) -> dict[str, Any]:
+def experiment_doc(r: ExperimentResult) -> ExperimentDoc:
     m = r.measurement
-    return {
-        "name": r.name,
-        "title": r.title,
-        "file": r.file,
-        "fault_id": r.fault_id,
-        "fault_class": r.fault_class,
-        "status": r.status,
-        "outcome": r.outcome.value,
-        "verdict": r.verdict.value,
-        "expected": r.expected.value,
-        "result": r.result.value,
-        "result_label": r.result_label,  # "failed as expected" for a breach test that met its FAIL
-        "measured": {
-            "detect_seconds": m.time_to_detect if m else None,
-            "isolate_seconds": m.time_to_isolate if m else None,
-            "recover_seconds": m.time_to_recover if m else None,
-            "return_seconds": m.time_to_return if m else None,
-            "lost_steps": m.lost_steps if m else None,
-            "recovered": m.recovered if m else None,
-            "interrupted": m.interrupted if m else None,
-            "availability": m.availability if m else None,
-        },
-        "budget": None if r.budget is None else {
-            "detect_seconds": r.budget.detect_seconds,
-            "isolate_seconds": r.budget.isolate_seconds,
-            "recover_seconds": r.budget.recover_seconds,
-            "source": r.budget_source,
-        },
-        "checks": [c.to_dict() for c in r.checks],
-        "notes": list(r.notes),
-        "journal": r.journal,
-        "started_at": r.started_at,
-        "wall_seconds": r.wall_seconds,
-        "capacity": r.extra.get("capacity"),
-        "healing": r.healing,
-        "timeline": r.timeline.model_dump(mode="json") if r.timeline else None,
-    }
+    return ExperimentDoc(
+        name=r.name,
+        title=r.title,
+        file=r.file,
+        fault_id=r.fault_id,
+        fault_class=r.fault_class,
+        status=r.status,
+        outcome=r.outcome.value,
+        verdict=r.verdict.value,
+        expected=r.expected.value,
+        result=r.result.value,
+        result_label=r.result_label,
+        measured=MeasuredDoc(
+            detect_seconds=m.time_to_detect, isolate_seconds=m.time_to_isolate,
+            recover_seconds=m.time_to_recover, return_seconds=m.time_to_return,
+            lost_steps=m.lost_steps, recovered=m.recovered, interrupted=m.interrupted,
+            availability=m.availability,
+        ) if m else MeasuredDoc(),
+        budget=None if r.budget is None else BudgetDoc(
+            detect_seconds=r.budget.detect_seconds, isolate_seconds=r.budget.isolate_seconds,
+            recover_seconds=r.budget.recover_seconds, source=r.budget_source,
+        ),
+        checks=[CheckDoc.model_validate(c.to_dict()) for c in r.checks],
+        notes=list(r.notes),
+        journal=r.journal,
+        started_at=r.started_at,
+        wall_seconds=r.wall_seconds,
+        capacity=r.extra.get("capacity"),
+        healing=r.healing,
+        timeline=r.timeline.model_dump(mode="json") if r.timeline else None,
+    )
+
+
+def summary_doc(run: SuiteRun) -> SummaryDoc:
+    return SummaryDoc(
+        stack=run.stack,
+        backend=run.backend,
+        started_at=run.started_at,
+        wall_seconds=run.wall_seconds,
+        setup_seconds=run.setup_seconds,
+        outcome=run.outcome,
+        result=run.result.value,
+        exit_code=run.exit_code,
+        counts={k.value: sum(1 for r in run.results if r.result is k) for k in Result},
+        failed_as_expected=[r.name for r in run.results if r.expected_failure],
+        interrupted=run.interrupted,
+        not_run=list(run.not_run),
+        left_out_known_issues=list(run.left_out),
+        experiments=[experiment_doc(r) for r in run.results],
+    )
 
 
 def summary_dict(run: SuiteRun) -> dict[str, Any]:
-    counts = {k.value: sum(1 for r in run.results if r.result is k) for k in Result}
-    return {
-        "schema": SCHEMA,
-        "stack": run.stack,
-        "backend": run.backend,
-        "started_at": run.started_at,
-        "wall_seconds": run.wall_seconds,
-        "setup_seconds": run.setup_seconds,
-        "outcome": run.outcome,
-        "result": run.result.value,
-        "exit_code": run.exit_code,
-        "counts": counts,
-        "failed_as_expected": [r.name for r in run.results if r.expected_failure],
-        "interrupted": run.interrupted,
-        "not_run": list(run.not_run),
-        "left_out_known_issues": list(run.left_out),
-        "experiments": [experiment_dict(r) for r in run.results],
-    }
+    """summary.json's document (gpufleet.core.gameday_summary.SummaryDoc as JSON data)."""
+    return summary_doc(run).to_json()

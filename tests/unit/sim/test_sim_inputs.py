@@ -77,17 +77,17 @@ def test_scenario_overrides_class_rate_and_keeps_the_split(tmp_path: Path) -> No
 
 
 REPORT = {
-    "suite": "weekly",
+    "schema": "gpufleet.gameday/v1",
     "experiments": [
         {"name": "xid79-a", "fault_class": "gpu-fatal",
          "measured": {"detect_seconds": 12, "isolate_seconds": 40, "recover_seconds": 200}},
-        {"name": "xid79-b", "faultClass": "gpu-fatal", "detectSeconds": 20, "isolateSeconds": 60,
-         "recoverSeconds": 260, "verdict": "pass"},
+        {"name": "xid79-b", "fault_class": "gpu-fatal", "verdict": "PASS",
+         "measured": {"detect_seconds": 20, "isolate_seconds": 60, "recover_seconds": 260}},
         {"name": "crash", "fault_class": "node-crash", "measured": {"detect_seconds": 5,
                                                                     "isolate_seconds": None}},
         {"name": "aborted", "fault_class": "fabric-flap", "measured": {}},
         # As gpufleet.gameday writes an experiment that never ran: class unknown, all null.
-        {"name": "inject-fails", "fault_class": None, "budget": {"detect_seconds": 60},
+        {"name": "inject-fails", "fault_class": None, "budget": {"detect_seconds": 60, "recover_seconds": 90},
          "measured": {"detect_seconds": None, "isolate_seconds": None, "recover_seconds": None}},
     ],
 }
@@ -106,18 +106,26 @@ def test_report_gives_medians_per_class(tmp_path: Path) -> None:
     assert p.handling[FaultClass.NODE_CRASH].detect_seconds == 5.0
 
 
+def _exp(**fields: object) -> dict[str, object]:
+    return {"name": "e", **fields}
+
+
 @pytest.mark.parametrize(("doc", "path", "words"), [
-    ({"runs": []}, "experiments", "experiments"),
-    ({"experiments": [{"fault_class": "gpu-fatl", "detect_seconds": 1}]}, "experiments[0].fault_class",
-     "unknown fault class"),
-    ({"experiments": [{"detect_seconds": 1}]}, "experiments[0].fault_class", "missing"),
-    ({"experiments": [{"fault_class": "gpu-fatal", "measured": {"detect_seconds": -3}}]},
-     "experiments[0].measured.detect_seconds", ">= 0"),
-    ({"experiments": [{"fault_class": "gpu-fatal", "detect_seconds": "fast"}]},
-     "experiments[0].detect_seconds", "number"),
-    ({"experiments": [{"fault_class": "gpu-fatal", "detect_seconds": 9, "isolate_seconds": 3}]},
-     "experiments[0]", "before"),
-    ({"experiments": [{"fault_class": "gpu-fatal"}]}, "experiments", "no experiment"),
+    ({"runs": []}, "experiments", "Field required"),
+    ({"experiments": [], "runs": []}, "runs", "Extra inputs"),
+    ([], "(top level)", "valid dictionary"),
+    ({"experiments": [_exp(fault_class="gpu-fatl", measured={"detect_seconds": 1})]},
+     "experiments[0].fault_class", "unknown fault class"),
+    ({"experiments": [_exp(measured={"detect_seconds": 1})]}, "experiments[0].fault_class", "Field required"),
+    ({"experiments": [_exp(fault_class="gpu-fatal", measured={"detect_seconds": -3})]},
+     "experiments[0].measured.detect_seconds", "greater than or equal to 0"),
+    ({"experiments": [_exp(fault_class="gpu-fatal", measured={"detect_seconds": "fast"})]},
+     "experiments[0].measured.detect_seconds", "number"),
+    ({"experiments": [_exp(fault_class="gpu-fatal", detectSeconds=4)]},
+     "experiments[0].detectSeconds", "Extra inputs"),
+    ({"experiments": [_exp(fault_class="gpu-fatal", measured={"detect_seconds": 9, "isolate_seconds": 3})]},
+     "experiments[0].measured", "before"),
+    ({"experiments": [_exp(fault_class="gpu-fatal")]}, "experiments", "no experiment"),
 ])
 def test_bad_reports_say_where(doc: object, path: str, words: str) -> None:
     with pytest.raises(InputError) as ei:
