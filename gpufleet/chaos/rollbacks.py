@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.chaos.backends import kubernetes as k8s
-from gpufleet.chaos.backends import sandbox, slurm
+from gpufleet.chaos.backends import sandbox_undo, slurm
 from gpufleet.chaos.ledger import RollbackFn
 
 
@@ -15,16 +15,16 @@ def _noop(args: dict[str, Any]) -> None:
 
 ROLLBACKS: dict[str, RollbackFn] = {
     "noop": _noop,
-    "sandbox.agent-clear": sandbox.rb_agent_clear,
-    "sandbox.link-up": sandbox.rb_link_up,
-    "sandbox.link-restore": sandbox.rb_link_restore,
-    "sandbox.continue": sandbox.rb_continue,
-    "sandbox.reboot-hung": sandbox.rb_reboot_hung,
-    "sandbox.restart-daemons": sandbox.rb_restart_daemons,
-    "sandbox.storage-restore": sandbox.rb_storage_restore,
-    "sandbox.host-restore": sandbox.rb_host_restore,
-    "sandbox.links-up": sandbox.rb_links_up,
-    "sandbox.nic-restore": sandbox.rb_nic_restore,
+    "sandbox.agent-clear": sandbox_undo.rb_agent_clear,
+    "sandbox.link-up": sandbox_undo.rb_link_up,
+    "sandbox.link-restore": sandbox_undo.rb_link_restore,
+    "sandbox.continue": sandbox_undo.rb_continue,
+    "sandbox.reboot-hung": sandbox_undo.rb_reboot_hung,
+    "sandbox.restart-daemons": sandbox_undo.rb_restart_daemons,
+    "sandbox.storage-restore": sandbox_undo.rb_storage_restore,
+    "sandbox.host-restore": sandbox_undo.rb_host_restore,
+    "sandbox.links-up": sandbox_undo.rb_links_up,
+    "sandbox.nic-restore": sandbox_undo.rb_nic_restore,
     "slurm.ssh": slurm.rb_ssh,
     "kubernetes.uncordon": k8s.rb_uncordon,
     "kubernetes.untaint": k8s.rb_untaint,

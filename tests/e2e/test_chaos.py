@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.chaos.backends.sandbox import agent_request
+from gpufleet.chaos.backends.sandbox_undo import agent_request
 from gpufleet.chaos.ledger import Ledger
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 

@@ -9,7 +9,6 @@ after the runner died, without the state file if need be.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -17,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
 from gpufleet.catalog.injection import (
@@ -41,254 +39,34 @@ from gpufleet.chaos.backends.base import (
     Backend,
     NodeInfo,
     Plan,
-    nft_delete_argv,
     nft_loss_argv,
     nft_table,
     tbf_argv,
 )
+from gpufleet.chaos.backends.sandbox_undo import (
+    FLAPPERS,
+    agent_request,
+    in_ns,
+    link_exists,
+    mount_namespaces,
+    mounted,
+    netns_exists,
+    rb_restart_daemons,
+    resume_node,
+)
 from gpufleet.chaos.ledger import Ledger, Rollback
-from gpufleet.core.procs import alive, launch, start_time
+from gpufleet.core.procs import alive, start_time
 from gpufleet.core.sandbox_contract import (
     ControllerStatus,
-    Launch,
     SandboxNode,
     SandboxState,
     read_controller_status,
     read_state,
     state_path,
-    write_state,
 )
 from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
 
 logger = logging.getLogger("chaostoolkit")
-AGENT_TIMEOUT_S = 5.0
-
-# In-process stop switches of running flappers, so a rollback (or the control) stops them at once.
-_FLAPPERS: dict[str, threading.Event] = {}
-
-
-# ----------------------------------------------------------------------------- agent
-
-
-def agent_request(
-    socket: str, token_file: str | None, method: str, path: str, body: dict[str, Any] | None = None
-) -> Any:
-    """HTTP over the agent's unix socket, with its bearer token."""
-    headers = {}
-    if token_file:
-        headers["Authorization"] = f"Bearer {Path(token_file).read_text().strip()}"
-    transport = httpx.HTTPTransport(uds=socket)
-    try:
-        with httpx.Client(transport=transport, base_url="http://agent", timeout=AGENT_TIMEOUT_S) as c:
-            r = c.request(method, path, json=body, headers=headers)
-    except httpx.HTTPError as e:
-        raise ActivityFailed(f"agent at {socket}: {method} {path} failed: {e}") from None
-    if r.status_code >= 300:
-        raise ActivityFailed(f"agent at {socket}: {method} {path} -> {r.status_code} {r.text[:300]}")
-    return r.json() if r.content else None
-
-
-def _resume_node(slurm_prefix: list[str], node: str) -> None:
-    """`scontrol update state=resume`: Slurm refuses it for a node that is not down/drained, which
-    is fine (nothing to resume)."""
-    if slurm_prefix:
-        sysops.run([*slurm_prefix, "scontrol", "update", f"nodename={node}", "state=resume"], check=False)
-
-
-# ----------------------------------------------------------------------------- rollbacks
-
-
-def rb_agent_clear(args: dict[str, Any]) -> None:
-    socket = args["socket"]
-    if not os.path.exists(socket):
-        logger.warning("agent socket %s is gone (sandbox down?): nothing to clear", socket)
-        return
-    agent_request(socket, args.get("token_file"), "POST", "/clear", {"gpu": args.get("gpu")})
-    _resume_node(list(args.get("slurm_prefix") or []), args["node"])
-
-
-def _link_exists(name: str) -> bool:
-    return Path(f"/sys/class/net/{name}").exists()
-
-
-def rb_link_up(args: dict[str, Any]) -> None:
-    ev = _FLAPPERS.pop(str(args.get("flap_id")), None)
-    if ev is not None:
-        ev.set()
-    peer = args["peer"]
-    if not _link_exists(peer):
-        logger.warning("link %s is gone (sandbox down?): nothing to bring up", peer)
-        return
-    sysops.run(["ip", "link", "set", peer, "up"])
-    if args.get("node"):
-        # The health check drained the node for the link; with the link back, return it to service
-        # (the sandbox has no remediator to do it).
-        _resume_node(list(args.get("slurm_prefix") or []), args["node"])
-
-
-def rb_host_restore(args: dict[str, Any]) -> None:
-    """The node was repaired: restart its daemons if the fault crashed it, clear the agent's host
-    signals (PSU, DIMM, disk replaced), resume it in Slurm."""
-    if args.get("restart"):
-        rb_restart_daemons(args["restart"])
-    socket = args["socket"]
-    if not os.path.exists(socket):
-        logger.warning("agent socket %s is gone (sandbox down?): nothing to clear", socket)
-        return
-    # A restarted agent answers a moment after it starts; until then its socket file is the stale
-    # one of the killed agent (connection refused).
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            agent_request(socket, args.get("token_file"), "POST", "/host/clear", {})
-            break
-        except ActivityFailed:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.3)
-    _resume_node(list(args.get("slurm_prefix") or []), args["node"])
-
-
-def rb_links_up(args: dict[str, Any]) -> None:
-    """A switch came back: every port behind it up, its nodes resumed."""
-    for peer in args["peers"]:
-        if _link_exists(peer):
-            sysops.run(["ip", "link", "set", peer, "up"])
-    for node in args["nodes"]:
-        _resume_node(list(args.get("slurm_prefix") or []), node)
-
-
-def rb_nic_restore(args: dict[str, Any]) -> None:
-    """The NIC is back: its device takes its name again and comes up (addresses survive a rename)."""
-    ns, hidden, ifname = args["netns"], args["hidden"], args["ifname"]
-    if not _netns_exists(ns):
-        return
-    present = sysops.run(["ip", "-n", ns, "-o", "link", "show"], check=False)
-    if f" {hidden}:" in present or f" {hidden}@" in present:
-        sysops.run(["ip", "-n", ns, "link", "set", hidden, "name", ifname])
-    sysops.run(["ip", "-n", ns, "link", "set", ifname, "up"])
-    _resume_node(list(args.get("slurm_prefix") or []), args["node"])
-
-
-def _netns_exists(ns: str) -> bool:
-    return Path(f"/run/netns/{ns}").exists()
-
-
-def rb_link_restore(args: dict[str, Any]) -> None:
-    ns, ifname = args["netns"], args["ifname"]
-    if not _netns_exists(ns):
-        return
-    table = args.get("nft_table")
-    if table:
-        sysops.run(["ip", "netns", "exec", ns, *nft_delete_argv(table)], check=False)
-        left = sysops.run(["ip", "netns", "exec", ns, "nft", "list", "tables"], check=False)
-        if f"inet {table}" in left:
-            raise ActivityFailed(f"nft table {table} still present in {ns}")
-    if args.get("tc"):
-        sysops.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", ifname, "root"], check=False)
-        shown = sysops.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", ifname], check=False)
-        if "tbf" in shown:
-            raise ActivityFailed(f"tbf qdisc still on {ifname} in {ns}")
-
-
-def rb_continue(args: dict[str, Any]) -> None:
-    for pid, st in args["pids"]:
-        sysops.signal_verified(int(pid), int(st), signal.SIGCONT)
-
-
-def rb_reboot_hung(args: dict[str, Any]) -> None:
-    """Reboot a hung node: SIGKILL its frozen processes (SIGKILL acts on stopped processes), wait for
-    them to go, then start its daemons again and resume it in Slurm."""
-    procs = [(int(p), int(st)) for p, st in args["pids"]]
-    for pid, st in procs:
-        sysops.signal_verified(pid, st, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(start_time(p) == st for p, st in procs):
-        time.sleep(0.1)
-    rb_restart_daemons(args["restart"])
-
-
-def _running(netns: str, program: list[str]) -> bool:
-    return any(sysops.cmdline(pid) == program for pid in sysops.netns_pids(netns))
-
-
-def rb_restart_daemons(args: dict[str, Any]) -> None:
-    """Start the node's daemons again from their recorded launch recipes (those not already
-    running), then resume the node in Slurm."""
-    netns = args["netns"]
-    if not _netns_exists(netns):
-        logger.warning("namespace %s is gone (sandbox down?): nothing to restart", netns)
-        return
-    daemons = [(d["name"], Launch.model_validate(d["launch"])) for d in args["daemons"]]
-    for name, recipe in daemons:
-        if _running(netns, recipe.program):
-            continue
-        popen, st = launch(recipe)
-        if st is None:
-            raise ActivityFailed(f"restarting {name} failed at once ({popen.wait(5)}); see {recipe.log}")
-        _update_state_pid(args.get("stack"), args.get("state_root"), name, popen.pid, st)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not all(_running(netns, r.program) for _, r in daemons):
-        time.sleep(0.2)
-    _resume_node(list(args.get("slurm_prefix") or []), args["node"])
-
-
-def _update_state_pid(stack: str | None, root: str | None, name: str, pid: int, st: int) -> None:
-    """Keep the sandbox's state file naming the live process, so `sandbox down` stops the restarted
-    daemon too (the contract's write_state is atomic)."""
-    if not stack:
-        return
-    try:
-        state = read_state(stack, Path(root) if root else None)
-    except (OSError, ValueError):
-        return
-    procs = [
-        p.model_copy(update={"pid": pid, "start_time": st}) if p.name == name else p for p in state.processes
-    ]
-    write_state(state.model_copy(update={"processes": procs}), Path(root) if root else None)
-
-
-def _mount_namespaces(netns_list: list[str]) -> dict[str, int]:
-    """One representative pid per distinct mount namespace among the namespaces' processes."""
-    out: dict[str, int] = {}
-    for ns in netns_list:
-        if not _netns_exists(ns):
-            continue
-        for pid in sysops.netns_pids(ns):
-            try:
-                key = os.readlink(f"/proc/{pid}/ns/mnt")
-            except OSError:
-                continue
-            out.setdefault(key, pid)
-    return out
-
-
-def _mounted(pid: int | None, path: str) -> int:
-    info = Path(f"/proc/{pid or 'self'}/mountinfo")
-    try:
-        return sum(1 for line in info.read_text().splitlines() if line.split()[4] == path)
-    except OSError:
-        return 0
-
-
-def _in_ns(pid: int | None, argv: list[str]) -> list[str]:
-    return argv if pid is None else ["nsenter", "-t", str(pid), "-m", "--", *argv]
-
-
-def rb_storage_restore(args: dict[str, Any]) -> None:
-    path = args["path"]
-    targets: list[int | None] = [None, *_mount_namespaces(list(args["netns"])).values()]
-    for pid in targets:
-        base = _mounted(pid, path) - int(args.get("base_mounts", {}).get("root" if pid is None else "ns", 0))
-        for _ in range(max(0, base)):
-            sysops.run(_in_ns(pid, ["umount", path]), check=False)
-    still = [
-        pid
-        for pid in targets
-        if _mounted(pid, path) > int(args.get("base_mounts", {}).get("root" if pid is None else "ns", 0))
-    ]
-    if still:
-        raise ActivityFailed(f"{path} still has the fault mount in the mount namespaces of {still}")
 
 
 # ----------------------------------------------------------------------------- the backend
@@ -377,7 +155,7 @@ class SandboxBackend(Backend):
         return [f"restarted daemons of {node}" for node in on_nodes]
 
     def resume_node(self, node: str) -> None:
-        _resume_node(self._slurm_prefix(), node)
+        resume_node(self._slurm_prefix(), node)
 
     def resume_training(self) -> str:
         """Ask the auto-resume controller for a job: SIGHUP resets its restart budget, and it submits
@@ -637,7 +415,7 @@ class SandboxBackend(Backend):
         slurm_prefix = self._slurm_prefix()
 
         def after(rec_id: str, ledger: Ledger) -> None:
-            _FLAPPERS[flap_id] = stop
+            FLAPPERS[flap_id] = stop
 
             def loop() -> None:
                 try:
@@ -649,12 +427,12 @@ class SandboxBackend(Backend):
                         if stop.wait(period_seconds / 2):
                             break
                 finally:
-                    if _link_exists(peer):
+                    if link_exists(peer):
                         sysops.run(["ip", "link", "set", peer, "up"], check=False)
                         # A health check that ran during a down phase drained the node; the flap
                         # is over, so return it to service as the link-up rollback does.
-                        _resume_node(slurm_prefix, node)
-                    if _FLAPPERS.pop(flap_id, None) is not None:
+                        resume_node(slurm_prefix, node)
+                    if FLAPPERS.pop(flap_id, None) is not None:
                         ledger.mark_reverted(rec_id, ok=True)
 
             threading.Thread(target=loop, name=f"flap-{peer}", daemon=True).start()
@@ -710,8 +488,8 @@ class SandboxBackend(Backend):
         if not path:
             raise ActivityFailed("the sandbox state names no checkpoint_dir")
         netns = [n.netns for n in self.state.nodes]
-        targets = _mount_namespaces(netns)
-        base = {"root": _mounted(None, path), "ns": max([_mounted(p, path) for p in targets.values()] or [0])}
+        targets = mount_namespaces(netns)
+        base = {"root": mounted(None, path), "ns": max([mounted(p, path) for p in targets.values()] or [0])}
         rb = Rollback("sandbox.storage-restore", {"path": path, "netns": netns, "base_mounts": base})
 
         def apply() -> dict[str, Any]:
@@ -719,9 +497,9 @@ class SandboxBackend(Backend):
             # it (the root one is private here, so mounts do not propagate into `ip netns exec`
             # children): writes fail with EROFS as on a store that lost its write path.
             done = 0
-            for pid in [None, *_mount_namespaces(netns).values()]:
-                sysops.run(_in_ns(pid, ["mount", "--bind", path, path]))
-                sysops.run(_in_ns(pid, ["mount", "-o", "remount,bind,ro", path]))
+            for pid in [None, *mount_namespaces(netns).values()]:
+                sysops.run(in_ns(pid, ["mount", "--bind", path, path]))
+                sysops.run(in_ns(pid, ["mount", "-o", "remount,bind,ro", path]))
                 done += 1
             return {"mount_namespaces": done}
 
@@ -739,7 +517,7 @@ class SandboxBackend(Backend):
         rank = inj.rank
         found: list[tuple[int, int, str]] = []
         for n in self.state.nodes:
-            if n.role == "head" or not _netns_exists(n.netns):
+            if n.role == "head" or not netns_exists(n.netns):
                 continue
             for pid in sysops.netns_pids(n.netns):
                 env = sysops.environ(pid) or {}

@@ -45,7 +45,8 @@ def gpu_faults(
     ctx = engine.context(configuration)
     if ctx.backend_name != "sandbox":
         raise ActivityFailed("gpu_faults reads the sandbox node agent; use Prometheus DCGM metrics elsewhere")
-    from gpufleet.chaos.backends.sandbox import SandboxBackend, agent_request
+    from gpufleet.chaos.backends.sandbox import SandboxBackend
+    from gpufleet.chaos.backends.sandbox_undo import agent_request
 
     b = ctx.backend()
     assert isinstance(b, SandboxBackend)

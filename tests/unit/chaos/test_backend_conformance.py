@@ -93,7 +93,7 @@ def no_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(s, "environ", lambda pid: FAKE_ENV)
     monkeypatch.setattr(s, "cmdline", lambda pid: FAKE_CMD)
     monkeypatch.setattr(sandbox_backend, "start_time", lambda pid: FAKE_START if pid == FAKE_PID else None)
-    monkeypatch.setattr(sandbox_backend, "_netns_exists", lambda ns: True)
+    monkeypatch.setattr(sandbox_backend, "netns_exists", lambda ns: True)
 
 
 def _no_command(argv: Any, *args: Any, **kwargs: Any) -> str:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gpufleet.chaos.backends import sandbox
+from gpufleet.chaos.backends import sandbox_undo
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.core import procs
 
@@ -21,7 +21,7 @@ def test_reboot_hung_kills_the_frozen_processes_then_restarts(monkeypatch: pytes
         assert st is not None
         p.send_signal(signal.SIGSTOP)
         restarted: list[dict[str, object]] = []
-        monkeypatch.setattr(sandbox, "rb_restart_daemons", lambda a: restarted.append(a))
+        monkeypatch.setattr(sandbox_undo, "rb_restart_daemons", lambda a: restarted.append(a))
         t0 = time.monotonic()
         ROLLBACKS["sandbox.reboot-hung"]({"pids": [[p.pid, st]], "restart": {"node": "gpu-0"}})
         assert p.wait(timeout=5) == -signal.SIGKILL  # killed while stopped, not thawed
@@ -38,8 +38,8 @@ def test_reboot_hung_never_signals_a_reused_pid(monkeypatch: pytest.MonkeyPatch)
     try:
         st = procs.start_time(p.pid)
         assert st is not None
-        monkeypatch.setattr(sandbox, "rb_restart_daemons", lambda a: None)
-        sandbox.rb_reboot_hung({"pids": [[p.pid, st + 1]], "restart": {}})  # another process
+        monkeypatch.setattr(sandbox_undo, "rb_restart_daemons", lambda a: None)
+        sandbox_undo.rb_reboot_hung({"pids": [[p.pid, st + 1]], "restart": {}})  # another process
         assert p.poll() is None
     finally:
         p.kill()
