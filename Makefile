@@ -12,7 +12,7 @@ REPORT      ?= reports/gameday
 TORCH       := $(shell grep -o "torch==[0-9.]*" pyproject.toml)
 WHEELHOUSE  ?= $(HOME)/.cache/gpufleet/wheels/$(TORCH)
 
-.PHONY: test gameday deps apt venv lint unit e2e generate clean
+.PHONY: test gameday deps apt venv lint unit e2e generate clean kube-bins
 
 deps: apt venv
 
@@ -34,8 +34,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: venv
-	$(BIN)/ruff check gpufleet infra policypack tests benchmarks
+	$(BIN)/ruff check gpufleet infra policypack tests benchmarks tools
 	$(BIN)/mypy
+	$(BIN)/mypy tools/kube/build.py
 	$(BIN)/lint-imports
 	$(BIN)/gpufleet generate --check
 
@@ -52,6 +53,14 @@ test: deps lint
 
 generate: venv
 	$(BIN)/gpufleet generate
+
+# The real Kubernetes programs (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+# etcd, kwok, controller-gen) built from the pinned Go modules of tools/kube/, and the operators'
+# CRDs generated from their Go types, into ${GPUFLEET_GO_CACHE:-~/.cache/gpufleet/go}, keyed by
+# the versions in tools/kube/versions.toml. A warm cache makes this a no-op (docs/kubernetes-sandbox.md).
+# Needs Go and the standard library only: the venv's Python when there is one, else python3.
+kube-bins:
+	$(if $(wildcard $(PY)),$(PY),python3) tools/kube/build.py
 
 gameday: deps
 	$(BIN)/gpufleet gameday --stack sandbox --backend sandbox --report $(REPORT)

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,10 @@ GO_LDFLAGS = ("-s", "-w")  # no symbol table, no DWARF: a third of the size
 
 class BuildError(RuntimeError):
     """A step failed; the message says which and what to do."""
+
+
+class UsageError(ValueError):
+    """The command line asks for something that does not exist."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +156,37 @@ def up_to_date(step: Step, expected_files: Iterable[Path]) -> bool:
     return bool(stamp.get("inputs") == step.inputs and all(p.is_file() for p in expected_files))
 
 
-def write_stamp(step: Step, seconds: float, go_version: str, extra: dict[str, object]) -> None:
-    record = {"inputs": step.inputs, "go": go_version, "seconds": round(seconds, 1), **extra}
+@dataclass(frozen=True)
+class Timing:
+    """Wall seconds of a step and the CPU seconds of the commands it ran (user + system).
+
+    CPU seconds say what the step costs whatever else shares the machine: on an idle 2-core
+    machine the wall time is about CPU / 2 for the parallel Go builds."""
+
+    wall: float
+    cpu: float
+
+    @staticmethod
+    def child_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    @classmethod
+    def since(cls, wall_start: float, cpu_start: float) -> Timing:
+        return cls(time.monotonic() - wall_start, cls.child_cpu() - cpu_start)
+
+    def __str__(self) -> str:
+        return f"{self.wall:.0f} s wall, {self.cpu:.0f} s CPU"
+
+
+def write_stamp(step: Step, timing: Timing, go_version: str, extra: dict[str, object]) -> None:
+    record = {
+        "inputs": step.inputs,
+        "go": go_version,
+        "seconds": round(timing.wall, 1),
+        "cpu_seconds": round(timing.cpu, 1),
+        **extra,
+    }
     tmp = step.out_dir / (STAMP + ".tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     tmp.replace(step.out_dir / STAMP)
@@ -177,13 +211,13 @@ def program_file(package: str) -> str:
     return parts[-1]
 
 
-def build_component(step: Step, comp: Component, go: Go, go_version: str) -> float:
-    """go build every program of the component into <out>/bin; returns the wall seconds."""
+def build_component(step: Step, comp: Component, go: Go, go_version: str) -> Timing:
+    """go build every program of the component into <out>/bin; returns how long it took."""
     step.out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{step.out_dir.name}.", dir=step.out_dir.parent))
     try:
         (staging / "bin").mkdir()
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), Timing.child_cpu()
         # One go build for all the component's programs: they share most packages.
         go.run(
             [
@@ -199,7 +233,7 @@ def build_component(step: Step, comp: Component, go: Go, go_version: str) -> flo
             TOOLS / comp.go_dir,
             f"building {comp.name} {comp.version}",
         )
-        seconds = time.monotonic() - started
+        timing = Timing.since(started, cpu_started)
         built = {p.name for p in (staging / "bin").iterdir()}
         for program, package in comp.binaries.items():
             produced = program_file(package)
@@ -208,9 +242,9 @@ def build_component(step: Step, comp: Component, go: Go, go_version: str) -> flo
             if produced != program:
                 (staging / "bin" / produced).rename(staging / "bin" / program)
         sizes = {p.name: p.stat().st_size for p in sorted((staging / "bin").iterdir())}
-        write_stamp(Step(step.name, staging, step.inputs), seconds, go_version, {"sizes": sizes})
+        write_stamp(Step(step.name, staging, step.inputs), timing, go_version, {"sizes": sizes})
         replace_dir(staging, step.out_dir)
-        return seconds
+        return timing
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -228,12 +262,12 @@ def module_dir(module: str, version: str, go: Go) -> Path:
     return Path(info["Dir"])
 
 
-def generate_crds(step: Step, src: CrdSource, controller_gen: Path, go: Go, go_version: str) -> float:
+def generate_crds(step: Step, src: CrdSource, controller_gen: Path, go: Go, go_version: str) -> Timing:
     """controller-gen over the module's API packages, in the module's own folder (its go.mod)."""
     step.out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{step.out_dir.name}.", dir=step.out_dir.parent))
     try:
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), Timing.child_cpu()
         mod_dir = module_dir(src.module, src.version, go)
         go.run(
             [
@@ -245,13 +279,13 @@ def generate_crds(step: Step, src: CrdSource, controller_gen: Path, go: Go, go_v
             mod_dir,
             f"generating the CRDs of {src.name} {src.version}",
         )
-        seconds = time.monotonic() - started
+        timing = Timing.since(started, cpu_started)
         files = sorted(p.name for p in staging.glob("*.yaml"))
         if not files:
             raise BuildError(f"controller-gen made no CRD for {src.name} from {', '.join(src.packages)}")
-        write_stamp(Step(step.name, staging, step.inputs), seconds, go_version, {"files": files})
+        write_stamp(Step(step.name, staging, step.inputs), timing, go_version, {"files": files})
         replace_dir(staging, step.out_dir)
-        return seconds
+        return timing
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -260,7 +294,7 @@ def select(versions: KubeVersions, only: Sequence[str]) -> list[str]:
     known = [*versions.names(), CRDS]
     unknown = [o for o in only if o not in known]
     if unknown:
-        raise BuildError(f"--only {', '.join(unknown)}: no such component (have: {', '.join(known)})")
+        raise UsageError(f"--only {', '.join(unknown)}: no such component (have: {', '.join(known)})")
     return [n for n in known if not only or n in only]
 
 
@@ -295,18 +329,18 @@ def build(versions: KubeVersions, root: Path, only: Sequence[str], force: bool, 
         return 0
     go = Go.from_environ(nice)
     gov = go.version()
-    total = time.monotonic()
+    total, total_cpu = time.monotonic(), Timing.child_cpu()
     for step, what in todo:
         print(f"kube-bins: {step.name} {what.version} ...", flush=True)
         if isinstance(what, Component):
-            seconds = build_component(step, what, go, gov)
+            timing = build_component(step, what, go, gov)
             sizes = json.loads((step.out_dir / STAMP).read_text())["sizes"]
             detail = ", ".join(f"{b} {n / 2**20:.0f} MiB" for b, n in sizes.items())
         else:
-            seconds = generate_crds(step, what, paths.binaries[CONTROLLER_GEN], go, gov)
+            timing = generate_crds(step, what, paths.binaries[CONTROLLER_GEN], go, gov)
             detail = f"{len(list(step.out_dir.glob('*.yaml')))} CRD file(s)"
-        print(f"kube-bins: {step.name} {what.version} built in {seconds:.0f} s ({detail})", flush=True)
-    print(f"kube-bins: done in {time.monotonic() - total:.0f} s ({root})")
+        print(f"kube-bins: {step.name} {what.version} built in {timing} ({detail})", flush=True)
+    print(f"kube-bins: done in {Timing.since(total, total_cpu)} ({root})")
     return 0
 
 
@@ -341,6 +375,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return build(versions, root, args.only, args.force, args.nice)
     except InputError as exc:
         print(exc.render(), file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(f"kube-bins: {exc}", file=sys.stderr)
         return 2
     except BuildError as exc:
         print(f"kube-bins: {exc}\n(rerun `{BUILD_COMMAND}` once fixed)", file=sys.stderr)
