@@ -46,13 +46,13 @@ from gpufleet.chaos.backends.base import (
 from gpufleet.chaos.backends.sandbox_undo import (
     FLAPPERS,
     agent_request,
-    in_ns,
     link_exists,
     mount_namespaces,
     mounted,
     netns_exists,
     rb_restart_daemons,
     resume_node,
+    run_in_mount_namespace,
 )
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.core.procs import alive, start_time
@@ -489,18 +489,22 @@ class SandboxBackend(Backend):
             raise ActivityFailed("the sandbox state names no checkpoint_dir")
         netns = [n.netns for n in self.state.nodes]
         targets = mount_namespaces(netns)
-        base = {"root": mounted(None, path), "ns": max([mounted(p, path) for p in targets.values()] or [0])}
+        in_nodes = max([mounted(g[0], path) for g in targets.values()] or [0])
+        base = {"root": mounted(None, path), "ns": in_nodes}
         rb = Rollback("sandbox.storage-restore", {"path": path, "netns": netns, "base_mounts": base})
 
         def apply() -> dict[str, Any]:
             # A read-only bind mount over the checkpoint directory in every mount namespace that uses
             # it (the root one is private here, so mounts do not propagate into `ip netns exec`
             # children): writes fail with EROFS as on a store that lost its write path.
-            done = 0
-            for pid in [None, *mount_namespaces(netns).values()]:
-                sysops.run(in_ns(pid, ["mount", "--bind", path, path]))
-                sysops.run(in_ns(pid, ["mount", "-o", "remount,bind,ro", path]))
-                done += 1
+            sysops.run(["mount", "--bind", path, path])
+            sysops.run(["mount", "-o", "remount,bind,ro", path])
+            done = 1
+            for pids in mount_namespaces(netns).values():
+                if run_in_mount_namespace(pids, ["mount", "--bind", path, path]):
+                    # A namespace whose processes all exit before the remount is gone with them.
+                    run_in_mount_namespace(pids, ["mount", "-o", "remount,bind,ro", path])
+                    done += 1
             return {"mount_namespaces": done}
 
         return Plan(

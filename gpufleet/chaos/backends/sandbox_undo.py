@@ -211,9 +211,9 @@ def _update_state_pid(stack: str | None, root: str | None, name: str, pid: int, 
     write_state(state.model_copy(update={"processes": procs}), Path(root) if root else None)
 
 
-def mount_namespaces(netns_list: list[str]) -> dict[str, int]:
-    """One representative pid per distinct mount namespace among the namespaces' processes."""
-    out: dict[str, int] = {}
+def mount_namespaces(netns_list: list[str]) -> dict[str, list[int]]:
+    """The pids of the namespaces' processes, grouped by the mount namespace they are in."""
+    out: dict[str, list[int]] = {}
     for ns in netns_list:
         if not netns_exists(ns):
             continue
@@ -222,8 +222,27 @@ def mount_namespaces(netns_list: list[str]) -> dict[str, int]:
                 key = os.readlink(f"/proc/{pid}/ns/mnt")
             except OSError:
                 continue
-            out.setdefault(key, pid)
+            out.setdefault(key, []).append(pid)
     return out
+
+
+def live_member(pids: list[int]) -> int | None:
+    """A pid of the group that is still running (processes come and go: a rank restarts)."""
+    return next((p for p in pids if Path(f"/proc/{p}/ns/mnt").exists()), None)
+
+
+def run_in_mount_namespace(pids: list[int], argv: list[str]) -> bool:
+    """Run argv in the mount namespace these pids share, entered through the first that is still
+    alive: one may exit between the listing and nsenter. False when every one is gone (and with them
+    the namespace); a failure of the command itself raises."""
+    for pid in pids:
+        try:
+            sysops.run(in_ns(pid, argv))
+            return True
+        except ActivityFailed:
+            if Path(f"/proc/{pid}/ns/mnt").exists():
+                raise
+    return False
 
 
 def mounted(pid: int | None, path: str) -> int:
@@ -240,7 +259,8 @@ def in_ns(pid: int | None, argv: list[str]) -> list[str]:
 
 def rb_storage_restore(args: dict[str, Any]) -> None:
     path = args["path"]
-    targets: list[int | None] = [None, *mount_namespaces(list(args["netns"])).values()]
+    groups = mount_namespaces(list(args["netns"])).values()
+    targets: list[int | None] = [None, *(p for p in (live_member(g) for g in groups) if p is not None)]
     for pid in targets:
         base = mounted(pid, path) - int(args.get("base_mounts", {}).get("root" if pid is None else "ns", 0))
         for _ in range(max(0, base)):
