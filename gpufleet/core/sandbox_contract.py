@@ -7,6 +7,10 @@ head namespace), never through the sandbox package's internals (ARCHITECTURE.md 
 Location: `<state_root>/<stack>/state.json`, state_root defaulting to `/run/gpufleet/sandboxes`
 (override with GPUFLEET_SANDBOX_ROOT). The file is written before anything is created and updated
 as each resource appears, so `down` can remove exactly what `up` made, even after a crash.
+
+The Kubernetes sandbox (`gpufleet sandbox up --kubernetes`: a real control plane on loopback with
+kwok nodes) has its own file, `<state_root>/<stack>/kubernetes/state.json` (`KubeSandboxState`),
+so it runs beside the Slurm sandbox of the same stack and each `down` removes only its own run.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ def state_root() -> Path:
 
 def state_path(stack: str, root: Path | None = None) -> Path:
     return (root or state_root()) / stack / "state.json"
+
+
+KUBE_STATE_DIR = "kubernetes"
+
+
+def kube_state_path(stack: str, root: Path | None = None) -> Path:
+    """The Kubernetes sandbox's state file: a folder of its own beside the Slurm sandbox's file."""
+    return (root or state_root()) / stack / KUBE_STATE_DIR / "state.json"
 
 
 class _M(BaseModel):
@@ -156,6 +168,56 @@ class SandboxState(_M):
         return ["ip", "netns", "exec", self.head_netns, "env", f"SLURM_CONF={self.slurm_conf}", *args]
 
 
+# Labels the Kubernetes sandbox puts on its kwok nodes for the chaos backend
+# (gpufleet.chaos.backends.kubernetes reads spares by SPARE_LABEL; a unit test holds the two equal).
+KUBE_SPARE_LABEL = "gpufleet.io/spare"
+
+
+class KubeSandboxState(_M):
+    """Everything a Kubernetes sandbox run made (processes, run directory), and how to reach it:
+    the API server on loopback with TLS, the CA that signs it, an admin kubeconfig, and the chaos
+    backend's own least-privilege kubeconfig (a ServiceAccount token, no access to secrets)."""
+
+    version: Literal[1] = 1
+    stack: str
+    run_id: str
+    phase: Literal["creating", "up", "deleting", "failed"]
+    base_dir: str  # run directory: certificates, kubeconfigs, etcd data, logs; removed by `down`
+    created_at: float
+    kubernetes_version: str  # of the programs started (tools/kube/versions.toml)
+    ports: dict[str, int] = Field(default_factory=dict)  # daemon -> 127.0.0.1 port, chosen at bring-up
+    processes: list[SandboxProcess] = Field(default_factory=list)
+    api_url: str | None = None  # https://127.0.0.1:<port>
+    ca_file: str | None = None  # PEM: the run's CA, signs the API server's serving certificate
+    admin_kubeconfig: str | None = None  # client certificate of group system:masters
+    chaos_kubeconfig: str | None = None  # the chaos backend's ServiceAccount token (TokenRequest)
+    chaos_namespace: str | None = None  # where fault pods run: the stack's game-day namespace
+    chaos_service_account: str | None = None
+    chaos_token_expires_at: float | None = None  # the token stops working then: `up` again
+    nodes: list[str] = Field(default_factory=list)  # kwok node names, spares included
+    spare_nodes: list[str] = Field(default_factory=list)  # labelled KUBE_SPARE_LABEL=true
+    training_namespace: str | None = None
+    training_job_name: str | None = None  # an Indexed Job whose pods kwok runs; PDB of the same name
+
+
+def read_kube_state(stack: str, root: Path | None = None) -> KubeSandboxState:
+    raw = json.loads(kube_state_path(stack, root).read_text())
+    version = raw.get("version") if isinstance(raw, dict) else None
+    if version != 1:
+        raise ValueError(
+            f"Kubernetes sandbox state file version {version!r}, this gpufleet reads version 1: stop "
+            "the sandbox with the gpufleet version that made it (`gpufleet sandbox down --kubernetes`)"
+        )
+    return KubeSandboxState.model_validate(raw)
+
+
+def write_kube_state(state: KubeSandboxState, root: Path | None = None) -> Path:
+    """Atomically replace the Kubernetes sandbox's state file (write, fsync, rename)."""
+    path = kube_state_path(state.stack, root)
+    _atomic_write(path, state.model_dump_json(indent=2))
+    return path
+
+
 def read_state(stack: str, root: Path | None = None) -> SandboxState:
     raw = json.loads(state_path(stack, root).read_text())
     version = raw.get("version") if isinstance(raw, dict) else None
@@ -170,14 +232,18 @@ def read_state(stack: str, root: Path | None = None) -> SandboxState:
 def write_state(state: SandboxState, root: Path | None = None) -> Path:
     """Atomically replace the state file (write, fsync, rename)."""
     path = state_path(state.stack, root)
+    _atomic_write(path, state.model_dump_json(indent=2))
+    return path
+
+
+def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as fh:
-        fh.write(state.model_dump_json(indent=2))
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    return path
 
 
 def read_controller_status(path: Path) -> ControllerStatus:

@@ -1,0 +1,220 @@
+"""The Kubernetes sandbox's run: its paths and ports, and the argv of each daemon (pure).
+
+Every daemon listens on 127.0.0.1 only, on a port chosen free at bring-up and recorded in the state
+file before the daemon starts (`KubeLayout.ports`), so two runs (and the Slurm sandbox's
+Prometheus) never collide and nothing is reachable from another machine. Every connection is TLS
+with certificates of the run's CA (pki.py): etcd requires a client certificate, the API server
+authenticates clients by certificate or ServiceAccount token and authorizes with Node,RBAC.
+
+Each argv names files inside the run directory, which is unique to the run: `down` finds a daemon
+that `up` started but could not record (a crash in between) by that directory in its command line.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.sandbox.kube.pki import LOOPBACK_IP, Pki
+
+# Fake address ranges: nothing routes them, they only have to be valid and not overlap.
+SERVICE_CIDR = "10.96.0.0/16"  # --service-cluster-ip-range; its first address is pki.KUBERNETES_SERVICE_IP
+POD_CIDR = "10.128.0.0/12"  # kwok's pod addresses: ~1M, enough for any --nodes (kwok's default is a /24)
+
+ETCD = "etcd"
+APISERVER = "kube-apiserver"
+CONTROLLER_MANAGER = "kube-controller-manager"
+SCHEDULER = "kube-scheduler"
+KWOK = "kwok"
+# Start order; `down` stops them in reverse.
+DAEMONS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
+PORT_NAMES = ("etcd-client", "etcd-peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
+
+# Client QPS of the controller manager (default 20/30): at 1,250 nodes the node lifecycle and
+# taint controllers write to every node once at start; 20 QPS would take a minute for that alone.
+CONTROLLER_QPS = 200
+CONTROLLER_BURST = 400
+
+
+def free_ports(names: tuple[str, ...] = PORT_NAMES) -> dict[str, int]:
+    """One free TCP port on 127.0.0.1 per name: all sockets are bound at once (so the kernel gives
+    distinct ports) and closed before the daemons bind them."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in names:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((LOOPBACK_IP, 0))
+            socks.append(s)
+        return {name: s.getsockname()[1] for name, s in zip(names, socks, strict=True)}
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass(frozen=True)
+class KubeLayout:
+    """Where a run's files are and which ports its daemons use."""
+
+    stack: str
+    run_id: str
+    base_dir: Path
+    ports: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        missing = sorted(set(PORT_NAMES) - set(self.ports))
+        if missing:
+            raise ValueError(f"no port for {', '.join(missing)}")
+
+    @property
+    def pki(self) -> Pki:
+        return Pki(self.base_dir / "pki")
+
+    @property
+    def etcd_dir(self) -> Path:
+        return self.base_dir / "etcd"
+
+    def log(self, daemon: str) -> Path:
+        return self.base_dir / "logs" / f"{daemon}.log"
+
+    def kubeconfig(self, who: str) -> Path:
+        return self.base_dir / "kubeconfigs" / f"{who}.kubeconfig"
+
+    @property
+    def kwok_config(self) -> Path:
+        return self.base_dir / "kwok" / "kwok.yaml"
+
+    @property
+    def api_url(self) -> str:
+        return f"https://{LOOPBACK_IP}:{self.ports[APISERVER]}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"https://{LOOPBACK_IP}:{self.ports['etcd-client']}"
+
+    def healthz_url(self, daemon: str) -> str:
+        """Where readiness is asked: the API server's /readyz, the others' /healthz."""
+        if daemon == ETCD:
+            return f"{self.etcd_url}/health"
+        if daemon == APISERVER:
+            return f"{self.api_url}/readyz"
+        scheme = "http" if daemon == KWOK else "https"  # kwok's server has no certificate here
+        return f"{scheme}://{LOOPBACK_IP}:{self.ports[daemon]}/healthz"
+
+    @property
+    def service_account_issuer(self) -> str:
+        return self.api_url
+
+
+def etcd_argv(binary: Path, lay: KubeLayout) -> list[str]:
+    pki, peer = lay.pki, f"https://{LOOPBACK_IP}:{lay.ports['etcd-peer']}"
+    name = f"gpufleet-{lay.run_id}"
+    return [
+        str(binary),
+        f"--name={name}",
+        f"--data-dir={lay.etcd_dir}",
+        f"--listen-client-urls={lay.etcd_url}",
+        f"--advertise-client-urls={lay.etcd_url}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster={name}={peer}",
+        "--initial-cluster-state=new",
+        f"--cert-file={pki.cert('etcd-server')}",
+        f"--key-file={pki.key('etcd-server')}",
+        f"--trusted-ca-file={pki.ca_cert}",
+        "--client-cert-auth=true",
+        f"--peer-cert-file={pki.cert('etcd-server')}",
+        f"--peer-key-file={pki.key('etcd-server')}",
+        f"--peer-trusted-ca-file={pki.ca_cert}",
+        "--peer-client-cert-auth=true",
+        # The data is thrown away by `down`; fsync would only slow the 1,250-node bring-up.
+        "--unsafe-no-fsync=true",
+        "--log-level=warn",
+    ]
+
+
+def apiserver_argv(binary: Path, lay: KubeLayout) -> list[str]:
+    pki = lay.pki
+    return [
+        str(binary),
+        f"--etcd-servers={lay.etcd_url}",
+        f"--etcd-cafile={pki.ca_cert}",
+        f"--etcd-certfile={pki.cert('apiserver-etcd-client')}",
+        f"--etcd-keyfile={pki.key('apiserver-etcd-client')}",
+        f"--bind-address={LOOPBACK_IP}",
+        f"--advertise-address={LOOPBACK_IP}",
+        f"--secure-port={lay.ports[APISERVER]}",
+        f"--tls-cert-file={pki.cert('apiserver')}",
+        f"--tls-private-key-file={pki.key('apiserver')}",
+        f"--client-ca-file={pki.ca_cert}",
+        "--anonymous-auth=false",
+        "--authorization-mode=Node,RBAC",
+        f"--service-account-key-file={pki.sa_pub}",
+        f"--service-account-signing-key-file={pki.sa_key}",
+        f"--service-account-issuer={lay.service_account_issuer}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        # Fault pods of the chaos backend are privileged (hostPID, /dev/kmsg).
+        "--allow-privileged=true",
+        # The `kubernetes` Service's Endpoints may not hold a loopback address (validation
+        # rejects 127.0.0.0/8): without this the reconciler logs an error every 10 s.
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+    ]
+
+
+def controller_manager_argv(binary: Path, lay: KubeLayout) -> list[str]:
+    pki, kc = lay.pki, lay.kubeconfig("controller-manager")
+    return [
+        str(binary),
+        f"--kubeconfig={kc}",
+        f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}",
+        f"--bind-address={LOOPBACK_IP}",
+        f"--secure-port={lay.ports[CONTROLLER_MANAGER]}",
+        f"--tls-cert-file={pki.cert('controller-manager-serving')}",
+        f"--tls-private-key-file={pki.key('controller-manager-serving')}",
+        f"--client-ca-file={pki.ca_cert}",
+        # Each controller acts as its own ServiceAccount (kube-system/<controller>), with the
+        # bootstrap policy's role for it, instead of the controller manager's broad identity.
+        "--use-service-account-credentials=true",
+        f"--root-ca-file={pki.ca_cert}",  # published in every namespace as kube-root-ca.crt
+        f"--service-account-private-key-file={pki.sa_key}",
+        f"--cluster-signing-cert-file={pki.ca_cert}",
+        f"--cluster-signing-key-file={pki.ca_key}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--leader-elect=false",  # one instance
+        f"--kube-api-qps={CONTROLLER_QPS}",
+        f"--kube-api-burst={CONTROLLER_BURST}",
+        "--profiling=false",
+    ]
+
+
+def scheduler_argv(binary: Path, lay: KubeLayout) -> list[str]:
+    pki, kc = lay.pki, lay.kubeconfig("scheduler")
+    return [
+        str(binary),
+        f"--kubeconfig={kc}",
+        f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}",
+        f"--bind-address={LOOPBACK_IP}",
+        f"--secure-port={lay.ports[SCHEDULER]}",
+        f"--tls-cert-file={pki.cert('scheduler-serving')}",
+        f"--tls-private-key-file={pki.key('scheduler-serving')}",
+        f"--client-ca-file={pki.ca_cert}",
+        "--leader-elect=false",
+    ]
+
+
+def kwok_argv(binary: Path, lay: KubeLayout, node_selector: str) -> list[str]:
+    """kwok acts for the nodes carrying `node_selector` (an annotation `key=value`) only."""
+    return [
+        str(binary),
+        f"--kubeconfig={lay.kubeconfig('kwok')}",
+        f"--config={lay.kwok_config}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-annotation-selector={node_selector}",
+        f"--server-address={LOOPBACK_IP}:{lay.ports[KWOK]}",
+        f"--cidr={POD_CIDR}",
+        f"--node-ip={LOOPBACK_IP}",
+    ]

@@ -1,0 +1,233 @@
+"""kwok's configuration: what its simulated kubelets do, written as data here (never taken from a
+module archive).
+
+kwok v0.8 does nothing without Stages (kwok's root command fails with "no stages found"): each
+Stage selects objects with jq-like expressions and patches their status from a Go template, or
+deletes them (the Stage API, kwok.x-k8s.io/v1alpha1). The sandbox's lifecycle:
+
+Nodes
+- node-initialize: a managed node whose Ready condition is not True gets kwok's node conditions
+  (Ready=True and the pressure conditions False), addresses, the node info and `phase: Running`;
+  capacity and allocatable are kept as the sandbox created them (GPUs, CPU, memory, pods).
+- node-heartbeat: every 20 s the conditions' heartbeat time is refreshed. Liveness itself is the
+  node Lease kwok renews (`nodeLeaseDurationSeconds`), which is what the node lifecycle controller
+  watches, as for a kubelet.
+
+Pods (on managed nodes only, i.e. bound by the scheduler to a kwok node)
+- pod-ready: Pending -> Running, every container running and ready, an address from the pod CIDR.
+- pod-terminate: a pod being deleted (or evicted) is stopped as a kubelet stops it: its containers
+  end on SIGTERM (exit code 143) and the pod becomes Failed, so the Job controller sees a failed
+  pod, accounts it, removes its tracking finalizer and creates the replacement.
+- pod-delete: a terminated pod being deleted, with no finalizer left, is removed.
+There is deliberately no "complete" stage: the training pods run until something stops them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+API_VERSION = "kwok.x-k8s.io/v1alpha1"
+CONFIG_API_VERSION = "config.kwok.x-k8s.io/v1alpha1"
+# The annotation that marks a node as kwok's (kwok's own convention); kwok runs with
+# --manage-nodes-with-annotation-selector on it and leaves every other node alone.
+NODE_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_ANNOTATION_VALUE = "fake"
+NODE_SELECTOR = f"{NODE_ANNOTATION}={NODE_ANNOTATION_VALUE}"
+NODE_LEASE_SECONDS = 40  # a kubelet's default (--node-lease-duration-seconds)
+HEARTBEAT_MS = 20_000
+SIGTERM_EXIT = 143  # 128 + 15: a container that ended on the SIGTERM of a graceful deletion
+
+_NODE_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
+_POD_READY = _NODE_READY
+
+_CONDITIONS = """\
+{{ $now := Now }}
+{{ $since := or .metadata.creationTimestamp $now }}
+conditions:
+{{ range NodeConditions }}
+- lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ $since | Quote }}
+  message: {{ .message | Quote }}
+  reason: {{ .reason | Quote }}
+  status: {{ .status | Quote }}
+  type: {{ .type | Quote }}
+{{ end }}
+"""
+
+_NODE_INITIALIZE = (
+    _CONDITIONS
+    + """\
+addresses:
+{{ with NodeIP }}
+- address: {{ . | Quote }}
+  type: InternalIP
+{{ end }}
+{{ with NodeName }}
+- address: {{ . | Quote }}
+  type: Hostname
+{{ end }}
+allocatable:
+{{ YAML .status.allocatable 1 }}
+capacity:
+{{ YAML .status.capacity 1 }}
+nodeInfo:
+  architecture: amd64
+  operatingSystem: linux
+  kubeletVersion: {{ printf "kwok-%s" Version | Quote }}
+  kubeProxyVersion: {{ printf "kwok-%s" Version | Quote }}
+  containerRuntimeVersion: {{ printf "kwok-%s" Version | Quote }}
+  kernelVersion: {{ printf "kwok-%s" Version | Quote }}
+  osImage: gpufleet-sandbox
+  machineID: ""
+  systemUUID: ""
+  bootID: ""
+phase: Running
+"""
+)
+
+_POD_READY_TEMPLATE = """\
+{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: true
+  started: true
+  restartCount: 0
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+{{ with NodeIPsWith .spec.nodeName }}
+hostIP: {{ index . 0 | Quote }}
+{{ end }}
+{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) \
+( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+podIP: {{ index . 0 | Quote }}
+podIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+_POD_TERMINATE_TEMPLATE = f"""\
+{{{{ $now := Now }}}}
+conditions:
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "False"
+  type: Ready
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "False"
+  type: ContainersReady
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- image: {{{{ .image | Quote }}}}
+  name: {{{{ .name | Quote }}}}
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: {SIGTERM_EXIT}
+      reason: Error
+      finishedAt: {{{{ $now | Quote }}}}
+{{{{ end }}}}
+phase: Failed
+"""
+
+
+def _stage(
+    name: str, kind: str, selector: list[dict[str, Any]], nxt: dict[str, Any], delay_ms: int | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "resourceRef": {"apiGroup": "v1", "kind": kind},
+        "selector": {"matchExpressions": selector},
+        "next": nxt,
+    }
+    if delay_ms is not None:
+        spec["delay"] = {"durationMilliseconds": delay_ms}
+    return {"apiVersion": API_VERSION, "kind": "Stage", "metadata": {"name": name}, "spec": spec}
+
+
+def stages() -> list[dict[str, Any]]:
+    """The Stage objects of the sandbox's lifecycle (module docstring), in kwok's own schema."""
+    not_deleting = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+    deleting = {"key": ".metadata.deletionTimestamp", "operator": "Exists"}
+    return [
+        _stage(
+            "node-initialize",
+            "Node",
+            [{"key": _NODE_READY, "operator": "NotIn", "values": ["True"]}],
+            {"statusTemplate": _NODE_INITIALIZE},
+        ),
+        _stage(
+            "node-heartbeat",
+            "Node",
+            [
+                {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                {"key": _NODE_READY, "operator": "In", "values": ["True"]},
+            ],
+            {"statusTemplate": _CONDITIONS},
+            delay_ms=HEARTBEAT_MS,
+        ),
+        _stage(
+            "pod-ready",
+            "Pod",
+            [
+                not_deleting,
+                {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+                {"key": _POD_READY, "operator": "NotIn", "values": ["True"]},
+            ],
+            {"statusTemplate": _POD_READY_TEMPLATE},
+        ),
+        _stage(
+            "pod-terminate",
+            "Pod",
+            [deleting, {"key": ".status.phase", "operator": "In", "values": ["Pending", "Running"]}],
+            {"statusTemplate": _POD_TERMINATE_TEMPLATE},
+        ),
+        _stage(
+            "pod-delete",
+            "Pod",
+            [
+                deleting,
+                {"key": ".status.phase", "operator": "In", "values": ["Succeeded", "Failed"]},
+                {"key": ".metadata.finalizers", "operator": "DoesNotExist"},
+            ],
+            {"delete": True},
+        ),
+    ]
+
+
+def kwok_configuration() -> dict[str, Any]:
+    return {
+        "apiVersion": CONFIG_API_VERSION,
+        "kind": "KwokConfiguration",
+        "options": {
+            "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
+            # kwok's defaults are 4 workers each; bring-up of 1,250 nodes is bound by these.
+            "nodePlayStageParallelism": 16,
+            "nodeLeaseParallelism": 16,
+            "podPlayStageParallelism": 8,
+        },
+    }
+
+
+def kwok_config_text() -> str:
+    """The file given to `kwok --config`: the configuration, then every Stage."""
+    return yaml.safe_dump_all([kwok_configuration(), *stages()], sort_keys=False)
