@@ -6,14 +6,18 @@ GPU-count label from gpu-feature-discovery, and the rack / leaf-group labels are
 Volcano 1.12 reads network topology only from HyperNode objects (its label discoverer is an
 unimplemented stub at v1.12.1, pkg/controllers/hypernode/discovery/label/label.go), so the program
 declares the HyperNodes itself; Kueue's Topology names these labels as its levels.
+
+Used by the Pulumi program (gpufleet.infra: labels and taints of real nodes) and by the Kubernetes
+sandbox (gpufleet.sandbox.kube: the same labels and taints on its kwok nodes), so it lives with the
+stack model both read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufleet.config import NodePool, Vendor, accelerator_spec
-from gpufleet.config.model import SandboxProvisioning, StaticProvisioning
+from gpufleet.config.accelerators import Vendor, accelerator_spec
+from gpufleet.config.model import NodePool, SandboxProvisioning, StaticProvisioning
 
 POOL_LABEL = "gpufleet.io/pool"
 ROLE_LABEL = "gpufleet.io/role"  # compute | spare

@@ -17,8 +17,8 @@ import pulumi_kubernetes as k8s
 
 from gpufleet.config import NodePool, accelerator_spec
 from gpufleet.config.model import KarpenterProvisioning
+from gpufleet.config.placement import node_labels, owns_nodes, pool_labels, pool_taints
 from gpufleet.infra.common import child
-from gpufleet.infra.placement import node_labels, owns_nodes, pool_labels, pool_taints
 
 # Node class kinds -> (API group/version). AKS: Karpenter's Azure provider; GCP: its preview
 # provider. Only the EC2 class carries a spec we fill in (the others take the provider defaults).

@@ -25,6 +25,7 @@ from gpufleet.config import (
     accelerator_spec,
     collective_environment,
 )
+from gpufleet.config.placement import pool_taints
 from gpufleet.infra.charts import CHARTS, helm_release
 from gpufleet.infra.common import MANAGED_BY, SYSTEM_NAMESPACE
 from gpufleet.infra.fabric import (
@@ -39,7 +40,6 @@ from gpufleet.infra.gameday import GamedayArgs, GamedaySchedule
 from gpufleet.infra.gpu_software import GpuSoftware, GpuSoftwareArgs
 from gpufleet.infra.monitoring import Monitoring, MonitoringArgs, alert_count
 from gpufleet.infra.nodepools import GpuNodePool, GpuNodePoolArgs
-from gpufleet.infra.placement import pool_taints
 from gpufleet.infra.scheduler import QUEUE_LABEL, Scheduler, SchedulerArgs
 from gpufleet.infra.self_healing import SelfHealing, SelfHealingArgs
 from gpufleet.infra.storage import Storage, StorageArgs

@@ -35,9 +35,7 @@ import yaml
 
 from gpufleet.config import NodePool, SchedulerKind, accelerator_spec
 from gpufleet.config.model import Queue, SchedulerSpec
-from gpufleet.infra.charts import CHARTS, helm_release
-from gpufleet.infra.common import MANAGED_BY, child
-from gpufleet.infra.placement import (
+from gpufleet.config.placement import (
     LEAF_LABEL,
     POOL_LABEL,
     RACK_LABEL,
@@ -45,6 +43,8 @@ from gpufleet.infra.placement import (
     owns_nodes,
     pool_taints,
 )
+from gpufleet.infra.charts import CHARTS, helm_release
+from gpufleet.infra.common import MANAGED_BY, child
 
 QUEUE_NAMESPACE = "default"  # where Kueue LocalQueues are offered to jobs
 TOPOLOGY_NAME = "gpufleet"

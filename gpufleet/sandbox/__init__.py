@@ -3,6 +3,8 @@
 Public API (imported lazily, so the node agent and training ranks, which live in subpackages,
 do not pay for the orchestration modules at start-up):
   up(stack, spec, UpOptions) / down(stack) / status(state) / diagnose()
+  kube_up(stack, spec, KubeUpOptions) / kube_down(stack) / kube_status(state) / diagnose_kube():
+  the Kubernetes sandbox (gpufleet.sandbox.kube.cluster, docs/kubernetes-sandbox.md)
 Other domains use the state file (gpufleet.core.sandbox_contract), never these internals.
 """
 
@@ -11,7 +13,20 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["SandboxError", "UpOptions", "diagnose", "down", "status", "up"]
+__all__ = [
+    "KubeSandboxError",
+    "KubeUpOptions",
+    "SandboxError",
+    "UpOptions",
+    "diagnose",
+    "diagnose_kube",
+    "down",
+    "kube_down",
+    "kube_status",
+    "kube_up",
+    "status",
+    "up",
+]
 
 _WHERE = {
     "up": "gpufleet.sandbox.up",
@@ -20,6 +35,12 @@ _WHERE = {
     "down": "gpufleet.sandbox.down",
     "status": "gpufleet.sandbox.status",
     "diagnose": "gpufleet.sandbox.doctor",
+    "diagnose_kube": "gpufleet.sandbox.doctor",
+    "kube_up": "gpufleet.sandbox.kube.cluster",
+    "kube_down": "gpufleet.sandbox.kube.cluster",
+    "kube_status": "gpufleet.sandbox.kube.cluster",
+    "KubeUpOptions": "gpufleet.sandbox.kube.cluster",
+    "KubeSandboxError": "gpufleet.sandbox.kube.cluster",
 }
 
 

@@ -16,10 +16,10 @@ from gpufleet.config import (
     accelerator_spec,
     collective_environment,
 )
+from gpufleet.config.placement import POOL_LABEL, ROLE_LABEL, TOPOLOGY_LABELS, leaf_groups, owns_nodes
 from gpufleet.infra.charts import CHARTS
 from gpufleet.infra.gameday import rules_allow
 from gpufleet.infra.offline import SECRET_MARK
-from gpufleet.infra.placement import POOL_LABEL, ROLE_LABEL, TOPOLOGY_LABELS, leaf_groups, owns_nodes
 from gpufleet.infra.platform import vendors
 
 NODE_PATCH = "kubernetes:core/v1:NodePatch"

@@ -1,0 +1,562 @@
+"""`gpufleet sandbox up|down|status --kubernetes`: a real Kubernetes control plane on loopback with
+kwok nodes shaped like the stack's pools (docs/kubernetes-sandbox.md, ADR 0034).
+
+Order (what waits on what):
+  certificates, kubeconfigs, kwok config ─► etcd (/health) ─► kube-apiserver (/readyz)
+  ─► kwok's RBAC ─► controller manager, scheduler (/healthz) ─► kwok (/healthz)
+  ─► CRDs (Established) ─► namespaces, chaos ServiceAccount + token ─► nodes (Ready)
+  ─► training Job + PDB (pods Running)
+
+Crash safety, as for the Slurm sandbox: the state file (`<root>/<stack>/kubernetes/state.json`)
+is written before the run directory exists and names it; each daemon is recorded as soon as it has
+started, and a daemon started but not yet recorded is still found by `down`, because its command
+line names the run's unique directory. `down` stops the recorded processes (after checking their
+start time), then any such stray, then removes the run directory and the state file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from gpufleet.config.model import StackSpec
+from gpufleet.core import procs
+from gpufleet.core.sandbox_contract import (
+    KubeSandboxState,
+    Launch,
+    SandboxProcess,
+    kube_state_path,
+    read_kube_state,
+    state_root,
+    write_kube_state,
+)
+from gpufleet.sandbox import processes
+from gpufleet.sandbox.kube import daemons, rbac, workload
+from gpufleet.sandbox.kube.api import ApiError, KubeApi, ssl_context
+from gpufleet.sandbox.kube.binaries import KubePaths, require_kube_paths
+from gpufleet.sandbox.kube.daemons import APISERVER, CONTROLLER_MANAGER, ETCD, KWOK, SCHEDULER, KubeLayout
+from gpufleet.sandbox.kube.kubeconfig import kubeconfig, write_kubeconfig
+from gpufleet.sandbox.kube.kwok_config import NODE_SELECTOR, kwok_config_text
+from gpufleet.sandbox.kube.nodes import KwokNode, plan_nodes
+from gpufleet.sandbox.kube.pki import write_pki
+from gpufleet.sandbox.kube.versions import load_versions
+from gpufleet.sandbox.layout import new_run_id
+from gpufleet.sandbox.readiness import wait_for
+
+# What `down` may stop when it finds one of them naming the run's directory (a daemon `up` started
+# but had no time to record).
+PROGRAMS = frozenset(daemons.DAEMONS)
+CHAOS_TOKEN_SECONDS = 24 * 3600  # the chaos backend's token; `status` shows when it expires
+NODE_WORKERS = 8  # concurrent node creations (the API server's own limit is 400 in flight)
+CRD_WORKERS = 4
+
+
+class KubeSandboxError(RuntimeError):
+    """A Kubernetes sandbox operation cannot proceed; the message says what to do."""
+
+
+@dataclass
+class KubeUpOptions:
+    nodes: int | None = None  # None: the stack's pools as they are
+    timeout_s: float = 300.0  # for the whole bring-up
+    training: bool = True
+    crds: bool = True
+
+
+@dataclass
+class KubeTimings:
+    marks: dict[str, float] = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = round(time.monotonic() - self.t0, 3)
+
+
+class KubeRecorder:
+    """The run's KubeSandboxState, persisted at every change (atomic replace)."""
+
+    def __init__(self, state: KubeSandboxState, root: Path | None = None) -> None:
+        self._state = state
+        self._root = root
+        self._lock = threading.Lock()
+        self.path = write_kube_state(state, root)
+
+    @property
+    def state(self) -> KubeSandboxState:
+        with self._lock:
+            return self._state.model_copy(deep=True)
+
+    def update(self, **fields: object) -> None:
+        with self._lock:
+            merged = {**self._state.model_dump(), **fields}
+            self._state = KubeSandboxState.model_validate(merged)
+            write_kube_state(self._state, self._root)
+
+    def add_process(self, proc: SandboxProcess) -> None:
+        with self._lock:
+            current = list(self._state.processes)
+        self.update(processes=[*current, proc])
+
+
+def existing_kube(stack: str, root: Path | None = None) -> tuple[KubeSandboxState | None, str | None]:
+    """(state, None), (None, None) when there is no Kubernetes sandbox, or (None, why unreadable)."""
+    path = kube_state_path(stack, root)
+    if not path.exists():
+        return None, None
+    try:
+        return read_kube_state(stack, root), None
+    except (OSError, ValueError) as e:
+        return None, f"{path}: {e}"
+
+
+# ----------------------------------------------------------------------------- bring-up
+
+
+@dataclass
+class _Daemon:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+def _log_tail(log: Path, lines: int = 8) -> str:
+    try:
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n  | " + "\n  | ".join(text) if text else ""
+
+
+class _Run:
+    """One bring-up: the layout, the recorder, the daemons started so far."""
+
+    def __init__(self, lay: KubeLayout, paths: KubePaths, rec: KubeRecorder, deadline: float) -> None:
+        self.lay = lay
+        self.paths = paths
+        self.rec = rec
+        self.deadline = deadline
+        self.started: list[_Daemon] = []
+
+    def left(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    def start(self, name: str, argv: list[str]) -> None:
+        recipe = Launch(program=argv, env=processes.base_env(), log=str(self.lay.log(name)))
+        popen, st = procs.launch(recipe)
+        if st is None:
+            popen.wait(timeout=5)
+            log = Path(recipe.log)
+            raise KubeSandboxError(
+                f"{name} exited at once with code {popen.returncode}; see {log}{_log_tail(log)}"
+            )
+        self.rec.add_process(SandboxProcess(name=name, pid=popen.pid, start_time=st, launch=recipe))
+        self.started.append(_Daemon(name, popen, Path(recipe.log)))
+
+    def check_alive(self) -> None:
+        for d in self.started:
+            code = d.popen.poll()
+            if code is not None:
+                raise KubeSandboxError(
+                    f"{d.name} exited with code {code} during bring-up; see {d.log}{_log_tail(d.log)}"
+                )
+
+    def wait(
+        self, what: str, check: Callable[[], Any], interval_s: float = 0.2, daemon: str | None = None
+    ) -> Any:
+        def probe() -> Any:
+            self.check_alive()
+            return check()
+
+        try:
+            return wait_for(what, probe, self.left(), interval_s)
+        except KubeSandboxError:
+            raise
+        except TimeoutError as e:
+            where = f"; see {self.lay.log(daemon)}{_log_tail(self.lay.log(daemon))}" if daemon else ""
+            raise KubeSandboxError(f"{e}{where}") from None
+
+    def wait_healthy(self, daemon: str, client: httpx.Client) -> None:
+        url = self.lay.healthz_url(daemon)
+
+        def healthy() -> bool:
+            resp = client.get(url)
+            if resp.status_code != 200:
+                raise RuntimeError(f"{url}: HTTP {resp.status_code}: {resp.text[:200]}")
+            return True
+
+        self.wait(f"{daemon} at {url}", healthy, 0.2, daemon)
+
+
+def _write_files(lay: KubeLayout, cluster: str) -> None:
+    lay.base_dir.mkdir(mode=0o700, parents=True)
+    write_pki(lay.pki, cluster)
+    pki = lay.pki
+    for who, name in (
+        ("admin", "admin"),
+        ("controller-manager", "controller-manager"),
+        ("scheduler", "scheduler"),
+        ("kwok", "kwok"),
+    ):
+        write_kubeconfig(
+            lay.kubeconfig(who),
+            kubeconfig(lay.api_url, pki.ca_cert, who, client_cert=pki.cert(name), client_key=pki.key(name)),
+        )
+    lay.kwok_config.parent.mkdir(parents=True, exist_ok=True)
+    lay.kwok_config.write_text(kwok_config_text())
+    lay.etcd_dir.mkdir(mode=0o700)
+
+
+def crd_objects(paths: KubePaths) -> list[dict[str, Any]]:
+    out = []
+    for f in paths.crd_files():
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc:
+                out.append(doc)
+    return out
+
+
+def established(crd: dict[str, Any]) -> bool:
+    conds = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
+
+
+def node_ready(node: dict[str, Any]) -> bool:
+    conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _create_nodes(api: KubeApi, nodes: list[KwokNode]) -> None:
+    def create(node: KwokNode) -> None:
+        try:
+            api.create(node.manifest())
+        except ApiError as e:
+            if e.status != 409:  # already there: a repeated call
+                raise
+
+    with ThreadPoolExecutor(NODE_WORKERS) as pool:
+        list(pool.map(create, nodes))
+
+
+def _running_pods(api: KubeApi) -> list[dict[str, Any]]:
+    pods = api.list("Pod", workload.TRAINING_NAMESPACE, labelSelector=f"job-name={workload.JOB_NAME}")
+    return [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def kube_up(
+    stack: str,
+    spec: StackSpec,
+    options: KubeUpOptions | None = None,
+    root: Path | None = None,
+    say: Callable[[str], None] = lambda _m: None,
+) -> tuple[KubeRecorder, KubeTimings]:
+    """Bring a Kubernetes sandbox up. On failure the state file (phase `failed`) still names
+    everything made, so `down --kubernetes` removes it; the error names the daemon and its log."""
+    opts = options or KubeUpOptions()
+    prior, error = existing_kube(stack, root)
+    if prior is not None or error is not None:
+        which = f"run {prior.run_id}, phase {prior.phase}" if prior else error
+        raise KubeSandboxError(
+            f"a Kubernetes sandbox for stack {stack!r} already exists ({which}); "
+            f"run `gpufleet sandbox down --kubernetes --stack {stack}` first"
+        )
+    paths = require_kube_paths()  # KubeBinariesMissing names each program and `make kube-bins`
+    nodes = plan_nodes(spec, opts.nodes)  # InputError before anything is made
+    compute_first_pool = sum(1 for n in nodes if not n.spare and n.pool == spec.node_pools[0].name)
+    plan = workload.training_plan(spec, compute_first_pool)
+    run_id = new_run_id()
+    base = kube_state_path(stack, root).parent / f"run-{run_id}"
+    lay = KubeLayout(stack, run_id, base, daemons.free_ports())
+    timings = KubeTimings()
+    rec = KubeRecorder(
+        KubeSandboxState(
+            stack=stack,
+            run_id=run_id,
+            phase="creating",
+            base_dir=str(base),
+            created_at=time.time(),
+            kubernetes_version=load_versions().component("kubernetes").version,
+            ports=dict(lay.ports),
+        ),
+        root,
+    )
+    run = _Run(lay, paths, rec, time.monotonic() + opts.timeout_s)
+    try:
+        _bring_up(run, spec, nodes, plan, opts, timings, say)
+    except BaseException:
+        rec.update(phase="failed")
+        raise
+    rec.update(phase="up")
+    timings.mark("up")
+    return rec, timings
+
+
+def _bring_up(
+    run: _Run,
+    spec: StackSpec,
+    nodes: list[KwokNode],
+    plan: workload.TrainingPlan,
+    opts: KubeUpOptions,
+    timings: KubeTimings,
+    say: Callable[[str], None],
+) -> None:
+    lay, bins, rec = run.lay, run.paths.binaries, run.rec
+    pki = lay.pki
+    _write_files(lay, spec.cluster.name)
+    rec.update(api_url=lay.api_url, ca_file=str(pki.ca_cert), admin_kubeconfig=str(lay.kubeconfig("admin")))
+    timings.mark("pki")
+
+    probe = httpx.Client(verify=ssl_context(pki.ca_cert, pki.cert("admin"), pki.key("admin")), timeout=5)
+    etcd_probe = httpx.Client(
+        verify=ssl_context(pki.ca_cert, pki.cert("apiserver-etcd-client"), pki.key("apiserver-etcd-client")),
+        timeout=5,
+    )
+    try:
+        run.start(ETCD, daemons.etcd_argv(bins["etcd"], lay))
+        run.wait_healthy(ETCD, etcd_probe)
+        timings.mark("etcd")
+        run.start(APISERVER, daemons.apiserver_argv(bins[APISERVER], lay))
+        run.wait_healthy(APISERVER, probe)
+        timings.mark("apiserver")
+        say(f"run {lay.run_id}: kube-apiserver ready at {lay.api_url}")
+        with KubeApi(lay.api_url, pki.ca_cert, pki.cert("admin"), pki.key("admin")) as api:
+            for obj in rbac.kwok_objects():
+                api.apply(obj)
+            run.start(CONTROLLER_MANAGER, daemons.controller_manager_argv(bins[CONTROLLER_MANAGER], lay))
+            run.start(SCHEDULER, daemons.scheduler_argv(bins[SCHEDULER], lay))
+            run.start(KWOK, daemons.kwok_argv(bins[KWOK], lay, NODE_SELECTOR))
+            for d in (CONTROLLER_MANAGER, SCHEDULER, KWOK):
+                run.wait_healthy(d, probe)
+            timings.mark("daemons")
+            say("controller manager, scheduler and kwok healthy")
+
+            if opts.crds:
+                crds = crd_objects(run.paths)
+                with ThreadPoolExecutor(CRD_WORKERS) as pool:
+                    list(pool.map(api.apply, crds))
+                names = {c["metadata"]["name"] for c in crds}
+
+                def all_established() -> bool:
+                    have = {
+                        c["metadata"]["name"] for c in api.list("CustomResourceDefinition") if established(c)
+                    }
+                    missing = names - have
+                    if missing:
+                        raise RuntimeError(f"{len(missing)} not Established, e.g. {sorted(missing)[0]}")
+                    return True
+
+                run.wait(f"{len(crds)} CRDs Established", all_established, 0.3, APISERVER)
+                timings.mark("crds")
+                say(f"{len(crds)} CRDs applied and Established")
+
+            _chaos_identity(run, api, spec.gameday.namespace)
+            timings.mark("chaos_identity")
+
+            rec.update(nodes=[n.name for n in nodes], spare_nodes=[n.name for n in nodes if n.spare])
+            _create_nodes(api, nodes)
+            timings.mark("nodes_created")
+            want = {n.name for n in nodes}
+
+            def nodes_ready() -> bool:
+                ready = {
+                    n["metadata"]["name"]
+                    for n in api.list("Node", labelSelector="type=kwok")
+                    if node_ready(n)
+                }
+                left = want - ready
+                if left:
+                    raise RuntimeError(f"{len(left)} of {len(want)} nodes not Ready yet")
+                return True
+
+            run.wait(f"{len(want)} kwok nodes Ready", nodes_ready, 0.5, KWOK)
+            timings.mark("nodes_ready")
+            say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
+
+            if opts.training:
+                for obj in (workload.training_pdb(plan), workload.training_job(spec, plan)):
+                    api.apply(obj)
+                rec.update(
+                    training_namespace=workload.TRAINING_NAMESPACE, training_job_name=workload.JOB_NAME
+                )
+
+                def job_running() -> bool:
+                    n = len(_running_pods(api))
+                    if n < plan.replicas:
+                        raise RuntimeError(f"{n} of {plan.replicas} training pods Running")
+                    return True
+
+                run.wait(
+                    f"training Job {workload.JOB_NAME}: {plan.replicas} pods Running",
+                    job_running,
+                    0.3,
+                    SCHEDULER,
+                )
+                timings.mark("training")
+                say(f"training Job {workload.JOB_NAME}: {plan.replicas} pods Running")
+    finally:
+        probe.close()
+        etcd_probe.close()
+
+
+def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str) -> None:
+    """The chaos backend's namespace, ServiceAccount and roles; a token from TokenRequest; its
+    kubeconfig in the run directory."""
+    for obj in rbac.chaos_objects(fault_namespace):
+        api.apply(obj)
+    token, expires = api.token(fault_namespace, rbac.CHAOS_SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS)
+    path = write_kubeconfig(
+        run.lay.kubeconfig("chaos"),
+        kubeconfig(
+            run.lay.api_url,
+            run.lay.pki.ca_cert,
+            rbac.CHAOS_SERVICE_ACCOUNT,
+            token=token,
+            namespace=fault_namespace,
+        ),
+    )
+    run.rec.update(
+        chaos_kubeconfig=str(path),
+        chaos_namespace=fault_namespace,
+        chaos_service_account=rbac.CHAOS_SERVICE_ACCOUNT,
+        chaos_token_expires_at=dt.datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp(),
+    )
+
+
+# ----------------------------------------------------------------------------- down
+
+
+@dataclass
+class KubeDownReport:
+    stack: str
+    run_id: str
+    stopped: int = 0
+    left_processes: list[int] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.left_processes
+
+
+def _stop(recorded: Iterable[SandboxProcess], base_dir: str, grace_s: float) -> tuple[int, list[int]]:
+    """Clients of the API server first, then the API server, then etcd (each drains cleanly when
+    what talks to it is gone), then any stray naming the run directory."""
+    recorded = list(recorded)
+    live = {p.pid: p.start_time for p in recorded if processes.alive(p)}
+    tiers = [[p for p in recorded if p.name not in (APISERVER, ETCD)]]
+    tiers += [[p for p in recorded if p.name == APISERVER], [p for p in recorded if p.name == ETCD]]
+    left: list[int] = []
+    for tier in tiers:
+        left += processes.stop_pids({p.pid: p.start_time for p in tier if p.pid in live}, grace_s)
+    strays = {pid: st for pid, st in processes.pids_mentioning(base_dir, PROGRAMS).items() if pid not in live}
+    left += processes.stop_pids(strays, grace_s)
+    return len(live) + len(strays), sorted(set(left))
+
+
+def kube_down(
+    stack: str, root: Path | None = None, keep_files: bool = False, grace_s: float = 5.0
+) -> KubeDownReport | None:
+    """Remove a stack's Kubernetes sandbox (any phase, idempotent). None if there is none."""
+    state, error = existing_kube(stack, root)
+    if state is None:
+        if error is not None:
+            raise KubeSandboxError(f"unreadable state file {error}; remove the run by hand")
+        return None
+    path = kube_state_path(stack, root)
+    if state.phase != "deleting":
+        state = state.model_copy(update={"phase": "deleting"})
+        write_kube_state(state, root)
+    stopped, left = _stop(reversed(state.processes), state.base_dir, grace_s)
+    report = KubeDownReport(stack, state.run_id, stopped, left)
+    if not report.clean:
+        return report  # keep the state file: a second `down` retries
+    base = Path(state.base_dir)
+    if not keep_files and base.is_dir() and base.name == f"run-{state.run_id}" and base.parent == path.parent:
+        shutil.rmtree(base, ignore_errors=True)
+    path.unlink(missing_ok=True)
+    if not keep_files:
+        for d in (path.parent, path.parent.parent):  # kubernetes/, then <stack>/, only when empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
+    return report
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def api_from_kubeconfig(path: Path, timeout: float = 10.0) -> KubeApi:
+    """A client for the identity a kubeconfig of this sandbox names (certificate or token)."""
+    cfg = yaml.safe_load(path.read_text())
+    cluster = cfg["clusters"][0]["cluster"]
+    user = cfg["users"][0]["user"]
+    cert, key = user.get("client-certificate"), user.get("client-key")
+    return KubeApi(
+        cluster["server"],
+        Path(cluster["certificate-authority"]),
+        Path(cert) if cert else None,
+        Path(key) if key else None,
+        token=user.get("token"),
+        timeout=timeout,
+    )
+
+
+def kube_status(state: KubeSandboxState) -> dict[str, Any]:
+    """Live facts: which daemons run, and when the API server answers, node and pod counts."""
+    out: dict[str, Any] = {
+        "stack": state.stack,
+        "run_id": state.run_id,
+        "phase": state.phase,
+        "base_dir": state.base_dir,
+        "api_url": state.api_url,
+        "admin_kubeconfig": state.admin_kubeconfig,
+        "chaos_kubeconfig": state.chaos_kubeconfig,
+        "chaos_token_expires_at": state.chaos_token_expires_at,
+        "processes": {p.name: processes.alive(p) for p in state.processes},
+        "rss_bytes": {
+            p.name: processes.rss_bytes(p.pid) if processes.alive(p) else 0 for p in state.processes
+        },
+        "nodes": None,
+        "pods": None,
+        "error": None,
+    }
+    if state.admin_kubeconfig is None or not Path(state.admin_kubeconfig).exists():
+        return out
+    try:
+        with api_from_kubeconfig(Path(state.admin_kubeconfig), timeout=5) as api:
+            nodes = api.list("Node")
+            out["nodes"] = {
+                "total": len(nodes),
+                "ready": sum(node_ready(n) for n in nodes),
+                "cordoned": sum(bool((n.get("spec") or {}).get("unschedulable")) for n in nodes),
+                "spares": len(state.spare_nodes),
+            }
+            phases: dict[str, int] = {}
+            for p in api.list("Pod"):
+                ph = (p.get("status") or {}).get("phase") or "Unknown"
+                phases[ph] = phases.get(ph, 0) + 1
+            out["pods"] = {"total": sum(phases.values()), **phases}
+    except (httpx.HTTPError, ApiError, OSError, KeyError) as e:
+        out["error"] = f"the API server did not answer: {e}"
+    return out
+
+
+def all_kube_stacks(root: Path | None = None) -> list[str]:
+    """Stacks with a Kubernetes sandbox state file."""
+    r = root or state_root()
+    if not r.is_dir():
+        return []
+    return sorted(p.parent.parent.name for p in r.glob("*/kubernetes/state.json"))
