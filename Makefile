@@ -47,11 +47,14 @@ lint: venv
 unit: venv
 	$(BIN)/pytest -q
 
-e2e: deps
+# The sandbox tier includes the Kubernetes sandbox (tests/e2e/test_kubernetes_sandbox.py), which
+# runs the programs kube-bins builds.
+e2e: deps kube-bins
 	$(BIN)/pytest -m sandbox -q
 
-# Unit and mock tests first (fast), then the sandbox end-to-end tier (root, real Slurm/Prometheus).
-test: deps lint
+# Unit and mock tests first (fast), then the sandbox end-to-end tier (root, real Slurm/Prometheus,
+# and the Kubernetes control plane built by kube-bins).
+test: deps lint kube-bins
 	$(BIN)/pytest -q
 	$(BIN)/pytest -q -m sandbox
 
@@ -63,6 +66,8 @@ generate: venv
 # CRDs generated from their Go types, into ${GPUFLEET_GO_CACHE:-~/.cache/gpufleet/go}, keyed by
 # the versions in tools/kube/versions.toml. A warm cache makes this a no-op (docs/kubernetes-sandbox.md).
 # Needs Go and the standard library only: the venv's Python when there is one, else python3.
+# A prerequisite of `test` and `e2e` (the Kubernetes sandbox's end-to-end test), not of `gameday`
+# (the default game-day runs on the Slurm sandbox).
 kube-bins:
 	$(if $(wildcard $(PY)),$(PY),python3) tools/kube/build.py
 

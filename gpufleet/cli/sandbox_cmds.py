@@ -1,4 +1,6 @@
-"""`gpufleet sandbox up|status|down|doctor`: the local sandbox cluster (docs/sandbox.md)."""
+"""`gpufleet sandbox up|status|down|doctor`: the local sandbox cluster (docs/sandbox.md), and with
+`--kubernetes` the Kubernetes sandbox: a real control plane on loopback with kwok nodes
+(docs/kubernetes-sandbox.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import typer
 
 from gpufleet.cli.common import console, fail, input_errors
 from gpufleet.config.load import load_named_stack
-from gpufleet.sandbox.doctor import diagnose
+from gpufleet.config.model import StackSpec
+from gpufleet.sandbox.doctor import Check, diagnose, diagnose_kube
 from gpufleet.sandbox.down import all_stacks, down
 from gpufleet.sandbox.state import existing
 from gpufleet.sandbox.status import status
@@ -22,6 +25,28 @@ sandbox_app = typer.Typer(
 
 StackOpt = Annotated[str, typer.Option("--stack", "-s", help="stack name (stacks/Pulumi.<stack>.yaml)")]
 StacksDirOpt = Annotated[Path, typer.Option("--stacks-dir", help="directory of the stack files")]
+KubeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes",
+        help="the Kubernetes sandbox (kube-apiserver, etcd, controller manager, scheduler, kwok nodes) "
+        "instead of the Slurm one; both can run at once",
+    ),
+]
+# Bounds of --nodes: gpufleet.sandbox.kube.nodes.MIN_NODES / MAX_NODES (not imported here: the
+# CLI's import stays light; a unit test holds them equal).
+MIN_KUBE_NODES = 1
+MAX_KUBE_NODES = 5000
+NodesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--nodes",
+        min=MIN_KUBE_NODES,
+        max=MAX_KUBE_NODES,
+        help="with --kubernetes: this many kwok nodes, spread over the stack's pools in their "
+        "proportions (spares kept); default: the pools' own counts",
+    ),
+]
 
 
 @sandbox_app.command("up")
@@ -36,10 +61,24 @@ def up_cmd(
     no_training: Annotated[
         bool, typer.Option("--no-training", help="do not submit the training job")
     ] = False,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for the sandbox to be ready")] = 180.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="seconds to wait for the sandbox to be ready (default 180; 600 with --kubernetes)"),
+    ] = None,
+    kubernetes: KubeOpt = False,
+    nodes: NodesOpt = None,
 ) -> None:
-    """Build the sandbox of a stack and wait until every node is idle and training progresses."""
+    """Build the sandbox of a stack and wait until it is ready: Slurm nodes idle and training
+    progressing, or with --kubernetes kwok nodes Ready and the training Job's pods Running."""
+    if nodes is not None and not kubernetes:
+        raise fail("--nodes sizes the Kubernetes sandbox: add --kubernetes", code=2)
     spec = load_named_stack(stack, stacks_dir)
+    if kubernetes:
+        if rules:
+            raise fail("--rules is for the Slurm sandbox's Prometheus; the Kubernetes one has none", code=2)
+        _kube_up(stack, spec, nodes, not no_training, 600.0 if timeout is None else timeout)
+        return
+    timeout = 180.0 if timeout is None else timeout
     try:
         rec, timings = up(
             stack,
@@ -57,12 +96,95 @@ def up_cmd(
     )
 
 
+def _kube_up(stack: str, spec: StackSpec, nodes: int | None, training: bool, timeout: float) -> None:
+    from gpufleet.sandbox.kube.binaries import KubeBinariesMissing
+    from gpufleet.sandbox.kube.cluster import KubeSandboxError, KubeUpOptions, kube_up
+
+    try:
+        rec, timings = kube_up(
+            stack,
+            spec,
+            KubeUpOptions(nodes=nodes, training=training, timeout_s=timeout),
+            say=lambda m: console.print(m, highlight=False),
+        )
+    except KubeBinariesMissing as e:
+        raise fail(str(e)) from None
+    except (KubeSandboxError, TimeoutError, RuntimeError, OSError) as e:
+        raise fail(
+            f"{e}\n(state kept for cleanup: run `gpufleet sandbox down --kubernetes --stack {stack}`)"
+        ) from None
+    st = rec.state
+    console.print(
+        f"Kubernetes sandbox [bold]{stack}[/] up (run {st.run_id}) in {timings.marks.get('up', 0):.1f} s: "
+        f"{len(st.nodes)} nodes ({len(st.spare_nodes)} spares), Kubernetes {st.kubernetes_version}",
+        highlight=False,
+    )
+    console.print(f"  API server:        {st.api_url}", highlight=False)
+    console.print(f"  CA:                {st.ca_file}", highlight=False)
+    console.print(f"  admin kubeconfig:  {st.admin_kubeconfig}", highlight=False, soft_wrap=True)
+    console.print(
+        f"  chaos kubeconfig:  {st.chaos_kubeconfig}  (ServiceAccount "
+        f"{st.chaos_namespace}/{st.chaos_service_account})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"  state:             {rec.path}", highlight=False, soft_wrap=True)
+    console.print(
+        f"  try: KUBECONFIG={st.admin_kubeconfig} kubectl get nodes", highlight=False, soft_wrap=True
+    )
+
+
+def _kube_status(stack: str, as_json: bool) -> None:
+    from gpufleet.sandbox.kube.cluster import existing_kube, kube_status
+
+    state, error = existing_kube(stack)
+    if error:
+        raise fail(f"unreadable state file {error}")
+    if state is None:
+        raise fail(
+            f"no Kubernetes sandbox for stack {stack!r}; start one with "
+            f"`gpufleet sandbox up --kubernetes --stack {stack}`"
+        )
+    info = kube_status(state)
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    console.print(
+        f"Kubernetes sandbox {info['stack']} run {info['run_id']}: phase {info['phase']}", highlight=False
+    )
+    console.print(f"  API server: {info['api_url']}  base: {info['base_dir']}", highlight=False)
+    dead = [n for n, ok in info["processes"].items() if not ok]
+    console.print(
+        f"  processes: {len(info['processes']) - len(dead)} running"
+        + (f", NOT running: {', '.join(dead)}" if dead else ""),
+        highlight=False,
+    )
+    if info["error"]:
+        console.print(f"  [red]{info['error']}[/]", highlight=False)
+    if info["nodes"] is not None:
+        n = info["nodes"]
+        console.print(
+            f"  nodes: {n['total']} ({n['ready']} Ready, {n['cordoned']} cordoned, {n['spares']} spares)",
+            highlight=False,
+        )
+    if info["pods"] is not None:
+        p = dict(info["pods"])
+        total = p.pop("total")
+        phases = ", ".join(f"{v} {k}" for k, v in sorted(p.items()))
+        console.print(f"  pods: {total}" + (f" ({phases})" if phases else ""), highlight=False)
+
+
 @sandbox_app.command("status")
 def status_cmd(
     stack: StackOpt = "sandbox",
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    kubernetes: KubeOpt = False,
 ) -> None:
-    """Show a sandbox: phase, processes, Slurm node states, training progress."""
+    """Show a sandbox: phase, processes, Slurm node states, training progress (with --kubernetes:
+    daemons, node and pod counts)."""
+    if kubernetes:
+        _kube_status(stack, as_json)
+        return
     found = existing(stack)
     if found.error:
         raise fail(f"unreadable state file {found.error}")
@@ -96,8 +218,13 @@ def down_cmd(
     stack: StackOpt = "sandbox",
     all_: Annotated[bool, typer.Option("--all", help="every sandbox with a state file")] = False,
     keep_files: Annotated[bool, typer.Option("--keep-files", help="keep the run directory (logs)")] = False,
+    kubernetes: KubeOpt = False,
 ) -> None:
-    """Remove exactly what `up` made (also after a crashed `up`). Idempotent."""
+    """Remove exactly what `up` made (also after a crashed `up`). Idempotent. With --kubernetes,
+    the Kubernetes sandbox's run only (the Slurm sandbox of the stack is left alone)."""
+    if kubernetes:
+        _kube_down(stack, all_, keep_files)
+        return
     try:
         require_root()
     except SandboxError as e:
@@ -128,10 +255,39 @@ def down_cmd(
         raise typer.Exit(1)
 
 
+def _kube_down(stack: str, all_: bool, keep_files: bool) -> None:
+    from gpufleet.sandbox.kube.cluster import KubeSandboxError, all_kube_stacks, kube_down
+
+    stacks = all_kube_stacks() if all_ else [stack]
+    bad = False
+    for s in stacks:
+        try:
+            report = kube_down(s, keep_files=keep_files)
+        except KubeSandboxError as e:
+            raise fail(str(e)) from None
+        if report is None:
+            console.print(f"no Kubernetes sandbox for stack {s!r}: nothing to do", highlight=False)
+        elif report.clean:
+            console.print(
+                f"Kubernetes sandbox {s} (run {report.run_id}) removed; {report.stopped} processes stopped",
+                highlight=False,
+            )
+        else:
+            bad = True
+            console.print(
+                f"[red]Kubernetes sandbox {s} (run {report.run_id}) NOT fully removed[/]: processes "
+                f"{report.left_processes} still run; state kept, run `down --kubernetes` again",
+                highlight=False,
+            )
+    if bad:
+        raise typer.Exit(1)
+
+
 @sandbox_app.command("doctor")
-def doctor_cmd() -> None:
-    """Check this machine for everything the sandbox needs; say how to get what is missing."""
-    checks = diagnose()
+def doctor_cmd(kubernetes: KubeOpt = False) -> None:
+    """Check this machine for everything the sandbox needs; say how to get what is missing. With
+    --kubernetes: the programs built by `make kube-bins` and the Python packages it uses."""
+    checks: list[Check] = diagnose_kube() if kubernetes else diagnose()
     for c in checks:
         mark = "[green]ok[/]     " if c.ok else "[red]MISSING[/]"
         console.print(f"{mark} {c.name}: {c.detail}", highlight=False)

@@ -205,6 +205,38 @@ def root_check(euid: int) -> Check:
     )
 
 
+def kube_binary_checks(missing: list[tuple[str, str]], build_command: str) -> list[Check]:
+    """One check per Kubernetes program or CRD set that is not built, each fixed by the build."""
+    if not missing:
+        return [Check("kubernetes programs", True, "kube-apiserver, etcd, kwok, ... and the CRDs are built")]
+    return [Check(f"kubernetes {name}", False, f"not built: {path}", build_command) for name, path in missing]
+
+
+def kube_python_checks() -> list[Check]:
+    out = []
+    for mod, pip in (("cryptography", "cryptography"), ("httpx", "httpx"), ("kubernetes", "kubernetes")):
+        ok = importlib.util.find_spec(mod) is not None
+        out.append(
+            Check(
+                f"python {mod}",
+                ok,
+                "importable" if ok else "not installed",
+                "" if ok else f".venv/bin/pip install '{pip}'  (or: make venv)",
+            )
+        )
+    return out
+
+
+def diagnose_kube() -> list[Check]:
+    """What `gpufleet sandbox up --kubernetes` needs: the programs built from the pinned Go modules
+    (`make kube-bins`) and three Python packages. No root: its daemons listen on loopback only."""
+    from gpufleet.sandbox.kube.binaries import BUILD_COMMAND, cache_root, kube_paths, missing_paths
+    from gpufleet.sandbox.kube.versions import load_versions
+
+    missing = missing_paths(kube_paths(load_versions(), cache_root()))
+    return kube_binary_checks([(n, str(p)) for n, p in missing], BUILD_COMMAND) + kube_python_checks()
+
+
 def diagnose() -> list[Check]:
     checks = [root_check(os.geteuid())]
     checks += package_checks(missing_packages())
