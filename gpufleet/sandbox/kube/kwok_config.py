@@ -9,9 +9,11 @@ Nodes
 - node-initialize: a managed node whose Ready condition is not True gets kwok's node conditions
   (Ready=True and the pressure conditions False), addresses, the node info and `phase: Running`;
   capacity and allocatable are kept as the sandbox created them (GPUs, CPU, memory, pods).
-- node-heartbeat: every 20 s the conditions' heartbeat time is refreshed. Liveness itself is the
-  node Lease kwok renews (`nodeLeaseDurationSeconds`), which is what the node lifecycle controller
-  watches, as for a kubelet.
+- node-heartbeat: every 5 to 5.5 min the conditions' heartbeat time is refreshed, as a kubelet
+  reports its status when nothing changed (its nodeStatusReportFrequency, 5 min by default).
+  Liveness itself is the node Lease kwok renews (`nodeLeaseDurationSeconds`), which is what the
+  node lifecycle controller watches, as for a kubelet. (At 1,250 nodes a 20 s heartbeat would be
+  60 status writes a second on top of the 125 Lease renewals.)
 
 Pods (on managed nodes only, i.e. bound by the scheduler to a kwok node)
 - pod-ready: Pending -> Running, every container running and ready, an address from the pod CIDR.
@@ -36,7 +38,8 @@ NODE_ANNOTATION = "kwok.x-k8s.io/node"
 NODE_ANNOTATION_VALUE = "fake"
 NODE_SELECTOR = f"{NODE_ANNOTATION}={NODE_ANNOTATION_VALUE}"
 NODE_LEASE_SECONDS = 40  # a kubelet's default (--node-lease-duration-seconds)
-HEARTBEAT_MS = 20_000
+HEARTBEAT_MS = 300_000
+HEARTBEAT_JITTER_MS = 330_000  # kwok waits a random time between the two: spreads the writes
 SIGTERM_EXIT = 143  # 128 + 15: a container that ended on the SIGTERM of a graceful deletion
 
 _NODE_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
@@ -152,15 +155,19 @@ phase: Failed
 
 
 def _stage(
-    name: str, kind: str, selector: list[dict[str, Any]], nxt: dict[str, Any], delay_ms: int | None = None
+    name: str,
+    kind: str,
+    selector: list[dict[str, Any]],
+    nxt: dict[str, Any],
+    delay_ms: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "resourceRef": {"apiGroup": "v1", "kind": kind},
         "selector": {"matchExpressions": selector},
         "next": nxt,
     }
-    if delay_ms is not None:
-        spec["delay"] = {"durationMilliseconds": delay_ms}
+    if delay_ms is not None:  # (least, most): kwok picks uniformly in between
+        spec["delay"] = {"durationMilliseconds": delay_ms[0], "jitterDurationMilliseconds": delay_ms[1]}
     return {"apiVersion": API_VERSION, "kind": "Stage", "metadata": {"name": name}, "spec": spec}
 
 
@@ -183,7 +190,7 @@ def stages() -> list[dict[str, Any]]:
                 {"key": _NODE_READY, "operator": "In", "values": ["True"]},
             ],
             {"statusTemplate": _CONDITIONS},
-            delay_ms=HEARTBEAT_MS,
+            delay_ms=(HEARTBEAT_MS, HEARTBEAT_JITTER_MS),
         ),
         _stage(
             "pod-ready",

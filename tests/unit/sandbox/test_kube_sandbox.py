@@ -248,6 +248,21 @@ def test_kwok_config_is_a_configuration_and_stages() -> None:
         "matchExpressions"
     ]
     assert "phase: Failed" in stages["pod-terminate"]["spec"]["next"]["statusTemplate"]
+    # Status heartbeats as a kubelet's (5 min); liveness is the Lease.
+    assert stages["node-heartbeat"]["spec"]["delay"] == {
+        "durationMilliseconds": 300_000,
+        "jitterDurationMilliseconds": 330_000,
+    }
+    assert docs[0]["options"]["nodeLeaseDurationSeconds"] == 40
+
+
+def test_doctor_names_the_build_for_each_missing_program() -> None:
+    from gpufleet.sandbox.doctor import kube_binary_checks
+
+    checks = kube_binary_checks([("kwok", "/c/kwok-v0.8.0/bin/kwok")], "make kube-bins")
+    assert [(c.name, c.ok, c.fix) for c in checks] == [("kubernetes kwok", False, "make kube-bins")]
+    assert "/c/kwok-v0.8.0/bin/kwok" in checks[0].detail
+    assert all(c.ok for c in kube_binary_checks([], "make kube-bins"))
 
 
 # ----------------------------------------------------------------------------- nodes
