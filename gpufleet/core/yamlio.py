@@ -12,3 +12,8 @@ _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def safe_load(text: str) -> Any:
     return yaml.load(text, Loader=_LOADER)
+
+
+def safe_load_all(text: str) -> list[Any]:
+    """Every document of a multi-document stream (e.g. a CRD file), with the same loader."""
+    return list(yaml.load_all(text, Loader=_LOADER))
