@@ -33,6 +33,7 @@ import yaml
 
 from gpufleet.config.model import StackSpec
 from gpufleet.core import procs
+from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.sandbox_contract import (
     KubeSandboxState,
     Launch,
@@ -276,10 +277,21 @@ def kube_up(
             f"a Kubernetes sandbox for stack {stack!r} already exists ({which}); "
             f"run `gpufleet sandbox down --kubernetes --stack {stack}` first"
         )
-    paths = require_kube_paths()  # KubeBinariesMissing names each program and `make kube-bins`
     nodes = plan_nodes(spec, opts.nodes)  # InputError before anything is made
     compute_first_pool = sum(1 for n in nodes if not n.spare and n.pool == spec.node_pools[0].name)
+    if opts.training and compute_first_pool == 0:
+        raise InputError(
+            "--nodes",
+            [
+                Problem(
+                    "nodes",
+                    f"{opts.nodes} nodes leave pool {spec.node_pools[0].name!r} (the training "
+                    "Job's) no compute node: pass more, or --no-training",
+                )
+            ],
+        )
     plan = workload.training_plan(spec, compute_first_pool)
+    paths = require_kube_paths()  # KubeBinariesMissing names each program and `make kube-bins`
     run_id = new_run_id()
     base = kube_state_path(stack, root).parent / f"run-{run_id}"
     lay = KubeLayout(stack, run_id, base, daemons.free_ports())

@@ -42,7 +42,7 @@ from gpufleet.core.sandbox_contract import (
 from gpufleet.infra.scheduler import QUEUE_NAMESPACE
 from gpufleet.sandbox.down import all_stacks
 from gpufleet.sandbox.kube import daemons, kwok_config, nodes, pki, rbac, workload
-from gpufleet.sandbox.kube.cluster import all_kube_stacks, existing_kube, kube_down
+from gpufleet.sandbox.kube.cluster import KubeUpOptions, all_kube_stacks, existing_kube, kube_down, kube_up
 from gpufleet.sandbox.kube.kubeconfig import kubeconfig
 
 STACKS = Path(__file__).parents[3] / "stacks"
@@ -318,6 +318,15 @@ def test_nodes_flag_keeps_the_pools_proportions(sandbox_spec: StackSpec) -> None
     per_pool = {p: sum(n.pool == p for n in plan) for p in ("gpu", "big")}
     assert per_pool == {"gpu": 3, "big": 7}  # 2.5 / 7.5: the tie goes to the first pool
     assert nodes._largest_remainder([1, 1, 1], 5) == [2, 2, 1]
+
+
+def test_up_refuses_nodes_that_leave_the_training_pool_empty(sandbox_spec: StackSpec, tmp_path: Path) -> None:
+    first = sandbox_spec.node_pools[0]
+    second = first.model_copy(update={"name": "big", "nodes": 15, "spares": 0})
+    spec = sandbox_spec.model_copy(update={"node_pools": [first, second]})
+    with pytest.raises(InputError, match="no compute node"):
+        kube_up("s", spec, KubeUpOptions(nodes=1), root=tmp_path)
+    assert not any(tmp_path.iterdir())  # refused before anything was written
 
 
 @pytest.mark.parametrize("count", [0, -1, 5001])
