@@ -123,11 +123,11 @@ def test_fatal_gpu_fault_fails_the_rank_with_a_cuda_error(tmp_path: Path) -> Non
         "error": "CUDA error: unspecified launch failure (Xid 79: GPU has fallen off the bus)"}}}))
     (tmp_path / "nodes" / "n0" / "gpu-health.json").write_text(json.dumps({"gpus": {"0": {
         "fatal": False, "xid": 45, "since": 1.0, "error": "x"}}}))
-    t0 = time.monotonic()
+    # Both ranks end by themselves (wait_all raises if one still runs after its bound): no timing is
+    # asserted here, the machine may be loaded (benchmarks/ measure times).
     rcs = wait_all(launch(tmp_path, job=8, restart=0, max_steps=1000, metrics_port=free_port(),
                           rdv_port=free_port(), pg_timeout=3))
     assert rcs[1] == 1 and rcs[0] == 1  # rank 1 dies of its GPU; rank 0 then times out in gloo
-    assert time.monotonic() - t0 < 60
     errs = {e["rank"]: e["message"] for e in events(tmp_path) if e["event"] == "error"}
     assert errs[1] == ("RuntimeError: CUDA error: unspecified launch failure "
                        "(Xid 79: GPU has fallen off the bus)")
