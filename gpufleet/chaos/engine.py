@@ -69,10 +69,7 @@ def run_of(configuration: Configuration | None) -> RunState:
     and names it in the same configuration dict, so the later activities share it."""
     rid = (configuration or {}).get(RUN_KEY)
     if rid is None:
-        run = new_run("adhoc")
-        if isinstance(configuration, dict):
-            configuration[RUN_KEY] = run.run_id
-        return run
+        return new_run("adhoc", configuration if isinstance(configuration, dict) else None)
     with _RUNS_LOCK:
         found = _RUNS.get(str(rid))
     if found is None:
