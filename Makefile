@@ -16,7 +16,7 @@ WHEELHOUSE  ?= $(HOME)/.cache/gpufleet/wheels/$(TORCH)
 # unpacking (measured on this kind: 29 s cold from the wheelhouse, 0.5 s warm).
 UV          := uv==0.13.9
 
-.PHONY: test gameday deps apt venv lint unit e2e generate clean kube-bins
+.PHONY: test gameday deps apt venv lint unit e2e generate clean kube-bins pulumi-bins
 
 deps: apt venv
 
@@ -49,12 +49,12 @@ unit: venv
 
 # The sandbox tier includes the Kubernetes sandbox (tests/e2e/test_kubernetes_sandbox.py), which
 # runs the programs kube-bins builds.
-e2e: deps kube-bins
+e2e: deps kube-bins pulumi-bins
 	$(BIN)/pytest -m sandbox -q
 
 # Unit and mock tests first (fast), then the sandbox end-to-end tier (root, real Slurm/Prometheus,
 # and the Kubernetes control plane built by kube-bins).
-test: deps lint kube-bins
+test: deps lint kube-bins pulumi-bins
 	$(BIN)/pytest -q
 	$(BIN)/pytest -q -m sandbox
 
@@ -70,6 +70,14 @@ generate: venv
 # (the default game-day runs on the Slurm sandbox).
 kube-bins:
 	$(if $(wildcard $(PY)),$(PY),python3) tools/kube/build.py
+
+# The Pulumi CLI, the project's Python language host and the Kubernetes provider plugin, built from
+# the pinned Go modules of tools/kube/pulumi/ and tools/kube/pulumi-kubernetes/ into the same cache,
+# keyed by the versions of group "pulumi" in tools/kube/versions.toml; a no-op when up to date
+# (docs/pulumi.md, ADR 0035). A prerequisite of `test` and `e2e` (tests/e2e/test_pulumi_cli.py runs
+# the real `pulumi preview/up/destroy`), not of `gameday`.
+pulumi-bins:
+	$(if $(wildcard $(PY)),$(PY),python3) tools/kube/build.py --group pulumi
 
 gameday: deps
 	$(BIN)/gpufleet gameday --stack sandbox --backend sandbox --report $(REPORT)

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Build the sandbox's Kubernetes programs from pinned Go modules, and generate its CRDs, once.
+"""Build the project's Go programs from pinned Go modules, and generate the sandbox's CRDs, once.
 
     make kube-bins                                   # or: python3 tools/kube/build.py
+    make pulumi-bins                                 # or: python3 tools/kube/build.py --group pulumi
     python3 tools/kube/build.py --only kubernetes    # one component (repeatable; 'crds' too)
     python3 tools/kube/build.py --print-paths        # JSON {program: path, "crds": {source: dir}}
+
+Groups: `kube` (the default) is the Kubernetes sandbox's programs and CRDs (ADR 0032); `pulumi` is
+the Pulumi CLI, the project's Python language host and the Kubernetes provider (ADR 0035).
 
 Versions: tools/kube/versions.toml, the one place (the Go modules under tools/kube/ pin the same
 versions in go.mod and go.sum; this script refuses to build when they disagree). Results go to a
@@ -16,8 +20,11 @@ go command keeps them, so a rebuild after a version change reuses what did not c
 Programs: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w ...' with GOTOOLCHAIN=local (never
 download another Go) and -mod=readonly (go.sum decides). CRDs: controller-gen, built here first,
 runs over the Go API packages of each operator's module in the module cache (docs/kubernetes-
-sandbox.md, ADR 0032). Go builds run at nice 19 (--nice) so that tests sharing the machine keep a
-core.
+sandbox.md, ADR 0032). A component may also build packages of the project's own ("./name" in
+tools/kube/<dir>; their files are part of the stamp), set build tags, and run an upstream main
+package's `go generate` step whose output go:embed takes (`generate` in versions.toml: the files are
+written in the staging folder and given to go build with -overlay). Go builds run at nice 19
+(--nice) so that tests sharing the machine keep a core.
 """
 
 from __future__ import annotations
@@ -42,7 +49,6 @@ sys.path.insert(0, str(TOOLS.parents[1]))  # the repository root: run with any P
 
 from gpufleet.core.errors import InputError  # noqa: E402
 from gpufleet.sandbox.kube.binaries import (  # noqa: E402
-    BUILD_COMMAND,
     STAMP,
     cache_root,
     component_dir,
@@ -51,8 +57,11 @@ from gpufleet.sandbox.kube.binaries import (  # noqa: E402
 )
 from gpufleet.sandbox.kube.versions import (  # noqa: E402
     CRDS_GO_DIR,
+    GROUPS,
+    KUBE_GROUP,
     Component,
     CrdSource,
+    Generate,
     KubeVersions,
     gomod_problems,
     load_versions,
@@ -63,6 +72,11 @@ CONTROLLER_GEN = "controller-gen"
 STAMP_FORMAT = 1
 GO_BUILD_FLAGS = ("-trimpath",)
 GO_LDFLAGS = ("-s", "-w")  # no symbol table, no DWARF: a third of the size
+
+
+def make_target(group: str) -> str:
+    """The command that builds a group: `make kube-bins`, `make pulumi-bins`."""
+    return f"make {group}-bins"
 
 
 class BuildError(RuntimeError):
@@ -99,10 +113,11 @@ class Go:
         env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
         return cls(env, nice)
 
-    def run(self, argv: Sequence[str], cwd: Path, what: str) -> str:
+    def run(self, argv: Sequence[str], cwd: Path, what: str, env: dict[str, str] | None = None) -> str:
         """Run a command at the configured niceness; its stderr passes through; stdout returned."""
         full = ["nice", "-n", str(self.nice), *argv] if self.nice and shutil.which("nice") else list(argv)
-        proc = subprocess.run(full, cwd=cwd, env=self.env, stdout=subprocess.PIPE, text=True, check=False)
+        run_env = {**self.env, **env} if env else self.env
+        proc = subprocess.run(full, cwd=cwd, env=run_env, stdout=subprocess.PIPE, text=True, check=False)
         if proc.returncode != 0:
             raise BuildError(f"{what} failed (exit {proc.returncode}): {' '.join(argv)} in {cwd}")
         return proc.stdout
@@ -120,6 +135,26 @@ def file_digest(paths: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
+def sources_digest(go_dir: Path, packages: Iterable[str]) -> str:
+    """Every file of the project's own packages (./name), by path relative to the module's folder."""
+    h = hashlib.sha256()
+    for package in packages:
+        for p in sorted(q for q in (go_dir / package).rglob("*") if q.is_file()):
+            h.update(str(p.relative_to(go_dir)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def build_flags(comp: Component) -> list[str]:
+    """go build's flags less -o and the overlay: the same for the build and its stamp."""
+    tags = ["-tags", ",".join(comp.tags)] if comp.tags else []
+    return [*GO_BUILD_FLAGS, *tags, "-ldflags", " ".join([*GO_LDFLAGS, *comp.ldflags()])]
+
+
+def generate_env(comp: Component, gen: Generate) -> dict[str, str]:
+    fields = comp.fields()
+    return {key: tpl.format_map(fields) for key, tpl in sorted(gen.env.items())}
+
+
 def component_step(root: Path, comp: Component) -> Step:
     go_dir = TOOLS / comp.go_dir
     inputs: dict[str, object] = {
@@ -128,9 +163,24 @@ def component_step(root: Path, comp: Component) -> Step:
         "module": comp.module,
         "version": comp.version,
         "binaries": dict(sorted(comp.binaries.items())),
-        "build_flags": [*GO_BUILD_FLAGS, "-ldflags", " ".join([*GO_LDFLAGS, *comp.ldflags()])],
+        "build_flags": build_flags(comp),
         "go_mod_sum": file_digest([go_dir / "go.mod", go_dir / "go.sum"]),
     }
+    # Only where they apply, so that the stamps of the other components stay as they were.
+    if comp.release is not None:
+        inputs["release"] = comp.release
+    if comp.local_packages():
+        inputs["sources"] = sources_digest(go_dir, comp.local_packages())
+    if comp.generate is not None:
+        gen = comp.generate
+        inputs["generate"] = {
+            "package": gen.package,
+            "program": gen.program,
+            "reads": list(gen.reads),
+            "writes": list(gen.writes),
+            "into": gen.into,
+            "env": generate_env(comp, gen),
+        }
     return Step(comp.name, component_dir(root, comp), inputs)
 
 
@@ -211,6 +261,37 @@ def program_file(package: str) -> str:
     return parts[-1]
 
 
+def generate_embeds(comp: Component, gen: Generate, work: Path, go: Go) -> Path:
+    """Run the upstream package's own generator in `work`; return go build's -overlay file.
+
+    The generator (a Go file of the package's folder with its own main) is built with this module's
+    go.mod and run in `work`, where `reads` are links to the package's files in the module cache
+    (read-only; go build refuses overlays of files beneath GOMODCACHE). What it writes is given to
+    go build as if it were in the project's package `into`, whose main embeds it."""
+    go_dir = TOOLS / comp.go_dir
+    work.mkdir()
+    listed = go.run(["go", "list", "-e", "-f", "{{.Dir}}", gen.package], go_dir, f"finding {gen.package}")
+    pkg_dir = Path(listed.strip())
+    if not (pkg_dir / gen.program).is_file():
+        raise BuildError(f"{comp.name}: {gen.package} has no {gen.program} (in {pkg_dir})")
+    program = work / "generate"
+    go.run(
+        ["go", "build", *GO_BUILD_FLAGS, "-o", str(program), str(pkg_dir / gen.program)],
+        go_dir,
+        f"building {gen.package}/{gen.program}",
+    )
+    for name in gen.reads:
+        (work / name).symlink_to(pkg_dir / name)
+    go.run([str(program)], work, f"running {gen.package}/{gen.program}", env=generate_env(comp, gen))
+    missing = [name for name in gen.writes if not (work / name).is_file()]
+    if missing:
+        raise BuildError(f"{comp.name}: {gen.program} did not write {', '.join(missing)}")
+    overlay = {"Replace": {str(go_dir / gen.into / name): str(work / name) for name in gen.writes}}
+    path = work / "overlay.json"
+    path.write_text(json.dumps(overlay, indent=2) + "\n")
+    return path
+
+
 def build_component(step: Step, comp: Component, go: Go, go_version: str) -> Timing:
     """go build every program of the component into <out>/bin; returns how long it took."""
     step.out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -218,14 +299,16 @@ def build_component(step: Step, comp: Component, go: Go, go_version: str) -> Tim
     try:
         (staging / "bin").mkdir()
         started, cpu_started = time.monotonic(), Timing.child_cpu()
+        overlay: list[str] = []
+        if comp.generate is not None:
+            overlay = ["-overlay", str(generate_embeds(comp, comp.generate, staging / "generate", go))]
         # One go build for all the component's programs: they share most packages.
         go.run(
             [
                 "go",
                 "build",
-                *GO_BUILD_FLAGS,
-                "-ldflags",
-                " ".join([*GO_LDFLAGS, *comp.ldflags()]),
+                *build_flags(comp),
+                *overlay,
                 "-o",
                 str(staging / "bin") + os.sep,
                 *sorted(comp.binaries.values()),
@@ -234,6 +317,7 @@ def build_component(step: Step, comp: Component, go: Go, go_version: str) -> Tim
             f"building {comp.name} {comp.version}",
         )
         timing = Timing.since(started, cpu_started)
+        shutil.rmtree(staging / "generate", ignore_errors=True)
         built = {p.name for p in (staging / "bin").iterdir()}
         for program, package in comp.binaries.items():
             produced = program_file(package)
@@ -290,16 +374,24 @@ def generate_crds(step: Step, src: CrdSource, controller_gen: Path, go: Go, go_v
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def select(versions: KubeVersions, only: Sequence[str]) -> list[str]:
+def select(versions: KubeVersions, only: Sequence[str], group: str = KUBE_GROUP) -> list[str]:
+    """The steps to consider: those of --only (any group), else the group's components (and, for
+    `kube`, the CRDs)."""
     known = [*versions.names(), CRDS]
     unknown = [o for o in only if o not in known]
     if unknown:
         raise UsageError(f"--only {', '.join(unknown)}: no such component (have: {', '.join(known)})")
-    return [n for n in known if not only or n in only]
+    if only:
+        return [n for n in known if n in only]
+    return [c.name for c in versions.in_group(group)] + ([CRDS] if group == KUBE_GROUP else [])
 
 
-def build(versions: KubeVersions, root: Path, only: Sequence[str], force: bool, nice: int) -> int:
-    names = select(versions, only)
+def build(
+    versions: KubeVersions, root: Path, only: Sequence[str], force: bool, nice: int, group: str = KUBE_GROUP
+) -> int:
+    names = select(versions, only, group)
+    groups = {KUBE_GROUP if n == CRDS else versions.component(n).group for n in names}
+    label = f"{groups.pop()}-bins" if len(groups) == 1 else "go-bins"
     problems = gomod_problems(versions, lambda rel: (TOOLS / rel).read_text())
     if problems:
         raise BuildError(
@@ -320,18 +412,18 @@ def build(versions: KubeVersions, root: Path, only: Sequence[str], force: bool, 
 
     def expected(step: Step, what: Component | CrdSource) -> list[Path]:
         if isinstance(what, Component):
-            return [paths.binaries[b] for b in what.binaries]
+            return [component_dir(root, what) / "bin" / b for b in what.binaries]
         return []
 
     todo = [(s, w) for s, w in steps if force or not up_to_date(s, expected(s, w))]
     if not todo:
-        print(f"kube-bins: up to date ({', '.join(s.name for s, _ in steps)} in {root})")
+        print(f"{label}: up to date ({', '.join(s.name for s, _ in steps)} in {root})")
         return 0
     go = Go.from_environ(nice)
     gov = go.version()
     total, total_cpu = time.monotonic(), Timing.child_cpu()
     for step, what in todo:
-        print(f"kube-bins: {step.name} {what.version} ...", flush=True)
+        print(f"{label}: {step.name} {what.version} ...", flush=True)
         if isinstance(what, Component):
             timing = build_component(step, what, go, gov)
             sizes = json.loads((step.out_dir / STAMP).read_text())["sizes"]
@@ -339,9 +431,20 @@ def build(versions: KubeVersions, root: Path, only: Sequence[str], force: bool, 
         else:
             timing = generate_crds(step, what, paths.binaries[CONTROLLER_GEN], go, gov)
             detail = f"{len(list(step.out_dir.glob('*.yaml')))} CRD file(s)"
-        print(f"kube-bins: {step.name} {what.version} built in {timing} ({detail})", flush=True)
-    print(f"kube-bins: done in {Timing.since(total, total_cpu)} ({root})")
+        print(f"{label}: {step.name} {what.version} built in {timing} ({detail})", flush=True)
+    print(f"{label}: done in {Timing.since(total, total_cpu)} ({root})")
     return 0
+
+
+def print_paths(versions: KubeVersions, root: Path, group: str) -> dict[str, object]:
+    """--print-paths: kube as before ({program: path, "crds": {...}}); another group {program: path}."""
+    if group == KUBE_GROUP:
+        return kube_paths(versions, root).as_json()
+    return {
+        program: str(component_dir(root, comp) / "bin" / program)
+        for comp in versions.in_group(group)
+        for program in sorted(comp.binaries)
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -356,9 +459,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="build only this component (repeatable): a [components] name or 'crds'",
     )
     parser.add_argument(
+        "--group",
+        choices=GROUPS,
+        default=KUBE_GROUP,
+        help="what to build: kube (default; make kube-bins) or pulumi (make pulumi-bins)",
+    )
+    parser.add_argument(
         "--print-paths",
         action="store_true",
-        help="print the JSON of every program's path and the CRD folders; build nothing",
+        help="print the JSON of the group's program paths (kube: and the CRD folders); build nothing",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even what is up to date")
     parser.add_argument("--nice", type=int, default=19, help="niceness of the Go commands (default 19)")
@@ -370,17 +479,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         versions = load_versions() if args.versions is None else load_versions(args.versions)
         if args.print_paths:
-            print(json.dumps(kube_paths(versions, root).as_json(), indent=2))
+            print(json.dumps(print_paths(versions, root, args.group), indent=2))
             return 0
-        return build(versions, root, args.only, args.force, args.nice)
+        return build(versions, root, args.only, args.force, args.nice, args.group)
     except InputError as exc:
         print(exc.render(), file=sys.stderr)
         return 2
     except UsageError as exc:
-        print(f"kube-bins: {exc}", file=sys.stderr)
+        print(f"{args.group}-bins: {exc}", file=sys.stderr)
         return 2
     except BuildError as exc:
-        print(f"kube-bins: {exc}\n(rerun `{BUILD_COMMAND}` once fixed)", file=sys.stderr)
+        print(f"{args.group}-bins: {exc}\n(rerun `{make_target(args.group)}` once fixed)", file=sys.stderr)
         return 1
 
 

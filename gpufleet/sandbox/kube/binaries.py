@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.sandbox.kube.versions import VERSIONS_FILE, Component, CrdSource, KubeVersions, load_versions
+from gpufleet.sandbox.kube.versions import (
+    KUBE_GROUP,
+    VERSIONS_FILE,
+    Component,
+    CrdSource,
+    KubeVersions,
+    load_versions,
+)
 
 CACHE_ENV = "GPUFLEET_GO_CACHE"
 BUILD_COMMAND = "make kube-bins"
@@ -61,10 +68,11 @@ class KubePaths:
 
 
 def kube_paths(versions: KubeVersions, root: Path) -> KubePaths:
-    """Pure: where build.py puts each program and each CRD source for these versions."""
+    """Pure: where build.py puts each program and each CRD source for these versions (the `kube`
+    group only: the Pulumi CLI's programs are gpufleet.sandbox.pulumi_cli's, `make pulumi-bins`)."""
     binaries = {
         program: component_dir(root, comp) / "bin" / program
-        for comp in versions.components
+        for comp in versions.in_group(KUBE_GROUP)
         for program in comp.binaries
     }
     return KubePaths(binaries, {src.name: crd_dir(root, src) for src in versions.crds})

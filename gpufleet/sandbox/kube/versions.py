@@ -1,7 +1,10 @@
-"""The versions of the sandbox's Kubernetes programs and CRDs: tools/kube/versions.toml, typed.
+"""The versions of the Go programs the project builds: tools/kube/versions.toml, typed.
 
-One file names every version (docs/kubernetes-sandbox.md, ADR 0032); tools/kube/build.py builds
-from it and `binaries` finds the results from it. The Go modules under tools/kube/ pin the same
+One file names every version (docs/kubernetes-sandbox.md, ADR 0032; the Pulumi CLI and its
+plugins, docs/pulumi.md, ADR 0035); tools/kube/build.py builds from it and `binaries` (the
+sandbox's Kubernetes programs) and gpufleet.sandbox.pulumi_cli (the Pulumi CLI) find the results
+from it. Each component belongs to a group, the make target that builds it (`kube` for
+`make kube-bins`, `pulumi` for `make pulumi-bins`). The Go modules under tools/kube/ pin the same
 versions in go.mod (with go.sum): `gomod_problems` says where the two disagree, so a version cannot
 change in one place only.
 """
@@ -24,7 +27,40 @@ CRDS_GO_DIR = "crds"  # the Go module (under tools/kube/) that pins the CRD sour
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _VERSION = re.compile(r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
-_STAMP_FIELDS = frozenset({"version", "major", "minor"})
+_STAMP_FIELDS = frozenset({"version", "major", "minor", "release", "release_number"})
+_TAG = re.compile(r"^[A-Za-z0-9_.]+$")
+_FILE = re.compile(r"^[A-Za-z0-9_.-]+$")
+KUBE_GROUP = "kube"  # make kube-bins: the Kubernetes sandbox's programs (and the CRDs)
+PULUMI_GROUP = "pulumi"  # make pulumi-bins: the Pulumi CLI, its language host, its providers
+GROUPS = (KUBE_GROUP, PULUMI_GROUP)
+PLUGIN_KINDS = ("resource",)  # what `pulumi plugin install <kind> <name> <version>` takes here
+
+
+@dataclass(frozen=True)
+class Generate:
+    """A main package's `go generate` step: the files its go:embed takes are not in the module archive.
+
+    `program` (a Go file with its own main, excluded from the package by a build tag) in the folder of
+    the upstream package `package` reads `reads` from that folder and writes `writes`; build.py runs it
+    in a staging folder with `env` and hands what it wrote to the local package `into` (whose main
+    embeds them) through `go build -overlay`, never writing into the module cache or the work tree."""
+
+    package: str
+    program: str
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    into: str
+    env: Mapping[str, str]  # value templates, as the stamp's ({release_number}, ...)
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """How a built program goes into a Pulumi plugin cache: `pulumi plugin install <kind> <name>
+    <release without v> --file <program>` (the version the SDK asks the engine for)."""
+
+    kind: str
+    name: str
+    program: str  # the component's program that is the plugin
 
 
 @dataclass(frozen=True)
@@ -39,12 +75,37 @@ class Component:
     stamp: Mapping[str, str]  # "<package>.<var>" -> value template ({version}, {major}, {minor})
     also_pinned: Mapping[str, str]  # other modules this go.mod must name at these versions
     staging_version: str | None  # k8s.io/* staging modules' release (k8s.io/kubernetes only)
+    group: str = KUBE_GROUP  # the make target that builds it (GROUPS)
+    release: str | None = None  # the upstream release `version` is, where that is a pseudo-version
+    tags: tuple[str, ...] = ()  # go build -tags, as the upstream release build sets them
+    generate: Generate | None = None
+    plugin: Plugin | None = None
+
+    @property
+    def release_version(self) -> str:
+        """The upstream release: `release` where the module version is a pseudo-version."""
+        return self.release or self.version
+
+    def fields(self) -> dict[str, str]:
+        """What the templates of `stamp` and `generate.env` may name."""
+        major, minor = _major_minor(self.version)
+        release = self.release_version
+        return {
+            "version": self.version,
+            "major": major,
+            "minor": minor,
+            "release": release,
+            "release_number": release.removeprefix("v"),
+        }
 
     def ldflags(self) -> list[str]:
         """`-X` flags that stamp the release into the programs, in a stable order."""
-        major, minor = _major_minor(self.version)
-        fields = {"version": self.version, "major": major, "minor": minor}
+        fields = self.fields()
         return [f"-X {var}={tpl.format_map(fields)}" for var, tpl in sorted(self.stamp.items())]
+
+    def local_packages(self) -> list[str]:
+        """Main packages of the project's own code in tools/kube/<go_dir> ("./name"), sorted."""
+        return sorted(p for p in self.binaries.values() if p.startswith("./"))
 
 
 @dataclass(frozen=True)
@@ -85,6 +146,10 @@ class KubeVersions:
     def names(self) -> list[str]:
         return [c.name for c in self.components]
 
+    def in_group(self, group: str) -> tuple[Component, ...]:
+        """The components `make <group>-bins` builds, in file order."""
+        return tuple(c for c in self.components if c.group == group)
+
 
 def _major_minor(version: str) -> tuple[str, str]:
     m = re.match(r"^v(\d+)\.(\d+)\.", version)
@@ -117,23 +182,38 @@ def _version(raw: Mapping[str, Any], key: str, path: str, problems: list[Problem
 def _component(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> Component:
     path = f"components.{name}"
     problems += _check_keys(
-        raw, path, {"module", "version", "dir", "binaries"}, {"stamp", "also_pinned", "staging_version"}
+        raw,
+        path,
+        {"module", "version", "dir", "binaries"},
+        {"stamp", "also_pinned", "staging_version", "group", "release", "tags", "generate", "plugin"},
     )
     binaries = _str_map(raw.get("binaries", {}), f"{path}.binaries", problems)
     if "binaries" in raw and not binaries:
         problems.append(Problem(f"{path}.binaries", "names no program"))
-    for b in binaries:
+    for b, package in binaries.items():
         if not _NAME.match(b):
             problems.append(
                 Problem(f"{path}.binaries.{b}", "a program name is lower-case letters, digits, '-'")
             )
+        if package.startswith(".") and not _local_package(package):
+            problems.append(
+                Problem(f"{path}.binaries.{b}", "a package of the project's own is ./<folder> of its dir")
+            )
     stamp = _str_map(raw.get("stamp", {}), f"{path}.stamp", problems)
     for var, tpl in stamp.items():
-        fields = set(re.findall(r"{(\w+)}", tpl))
-        if fields - _STAMP_FIELDS:
-            problems.append(
-                Problem(f"{path}.stamp.{var}", f"unknown field(s) {sorted(fields - _STAMP_FIELDS)}")
-            )
+        _check_template(tpl, f"{path}.stamp.{var}", problems)
+    group = raw.get("group", KUBE_GROUP)
+    if group not in GROUPS:
+        problems.append(Problem(f"{path}.group", f"must be one of {', '.join(GROUPS)}, got {group!r}"))
+    release = _version(raw, "release", path, problems) if "release" in raw else None
+    tags = raw.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) and _TAG.match(t) for t in tags):
+        problems.append(Problem(f"{path}.tags", "must list go build tags (letters, digits, '_', '.')"))
+        tags = []
+    generate = None
+    if "generate" in raw:
+        generate = _generate(raw["generate"], f"{path}.generate", binaries, problems)
+    plugin = _plugin(raw["plugin"], f"{path}.plugin", binaries, problems) if "plugin" in raw else None
     staging = raw.get("staging_version")
     if staging is not None:
         staging = _version(raw, "staging_version", path, problems)
@@ -151,7 +231,68 @@ def _component(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> Co
         stamp=stamp,
         also_pinned=also,
         staging_version=staging,
+        group=str(group),
+        release=release,
+        tags=tuple(tags),
+        generate=generate,
+        plugin=plugin,
     )
+
+
+def _local_package(package: str) -> bool:
+    return package.startswith("./") and ".." not in package and len(package) > 2
+
+
+def _check_template(tpl: str, path: str, problems: list[Problem]) -> None:
+    fields = set(re.findall(r"{(\w+)}", tpl))
+    if fields - _STAMP_FIELDS:
+        problems.append(Problem(path, f"unknown field(s) {sorted(fields - _STAMP_FIELDS)}"))
+
+
+def _files(raw: Any, path: str, problems: list[Problem]) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(f, str) and _FILE.match(f) for f in raw):
+        problems.append(Problem(path, "must list file names (no folders)"))
+        return ()
+    return tuple(raw)
+
+
+def _generate(raw: Any, path: str, binaries: Mapping[str, str], problems: list[Problem]) -> Generate | None:
+    if not isinstance(raw, dict):
+        problems.append(Problem(path, "must be a table"))
+        return None
+    problems += _check_keys(raw, path, {"package", "program", "reads", "writes", "into"}, {"env"})
+    program = raw.get("program")
+    if not isinstance(program, str) or not _FILE.match(program) or not program.endswith(".go"):
+        problems.append(Problem(f"{path}.program", "must name a Go file of the package's folder"))
+    into = raw.get("into")
+    if into not in [p for p in binaries.values() if _local_package(p)]:
+        problems.append(Problem(f"{path}.into", "must be one of this component's own packages (./<folder>)"))
+    env = _str_map(raw.get("env", {}), f"{path}.env", problems)
+    for key, tpl in env.items():
+        _check_template(tpl, f"{path}.env.{key}", problems)
+    return Generate(
+        package=str(raw.get("package", "")),
+        program=str(program),
+        reads=_files(raw.get("reads"), f"{path}.reads", problems),
+        writes=_files(raw.get("writes"), f"{path}.writes", problems),
+        into=str(into),
+        env=env,
+    )
+
+
+def _plugin(raw: Any, path: str, binaries: Mapping[str, str], problems: list[Problem]) -> Plugin | None:
+    if not isinstance(raw, dict):
+        problems.append(Problem(path, "must be a table"))
+        return None
+    problems += _check_keys(raw, path, {"kind", "name", "program"}, set())
+    if raw.get("kind") not in PLUGIN_KINDS:
+        problems.append(Problem(f"{path}.kind", f"must be one of {', '.join(PLUGIN_KINDS)}"))
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(Problem(f"{path}.name", "must be a plugin name (lower-case letters, digits, '-')"))
+    if raw.get("program") not in binaries:
+        problems.append(Problem(f"{path}.program", "must be one of this component's binaries"))
+    return Plugin(str(raw.get("kind", "")), str(name), str(raw.get("program", "")))
 
 
 def _crd_source(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> CrdSource:
@@ -310,7 +451,7 @@ def gomod_problems(versions: KubeVersions, read: Callable[[str], str]) -> list[P
         for module, version in sorted(comp.also_pinned.items()):
             want(mod, where, module, version)
         for program, package in sorted(comp.binaries.items()):
-            if package not in mod.tools:
+            if package not in mod.tools and not _local_package(package):
                 out.append(
                     Problem(where, f"no `tool {package}` line for {program}: run `go get -tool {package}`")
                 )
