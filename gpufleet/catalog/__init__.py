@@ -17,6 +17,7 @@ from gpufleet.catalog.policy import (
     XidRule,
     actionable,
     escalated_action,
+    isolating_xids,
     xid_policy,
 )
 from gpufleet.catalog.rules import RUNBOOK_BASE, rule_groups
@@ -40,6 +41,7 @@ __all__ = [
     "actionable",
     "dashboard",
     "escalated_action",
+    "isolating_xids",
     "load_catalog",
     "parse_catalog_file",
     "parse_injection",

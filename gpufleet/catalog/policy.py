@@ -96,6 +96,13 @@ def xid_policy(
     return table, problems
 
 
+def isolating_xids(table: Mapping[int, XidRule]) -> list[int]:
+    """XIDs whose resolved action takes the node out of scheduling (GPU reset and up): what the
+    node-health check reports as a problem (gpufleet.infra.npd_check) and what the Kubernetes chaos
+    backend surfaces on a simulated node (gpufleet.chaos.backends.kubernetes)."""
+    return sorted(x for x, rule in table.items() if rule.action.isolates_node)
+
+
 @dataclass(frozen=True)
 class Observation:
     """One fault seen on one node (and GPU, when it has one), at a time in seconds."""

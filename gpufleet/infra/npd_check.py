@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpufleet.catalog import XidRule
+from gpufleet.catalog import XidRule, isolating_xids
 
 SCRIPT_NAME = "gpufleet-node-health.sh"
 MAX_OUTPUT = 200  # NPD pluginConfig.max_output_length the plugin config sets
@@ -52,11 +52,6 @@ if [ -n "$down" ]; then say "PROBLEM: fabric port(s) not ACTIVE:$down"; exit 1; 
 say "OK: no isolating XID since boot, fabric ports ACTIVE"
 exit 0
 """
-
-
-def isolating_xids(table: Mapping[int, XidRule]) -> list[int]:
-    """XIDs whose resolved action takes the node out of scheduling (GPU reset and up)."""
-    return sorted(x for x, rule in table.items() if rule.action.isolates_node)
 
 
 def render_script(table: Mapping[int, XidRule]) -> str:

@@ -25,15 +25,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.catalog import XidRule
+from gpufleet.catalog import XidRule, isolating_xids
 from gpufleet.config.model import RemediationSpec, SloSpec
+from gpufleet.core.node_health import CONDITION, HEALTHY_MESSAGE, HEALTHY_REASON, PROBLEM_REASON
 from gpufleet.infra.charts import CHARTS, chart_namespace, helm_release
 from gpufleet.infra.common import MANAGED_BY, child
-from gpufleet.infra.npd_check import MAX_OUTPUT, SCRIPT_NAME, isolating_xids, render_script
+from gpufleet.infra.npd_check import MAX_OUTPUT, SCRIPT_NAME, render_script
 
 CUSTOM_CONFIG_DIR = "/custom-config"  # where the NPD chart mounts settings.custom_monitor_definitions
 PLUGIN_FILE = "gpufleet-health.json"
-CONDITION = "GpuFleetProblem"
 POLICY_CONFIG_MAP = "gpufleet-remediation-policy"
 
 
@@ -70,13 +70,13 @@ def npd_plugin_config(slos: SloSpec) -> dict[str, Any]:
         "source": "gpufleet-node-health",
         "metricsReporting": True,
         "conditions": [
-            {"type": CONDITION, "reason": "GpuFleetHealthy", "message": "gpufleet node-health checks pass"}
+            {"type": CONDITION, "reason": HEALTHY_REASON, "message": HEALTHY_MESSAGE}
         ],
         "rules": [
             {
                 "type": "permanent",
                 "condition": CONDITION,
-                "reason": "GpuFleetCheckFailed",
+                "reason": PROBLEM_REASON,
                 # A ConfigMap file has no exec bit: the shell runs it (dash in the NPD image).
                 "path": "/bin/sh",
                 "args": [f"{CUSTOM_CONFIG_DIR}/{SCRIPT_NAME}"],

@@ -15,13 +15,13 @@ import pytest
 import yaml
 from infra_testdata import ROOT, STACK_NAMES, load_policies, shipped, variant
 
-from gpufleet.catalog import load_catalog, xid_policy
+from gpufleet.catalog import isolating_xids, load_catalog, xid_policy
 from gpufleet.config import SchedulerKind, Vendor, all_specs
 from gpufleet.config.model import StackSpec, decrypted_by_pulumi
 from gpufleet.core.errors import InputError
 from gpufleet.infra.charts import POD_SECURITY
 from gpufleet.infra.gameday import rules_allow
-from gpufleet.infra.npd_check import MAX_OUTPUT, isolating_xids, render_script
+from gpufleet.infra.npd_check import MAX_OUTPUT, render_script
 from gpufleet.infra.offline import DeclaredResource, OfflinePreview
 from gpufleet.infra.platform import vendors
 from gpufleet.infra.scheduler import KUEUE_FRAMEWORKS, kueue_excluded
