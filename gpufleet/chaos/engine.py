@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -17,16 +18,17 @@ from pydantic import ValidationError
 
 from gpufleet.catalog import Catalog, Fault, load_catalog
 from gpufleet.catalog.injection import AnyInjection, InjectionModel, with_overrides
-from gpufleet.chaos.backends.base import Backend, Plan
+from gpufleet.chaos.backends.base import Backend, Plan, TrainingPods
 from gpufleet.chaos.backends.registry import backend_class
 from gpufleet.chaos.guard import blast_radius, production_gate, takes_node_down
 from gpufleet.chaos.ledger import FaultRecord, Ledger, RevertResult, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.chaos.selectors import IdleNode, NamedNode, parse_node_selector
 from gpufleet.chaos.settings import RUN_KEY, Settings, parse_settings
-from gpufleet.chaos.watch import SchedulerWatcher
+from gpufleet.chaos.watch import PodWatcher, SchedulerWatcher
 from gpufleet.config import StackSpec, load_named_stack
 from gpufleet.core.errors import InputError
+from gpufleet.core.sandbox_contract import KubeSandboxState, read_kube_state
 
 logger = logging.getLogger("chaostoolkit")
 
@@ -41,11 +43,15 @@ class RunState:
     experiment: str = "adhoc"
     timelines: list[dict[str, Any]] = field(default_factory=list)
     watchers: list[SchedulerWatcher] = field(default_factory=list)
+    # The training job's pods, where the backend's workload is pods (Kubernetes); else empty.
+    pod_watchers: list[PodWatcher] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def stop(self) -> None:
         for w in self.watchers:
             w.stop()
+        for p in self.pod_watchers:
+            p.stop()
 
 
 # Chaos Toolkit hands every control and activity of a run the same configuration dict: the run's id
@@ -148,17 +154,49 @@ class Context:
             from gpufleet.chaos.backends.slurm import SlurmBackend
 
             return SlurmBackend(s.ssh, s.fabric_ifname, s.prometheus_url)
+        return self._kubernetes_backend()
+
+    def _kubernetes_backend(self) -> Backend:
+        """The Kubernetes backend: to the API server the configuration names, else to the stack's
+        Kubernetes sandbox when one is up (its state file names the chaos ServiceAccount's
+        kubeconfig, the fault namespace, the training Job and its daemons), else to the default
+        kubeconfig or the in-cluster service account."""
+        from gpufleet.catalog import isolating_xids, xid_policy
         from gpufleet.chaos.backends.kubernetes import KubernetesBackend, connection
 
-        ns = s.k8s_namespace or (self.stack.gameday.namespace if self.stack else "gpufleet-gameday")
+        s = self.settings
+        explicit = s.k8s_host or s.kubeconfig or s.k8s_context
+        kube = None if explicit else self.kube_sandbox()
         image = s.k8s_image or (self.stack.gameday.image if self.stack else "")
         if not image:
             raise InvalidActivity(
                 "the kubernetes backend needs gpufleet_k8s_image or a stack with gameday.image"
             )
-        return KubernetesBackend(
-            connection(s.k8s_host, s.kubeconfig, s.k8s_context), ns, image, s.fabric_ifname, s.prometheus_url
+        ns = s.k8s_namespace or (kube.chaos_namespace if kube is not None else None) or (
+            self.stack.gameday.namespace if self.stack else "gpufleet-gameday"
         )
+        training = s.k8s_training_job
+        if training is None and kube is not None and kube.training_job_name:
+            training = (kube.training_namespace or "default", kube.training_job_name)
+        table, _ = xid_policy(self.catalog, self.stack.remediation.xid_overrides if self.stack else {})
+        kubeconfig = kube.chaos_kubeconfig if kube is not None else s.kubeconfig
+        return KubernetesBackend(
+            connection(s.k8s_host, kubeconfig, s.k8s_context),
+            ns, image, s.fabric_ifname, s.prometheus_url,
+            isolating_xids=isolating_xids(table),
+            training_job=training,
+            daemons=kube.processes if kube is not None else (),
+        )
+
+    def kube_sandbox(self) -> KubeSandboxState | None:
+        """The stack's Kubernetes sandbox, when one is up (its state file; ADR 0034)."""
+        if not self.settings.stack:
+            return None
+        try:
+            state = read_kube_state(self.settings.stack, self.settings.sandbox_root)
+        except (OSError, ValueError):
+            return None
+        return state if state.phase == "up" and state.chaos_kubeconfig else None
 
 
 def context(configuration: Configuration | None) -> Context:
@@ -224,14 +262,40 @@ def check_blast_radius(
 
 
 def ensure_watcher(run: RunState, backend: Backend) -> SchedulerWatcher:
-    """The run's scheduler watcher, started (baseline sample first) before the first fault."""
+    """The run's scheduler watcher, started (baseline sample first) before the first fault; with it,
+    where the backend's workload is pods, the run's pod watcher (pod_watcher)."""
     with run.lock:
         if not run.watchers:
             w = SchedulerWatcher(backend.node_states)
             w.start()
             run.watchers.append(w)
+            try:
+                has_pods = backend.training_pods() is not None
+            except ActivityFailed as e:
+                logger.warning("gpufleet: the training job's pods cannot be read: %s", e)
+                has_pods = False
+            if has_pods:
+                p = PodWatcher(_training_pods_of(backend))
+                p.start()
+                run.pod_watchers.append(p)
         watcher: SchedulerWatcher = run.watchers[0]
         return watcher
+
+
+def _training_pods_of(backend: Backend) -> Callable[[], TrainingPods]:
+    def sample() -> TrainingPods:
+        pods = backend.training_pods()
+        if pods is None:
+            raise ActivityFailed("the backend names no training job any more")
+        return pods
+
+    return sample
+
+
+def pod_watcher(run: RunState) -> PodWatcher | None:
+    """The run's pod watcher (started by ensure_watcher), None where the workload is not pods."""
+    with run.lock:
+        return run.pod_watchers[0] if run.pod_watchers else None
 
 
 def execute(

@@ -29,4 +29,6 @@ ROLLBACKS: dict[str, RollbackFn] = {
     "kubernetes.uncordon": k8s.rb_uncordon,
     "kubernetes.untaint": k8s.rb_untaint,
     "kubernetes.pod-undo": k8s.rb_run_pod_and_cleanup,
+    "kubernetes.node-condition": k8s.rb_node_condition,
+    "kubernetes.lease-release": k8s.rb_lease_release,
 }

@@ -38,8 +38,12 @@ CONFIG_KEYS: dict[str, str] = {
     "gpufleet_k8s_namespace": "kubernetes: namespace of the fault pods (default: the stack's "
     "gameday.namespace)",
     "gpufleet_k8s_image": "kubernetes: fault pod image (default: the stack's gameday.image)",
-    "gpufleet_k8s_host": "kubernetes: API server URL (else kubeconfig / in-cluster config)",
-    "gpufleet_kubeconfig": "kubernetes: which kubeconfig file",
+    "gpufleet_k8s_host": "kubernetes: API server URL (else the stack's Kubernetes sandbox when one is up, "
+    "else kubeconfig / in-cluster config)",
+    "gpufleet_kubeconfig": "kubernetes: which kubeconfig file (default: the Kubernetes sandbox's chaos "
+    "kubeconfig when the stack has one up)",
+    "gpufleet_k8s_training_job": "kubernetes: <namespace>/<name> of the training Job whose pods are the "
+    "workload (default: the Kubernetes sandbox's)",
     "gpufleet_k8s_context": "kubernetes: which kubeconfig context",
     "gpufleet_prometheus_url": "slurm/kubernetes: Prometheus base URL (the sandbox names its own)",
     "gpufleet_sandbox_root": "sandbox: state root (else $GPUFLEET_SANDBOX_ROOT, else "
@@ -84,6 +88,7 @@ class Settings:
     k8s_host: str | None = None
     kubeconfig: str | None = None
     k8s_context: str | None = None
+    k8s_training_job: tuple[str, str] | None = None
     prometheus_url: str | None = None
     sandbox_root: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -111,6 +116,14 @@ def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
     if not (isinstance(ssh, list) and ssh and all(isinstance(x, str) for x in ssh)):
         problems.append("gpufleet_ssh must be a non-empty list of strings")
         ssh = ["ssh"]
+    job = cfg.get("gpufleet_k8s_training_job")
+    training_job: tuple[str, str] | None = None
+    if job is not None:
+        ns, _, name = str(job).partition("/")
+        if not (isinstance(job, str) and ns and name and "/" not in name):
+            problems.append(f"gpufleet_k8s_training_job must be <namespace>/<name> (got {job!r})")
+        else:
+            training_job = (ns, name)
     dry = _bool(cfg, "gpufleet_dry_run", problems)
     prod = _bool(cfg, "gpufleet_allow_production", problems)
     if problems:
@@ -133,6 +146,7 @@ def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
         k8s_host=cfg.get("gpufleet_k8s_host"),
         kubeconfig=cfg.get("gpufleet_kubeconfig"),
         k8s_context=cfg.get("gpufleet_k8s_context"),
+        k8s_training_job=training_job,
         prometheus_url=cfg.get("gpufleet_prometheus_url"),
         sandbox_root=Path(cfg["gpufleet_sandbox_root"]) if cfg.get("gpufleet_sandbox_root") else None,
         extra={k: v for k, v in cfg.items() if not k.startswith("gpufleet_")},

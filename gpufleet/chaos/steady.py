@@ -1,13 +1,15 @@
 """The cluster's steady state before an experiment: check it, and heal the cluster back to it.
 
 An experiment is judged on its own run only if it starts from the steady state: every daemon up,
-every node schedulable, nothing pending in the fault ledger, no critical alert firing, and the
-training job running and making progress. `problems` decides from observations (pure); `observe`
-collects them from a backend; `heal` undoes what is wrong (revert the ledger, restart dead
-daemons, resume nodes, ask the auto-resume controller for a job) and waits, bounded, for the steady
-state. The game-day runs `ensure` before every experiment and records what it healed; a plain
-`chaos run` runs `check` through the control (gpufleet.chaos.control) and stops with
-"cluster not in steady state: ..." instead of failing confusingly later.
+every node schedulable and reporting no problem, nothing pending in the fault ledger, no critical
+alert firing, and the training job running and making progress (where the workload is pods, as on
+Kubernetes: every pod the training Job needs Running and Ready, none pending).
+`problems` decides from observations (pure); `observe` collects them from a backend; `heal` undoes
+what is wrong (revert the ledger, restart dead daemons, resume nodes, ask the auto-resume controller
+for a job) and waits, bounded, for the steady state. The game-day runs `ensure` before every
+experiment and records what it healed; a plain `chaos run` runs `check` through the control
+(gpufleet.chaos.control) and stops with "cluster not in steady state: ..." instead of failing
+confusingly later.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from chaoslib.exceptions import ActivityFailed
 
 from gpufleet.chaos import prometheus
-from gpufleet.chaos.backends.base import Backend
+from gpufleet.chaos.backends.base import Backend, TrainingPods
 from gpufleet.chaos.ledger import Ledger, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.core.slurm_state import NodeObs
@@ -51,6 +53,8 @@ class Observation:
     # Alerts that must detect the coming experiment's fault and already fire (any severity): its
     # detection could not be measured, so wait for them to resolve.
     busy_alerts: tuple[str, ...] = ()
+    # Where the workload is pods (Kubernetes): the training Job's pods, instead of steps.
+    pods: TrainingPods | None = None
 
 
 def problems(obs: Observation) -> list[str]:
@@ -61,11 +65,20 @@ def problems(obs: Observation) -> list[str]:
         f"node {n.name} is not schedulable ({n.state}{': ' + n.reason if n.reason else ''})"
         for n in obs.nodes.values() if not n.schedulable
     ]
+    out += [f"node {n.name} reports a problem ({n.reason or n.state})"
+            for n in obs.nodes.values() if n.schedulable and n.problem]
     out += [f"fault still pending in the ledger: {p}" for p in obs.pending_faults]
     out += [f"critical alert firing: {a}" for a in obs.critical_alerts]
     out += [f"alert {a} already firing: it must detect the coming experiment's fault"
             for a in obs.busy_alerts]
     if not obs.workload_known:
+        return out
+    if obs.pods is not None:
+        p = obs.pods
+        if not p.complete or p.pending:
+            out.append(
+                f"training job {p.job} has {p.running} of {p.wanted} pods Running ({p.pending} pending)"
+            )
         return out
     if not obs.job_nodes:
         note = f" ({obs.training_note})" if obs.training_note else ""
@@ -94,7 +107,8 @@ def heal_plan(obs: Observation) -> HealPlan:
         restart_daemons=bool(obs.dead_daemons),
         resume_nodes=tuple(sorted(n.name for n in obs.nodes.values() if not n.schedulable)),
         resume_training=obs.workload_known and (
-            not obs.job_nodes or obs.last_step_age_s is None or obs.last_step_age_s > STEP_FRESH_S
+            not obs.pods.complete if obs.pods is not None
+            else not obs.job_nodes or obs.last_step_age_s is None or obs.last_step_age_s > STEP_FRESH_S
         ),
     )
 
@@ -146,11 +160,17 @@ def observe(
     except ActivityFailed as e:
         unknown.append(f"the training job ({e})")
     age, steps = _training(backend, now)
+    pods: TrainingPods | None = None
+    try:
+        pods = backend.training_pods()
+    except ActivityFailed as e:
+        unknown.append(f"the training job's pods ({e})")
     return Observation(
         dead_daemons=tuple(backend.dead_daemons()), nodes=nodes, pending_faults=pending,
         critical_alerts=alerts, job_nodes=job_nodes, last_step_age_s=age, steps_this_incarnation=steps,
-        training_note=backend.training_note(), workload_known=backend.workload_events() is not None,
-        unknown=tuple(unknown), busy_alerts=busy,
+        training_note=backend.training_note(),
+        workload_known=backend.workload_events() is not None or pods is not None,
+        unknown=tuple(unknown), busy_alerts=busy, pods=pods,
     )
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpufleet.chaos.backends.base import TrainingPods
 from gpufleet.chaos.ledger import FaultRecord
 from gpufleet.chaos.scheduler import Transition
+from gpufleet.core.slurm_state import NodeObs
 from gpufleet.core.training_events import TrainingEvent
 from gpufleet.slo import Event, EventKind, Timeline
 
@@ -128,6 +130,45 @@ def workload_noticed(events: list[TrainingEvent], t0: float) -> tuple[float, str
     return None
 
 
+def first_problem(
+    samples: list[tuple[float, dict[str, NodeObs]]], nodes: set[str], t0: float
+) -> tuple[float, str] | None:
+    """When a faulted node first reported a problem of its own (Kubernetes: the node-health
+    condition True or the node not Ready) at or after t0: the reporting condition's transition time
+    when it lies between t0 and the sample that saw it (it has a 1 s resolution), else the sample's."""
+    for at, obs in samples:
+        if at < t0:
+            continue
+        for name in sorted(nodes):
+            o = obs.get(name)
+            if o is None or not o.problem:
+                continue
+            since = o.problem_since
+            when = since if since is not None and t0 <= since <= at else at
+            return when, f"{name}: {o.reason or o.state}"
+    return None
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the training job's pods did around a fault (a backend whose workload is pods)."""
+
+    interrupted: tuple[float, TrainingPods] | None  # first sample with fewer Running than wanted
+    resumed: tuple[float, TrainingPods] | None  # first later sample with all of them Running again
+
+
+def pod_facts(samples: list[tuple[float, TrainingPods]], t0: float) -> PodFacts:
+    """Interrupted = the first sample at or after t0 with fewer Running pods than the job needs;
+    resumed = the first sample after that with all of them Running again (pure)."""
+    interrupted = next(((t, p) for t, p in sorted(samples, key=lambda x: x[0]) if t >= t0 and not p.complete),
+                       None)
+    if interrupted is None:
+        return PodFacts(None, None)
+    resumed = next(((t, p) for t, p in sorted(samples, key=lambda x: x[0])
+                    if t > interrupted[0] and p.complete), None)
+    return PodFacts(interrupted, resumed)
+
+
 @dataclass(frozen=True)
 class TimelineInputs:
     """Everything one recovery timeline is built from, gathered by the probe (I/O) and read by
@@ -148,6 +189,9 @@ class TimelineInputs:
     workload: WorkloadFacts | None
     nodes_total: int | None
     workload_detected: tuple[float, str] | None = None  # the job failing fast (a killed rank)
+    # The training job's pods, sampled (a backend whose workload is pods: Kubernetes), instead of
+    # the training events; interrupted and resumed come from them.
+    pods: list[tuple[float, TrainingPods]] | None = None
 
 
 def build_timeline(i: TimelineInputs) -> Timeline:
@@ -257,5 +301,27 @@ def build_timeline(i: TimelineInputs) -> Timeline:
         tl.steps_at_fault = i.workload.steps_at_fault
         tl.checkpoint_step_at_fault = i.workload.checkpoint_step_at_fault
         tl.resumed_from_step = i.workload.resumed_from_step
+    elif i.pods is not None:
+        pf = pod_facts(i.pods, t0)
+        if pf.interrupted is not None:
+            at, p = pf.interrupted
+            ev.append(
+                Event(
+                    kind=EventKind.INTERRUPTED,
+                    at=at,
+                    source=f"pods:{p.job}",
+                    detail=f"{p.running} of {p.wanted} pods Running ({p.pending} pending)",
+                )
+            )
+        if pf.resumed is not None:
+            at, p = pf.resumed
+            ev.append(
+                Event(
+                    kind=EventKind.RESUMED,
+                    at=at,
+                    source=f"pods:{p.job}",
+                    detail=f"all {p.wanted} pods Running again, on {', '.join(p.nodes)}",
+                )
+            )
     tl.events = sorted(ev, key=lambda e: e.at)
     return tl

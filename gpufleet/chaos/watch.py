@@ -1,5 +1,6 @@
-"""Background scheduler poller, started at the first injection of a run: node states are sampled
-every `interval` seconds (bounded in time) so isolation and return times are seen as they happen."""
+"""Background pollers, started at the first injection of a run and bounded in time: the scheduler's
+node states (isolation and return times as they happen) and, where the workload is pods, the
+training job's pods (interrupted and resumed times)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,26 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
+from gpufleet.chaos.backends.base import TrainingPods
 from gpufleet.chaos.scheduler import Transition, transitions
 from gpufleet.core.slurm_state import NodeObs
 
 logger = logging.getLogger("chaostoolkit")
+T = TypeVar("T")
 
 
-class SchedulerWatcher:
-    def __init__(
-        self, sample: Callable[[], dict[str, NodeObs]], interval: float = 0.5, max_seconds: float = 1800.0
-    ) -> None:
+class Poller(Generic[T]):
+    """Samples `sample()` every `interval` seconds in a thread; a failed sample is a gap, counted."""
+
+    name = "gpufleet-poller"
+
+    def __init__(self, sample: Callable[[], T], interval: float = 0.5, max_seconds: float = 1800.0) -> None:
         self._sample = sample
         self.interval = interval
         self.max_seconds = max_seconds
-        self.samples: list[tuple[float, dict[str, NodeObs]]] = []
+        self.samples: list[tuple[float, T]] = []
         self.errors = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -32,14 +38,14 @@ class SchedulerWatcher:
             obs = self._sample()
         except Exception as e:  # a failed poll is a gap, reported in the count, not a crash
             self.errors += 1
-            logger.debug("scheduler poll failed: %s", e)
+            logger.debug("%s poll failed: %s", self.name, e)
             return
         with self._lock:
             self.samples.append((time.time(), obs))
 
     def start(self) -> None:
         self.poll_once()  # baseline before the fault
-        self._thread = threading.Thread(target=self._loop, name="gpufleet-scheduler-watch", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
@@ -52,9 +58,13 @@ class SchedulerWatcher:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def snapshot(self) -> list[tuple[float, dict[str, NodeObs]]]:
+    def snapshot(self) -> list[tuple[float, T]]:
         with self._lock:
             return list(self.samples)
+
+
+class SchedulerWatcher(Poller[dict[str, NodeObs]]):
+    name = "gpufleet-scheduler-watch"
 
     def baseline(self) -> dict[str, bool]:
         s = self.snapshot()
@@ -66,3 +76,13 @@ class SchedulerWatcher:
     def latest(self) -> dict[str, NodeObs]:
         s = self.snapshot()
         return s[-1][1] if s else {}
+
+
+class PodWatcher(Poller[TrainingPods]):
+    """The training job's pods (Backend.training_pods), for a backend whose workload is pods."""
+
+    name = "gpufleet-pod-watch"
+
+    def latest(self) -> TrainingPods | None:
+        s = self.snapshot()
+        return s[-1][1] if s else None

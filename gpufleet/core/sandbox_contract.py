@@ -171,6 +171,11 @@ class SandboxState(_M):
 # Labels the Kubernetes sandbox puts on its kwok nodes for the chaos backend
 # (gpufleet.chaos.backends.kubernetes reads spares by SPARE_LABEL; a unit test holds the two equal).
 KUBE_SPARE_LABEL = "gpufleet.io/spare"
+# The annotation that marks a node as simulated by kwok (kwok's own convention): the sandbox's kwok
+# manages only nodes carrying it, and the chaos backend reads it to act on a node honestly (a
+# simulated node runs no container: a fault pod could change nothing there, docs/adr/0036).
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_ANNOTATION_VALUE = "fake"
 
 
 class KubeSandboxState(_M):
@@ -198,6 +203,22 @@ class KubeSandboxState(_M):
     spare_nodes: list[str] = Field(default_factory=list)  # labelled KUBE_SPARE_LABEL=true
     training_namespace: str | None = None
     training_job_name: str | None = None  # an Indexed Job whose pods kwok runs; PDB of the same name
+    # The platform's remediation (the sandbox's stand-in for NVSentinel's quarantine and drain,
+    # process "gpufleet-remediation"): its own ServiceAccount and what it last did.
+    remediation_service_account: str | None = None
+    remediation_status: str | None = None  # JSON (RemediationStatus), rewritten every reconcile
+
+
+class RemediationStatus(_M):
+    """The sandbox remediation's status file (KubeSandboxState.remediation_status): written by
+    gpufleet.sandbox.kube.remediation after every reconcile, read by `sandbox status`."""
+
+    pid: int
+    mode: str  # the stack's remediation mode
+    updated_at: float = 0.0
+    quarantined: dict[str, str] = Field(default_factory=dict)  # node -> catalog fault (or why)
+    breaker_open: bool = False
+    notes: list[str] = Field(default_factory=list)  # last reconcile: refusals, drains blocked
 
 
 def read_kube_state(stack: str, root: Path | None = None) -> KubeSandboxState:

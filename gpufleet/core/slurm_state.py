@@ -23,6 +23,10 @@ class NodeObs:
     reason: str
     reason_time: float | None  # Unix seconds the reason was set (Slurm %H), if any
     schedulable: bool
+    # The node reports a problem of its own (Kubernetes: the node-health condition is True, or the
+    # node is not Ready), schedulable or not; Slurm's sinfo has no such state, so always False there.
+    problem: bool = False
+    problem_since: float | None = None  # when the reporting condition changed to its value
 
     @property
     def responding(self) -> bool:

@@ -59,6 +59,21 @@ class NodeInfo:
     role: str  # compute | spare | head
 
 
+@dataclass(frozen=True)
+class TrainingPods:
+    """The training job's pods as the API server shows them (a backend whose workload is pods)."""
+
+    job: str  # namespace/name
+    wanted: int  # the Job's parallelism
+    running: int  # Running, Ready and not being deleted
+    pending: int
+    nodes: tuple[str, ...]  # nodes of the running pods, by completion index
+
+    @property
+    def complete(self) -> bool:
+        return self.running >= self.wanted
+
+
 class Backend:
     name = "base"
 
@@ -78,6 +93,11 @@ class Backend:
 
     def workload_events(self) -> str | None:
         """Path of the training events JSONL, where the backend has one."""
+        return None
+
+    def training_pods(self) -> TrainingPods | None:
+        """The training job's pods, where the backend's workload is pods (Kubernetes); None where it
+        is not or the backend names no training job."""
         return None
 
     def dead_daemons(self) -> list[str]:

@@ -15,6 +15,7 @@ from gpufleet.chaos.timeline import (
     TimelineInputs,
     WorkloadFacts,
     build_timeline,
+    first_problem,
     stalled_now,
     workload_facts,
     workload_noticed,
@@ -22,7 +23,13 @@ from gpufleet.chaos.timeline import (
 from gpufleet.core.training_events import read_events
 from gpufleet.slo import EventKind, RunInputs, Timeline, judge_run
 
-__all__ = ["capacity_during_fault", "recovery_timeline", "recovery_within_budget", "training_progressing"]
+__all__ = [
+    "capacity_during_fault",
+    "recovery_timeline",
+    "recovery_within_budget",
+    "training_pods_running",
+    "training_progressing",
+]
 
 logger = logging.getLogger("chaostoolkit")
 WAIT_CONDITIONS = ("detected", "isolated", "interrupted", "resumed", "returned", "settled")
@@ -56,6 +63,18 @@ def training_progressing(
         raise InvalidActivity("source must be events or prometheus")
     logger.info("training step rate %.2f/s (threshold %.2f/s)", rate, min_steps_per_second)
     return rate >= min_steps_per_second
+
+
+def training_pods_running(configuration: Configuration = None, secrets: Secrets = None) -> bool:
+    """True when every pod the training job needs is Running and Ready (Kubernetes: the Job's
+    parallelism), none pending: the workload's steady state where it is pods. Unknown (the backend
+    names no training job, or cannot read it) is an error, not a False."""
+    pods = engine.context(configuration).backend().training_pods()
+    if pods is None:
+        raise ActivityFailed("the backend names no training job whose pods to check")
+    logger.info("training job %s: %d of %d pods Running, %d pending", pods.job, pods.running, pods.wanted,
+                pods.pending)
+    return pods.complete and pods.pending == 0
 
 
 def _event_step_rate(path: str, window_seconds: float) -> float:
@@ -132,6 +151,7 @@ def recovery_timeline(
     crash_fault = any(r.kind == "kill-rank" for r in records)
     url = backend.prometheus_url()
     events_path = backend.workload_events()
+    pods = engine.pod_watcher(run)
     deadline = time.monotonic() + max(0.0, timeout_seconds)
 
     def gather(now: float) -> TimelineInputs:
@@ -162,6 +182,9 @@ def recovery_timeline(
                 )
                 break
         snapshot = watcher.snapshot()
+        reported = first_problem(snapshot, targets, t0)
+        if reported is not None and (health is None or reported[0] < health[0]):
+            health = (reported[0], f"node reports a problem: {reported[1]}")
         total_nodes = (
             sum(p.total_nodes for p in ctx.stack.node_pools) if ctx.stack else len(watcher.baseline()) or None
         )
@@ -182,6 +205,7 @@ def recovery_timeline(
             nodes_total=total_nodes,
             # A killed rank (kill-rank) has no hardware signal: the job failing fast detects it.
             workload_detected=workload_noticed(events, t0) if events is not None and crash_fault else None,
+            pods=pods.snapshot() if pods is not None else None,
         )
 
     while True:
@@ -197,11 +221,10 @@ def recovery_timeline(
         if "settled" in wait:
             have.discard("settled")
             evs = read_events(events_path) if events_path else None
-            if (
-                evs is not None
-                and ("interrupted" not in have or "resumed" in have)
-                and stalled_now(evs, now, stall_seconds) is None
-            ):
+            pods_latest = pods.latest() if pods is not None else None
+            steps_now = evs is not None and stalled_now(evs, now, stall_seconds) is None
+            pods_now = pods_latest is not None and pods_latest.complete
+            if ("interrupted" not in have or "resumed" in have) and (steps_now or pods_now):
                 have.add("settled")
         if all(w in have for w in wait) or time.monotonic() >= deadline:
             break

@@ -40,6 +40,8 @@ from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.chaos.settings import parse_settings
 from gpufleet.core.sandbox_contract import (
+    KWOK_NODE_ANNOTATION,
+    KWOK_NODE_ANNOTATION_VALUE,
     FabricLink,
     Launch,
     SandboxNode,
@@ -100,9 +102,17 @@ def _no_command(argv: Any, *args: Any, **kwargs: Any) -> str:
     raise AssertionError(f"planning ran a command: {argv}")
 
 
+def k8s_node(name: str, simulated: bool = False) -> dict[str, Any]:
+    """A Node as the API server returns it: a real one (a kubelet runs it) or kwok's."""
+    annotations = {KWOK_NODE_ANNOTATION: KWOK_NODE_ANNOTATION_VALUE} if simulated else {}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations},
+            "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
 @pytest.fixture
 def backends(tmp_path: Path, no_host: None, api_server: Any) -> Iterator[dict[str, Backend]]:
     write_sandbox_state(tmp_path)
+    api_server.responses[("GET", f"/api/v1/nodes/{NODE}")] = (200, k8s_node(NODE))
     yield {
         "sandbox": SandboxBackend("sandbox", tmp_path),
         "slurm": SlurmBackend(("ssh",), "ib{rail}", None),
@@ -342,6 +352,7 @@ def test_kubernetes_link_down_and_clean_up(api_server: Any, tmp_path: Path) -> N
     other = {**node, "metadata": {"name": "gpu-0002", "labels": {}}}
     api_server.responses[("GET", "/api/v1/nodes")] = (200, {"apiVersion": "v1", "kind": "NodeList",
                                                             "items": [node, other]})
+    api_server.responses[("GET", "/api/v1/nodes/gpu-0001")] = (200, node)
     pods = "/api/v1/namespaces/gpufleet-gameday/pods"
     api_server.responses[("POST", pods)] = (201, {"kind": "Pod"})
     cfg = {"gpufleet_backend": "kubernetes", "gpufleet_stack": "h200-ib", "gpufleet_k8s_host": api_server.url,

@@ -72,7 +72,8 @@ def test_experiment_is_valid_and_resolves(path: Path) -> None:
     assert {"gpufleet_backend", "gpufleet_stack"} <= set(cfg)
     # The fault class comes from the fault in the catalog, never restated (issue 10).
     assert "gpufleet_fault_class" not in cfg
-    assert "sandbox" in exp["tags"]
+    # Tagged for exactly the backend it is written for (its probes fit that backend's workload).
+    assert [t for t in exp["tags"] if t in ("sandbox", "slurm", "kubernetes")] == [cfg["gpufleet_backend"]]
     assert exp["method"][-1]["type"] == "probe" and exp["method"][-1]["name"] == "recovery-timeline"
     assert exp["rollbacks"], "every experiment declares its rollbacks"
     assert any(c["provider"]["module"] == "gpufleet.chaos.control" for c in exp["controls"])

@@ -168,3 +168,170 @@ def test_api_errors_become_activity_failures(api_server: Any, tmp_path: Path) ->
     # The failed apply was undone at once (rollback tried) and is recorded as such.
     led = Ledger(tmp_path / "faults.jsonl")
     assert len(led.records()) == 1 and len(led.reverts()) == 1
+
+
+# ----------------------------------------------------------------------------- simulated (kwok) nodes
+
+KWOK = {"kwok.x-k8s.io/node": "fake"}
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/gpu-0001"
+MERGE = "application/merge-patch+json"
+
+
+def _sim(name: str, conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    n = _node(name)
+    n["metadata"]["annotations"] = dict(KWOK)
+    n["status"]["conditions"] += conditions or []
+    return n
+
+
+def _status_patches(s: Any) -> list[dict[str, Any]]:
+    return [r for r in s.requests if r["method"] == "PATCH" and r["path"].endswith("/status")]
+
+
+def test_a_gpu_fault_on_a_simulated_node_is_the_node_health_condition(
+    api_server: Any, tmp_path: Path
+) -> None:
+    """No container runs on a kwok node: the XID is surfaced as node-problem-detector surfaces the
+    generated check's verdict, on nodes/status; the rollback puts the healthy condition back."""
+    from gpufleet.chaos.gpu import actions as gpu_actions
+
+    _serve_nodes(api_server, _sim("gpu-0001"), _sim("gpu-0002"))
+    api_server.responses[("PATCH", "/api/v1/nodes/gpu-0001/status")] = (200, _sim("gpu-0001"))
+    cfg = _cfg(api_server, tmp_path)
+    out = gpu_actions.inject_gpu_fault("gpu-xid-79", "gpu-0001", 3, configuration=cfg)
+    assert [r for r in api_server.requests if r["method"] == "POST"] == []  # no fault pod
+    (patch,) = _status_patches(api_server)
+    assert patch["content_type"] == STRATEGIC
+    (cond,) = patch["body"]["status"]["conditions"]
+    assert {k: cond[k] for k in ("type", "status", "reason", "message")} == {
+        "type": "GpuFleetProblem", "status": "True", "reason": "GpuFleetCheckFailed",
+        "message": "PROBLEM: XID 79 on GPU 0000:03:00 (action isolates the node)",
+    }
+    rec = Ledger(tmp_path / "faults.jsonl").pending()[0]
+    assert rec.id == out["id"] and rec.params["node_kind"] == "simulated"
+    assert rec.rollback.name == "kubernetes.node-condition" and rec.params["takes_node_down"] is True
+    gpu_actions.clear_gpu_faults(configuration=cfg)
+    restored = _status_patches(api_server)[-1]["body"]["status"]["conditions"][0]
+    assert (restored["status"], restored["reason"]) == ("False", "GpuFleetHealthy")
+
+
+def test_the_check_passes_for_an_xid_the_policy_does_not_isolate_for(api_server: Any, tmp_path: Path) -> None:
+    from gpufleet.chaos.gpu import actions as gpu_actions
+
+    _serve_nodes(api_server, _sim("gpu-0001"), _sim("gpu-0002"))
+    api_server.responses[("PATCH", "/api/v1/nodes/gpu-0001/status")] = (200, _sim("gpu-0001"))
+    gpu_actions.inject_gpu_fault("gpu-xid-94", "gpu-0001", 0, configuration=_cfg(api_server, tmp_path))
+    cond = _status_patches(api_server)[0]["body"]["status"]["conditions"][0]
+    assert (cond["status"], cond["message"]) == ("False", "gpufleet node-health checks pass")
+
+
+def test_a_dcgm_field_a_simulated_node_cannot_show_is_refused(api_server: Any, tmp_path: Path) -> None:
+    from gpufleet.chaos.gpu import actions as gpu_actions
+
+    _serve_nodes(api_server, _sim("gpu-0001"), _sim("gpu-0002"))
+    with pytest.raises(InvalidActivity, match=r"simulated \(kwok\).*\(DCGM field 395 cannot\)"):
+        gpu_actions.inject_gpu_fault("gpu-xid-64", "gpu-0001", 0, configuration=_cfg(api_server, tmp_path))
+    assert [r for r in api_server.requests if r["method"] in ("PATCH", "POST")] == []
+    assert Ledger(tmp_path / "faults.jsonl").records() == []
+
+
+def test_a_simulated_node_crash_takes_its_lease_over_and_the_rollback_releases_it(
+    api_server: Any, tmp_path: Path
+) -> None:
+    _serve_nodes(api_server, _sim("gpu-0001"), _sim("gpu-0002"))
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "gpu-0001", "namespace": "kube-node-lease"},
+             "spec": {"holderIdentity": "kwok-1", "leaseDurationSeconds": 40,
+                      "renewTime": "2026-01-01T00:00:00.000000Z"}}
+    api_server.responses[("GET", LEASE)] = (200, lease)
+    api_server.responses[("PATCH", LEASE)] = (200, lease)
+    cfg = _cfg(api_server, tmp_path)
+    node_actions.crash_node("gpu-0001", configuration=cfg)
+    (take,) = [r for r in api_server.requests if r["method"] == "PATCH"]
+    assert take["path"] == LEASE and take["content_type"] == MERGE
+    spec = take["body"]["spec"]
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("gpufleet-chaos/node-crash", 86400)
+    assert spec["renewTime"].endswith("Z") and "." in spec["renewTime"]  # a MicroTime: one last renewal
+    rec = Ledger(tmp_path / "faults.jsonl").pending()[0]
+    assert rec.params["node_kind"] == "simulated" and rec.params["holder_before"] == "kwok-1"
+    node_actions.restore_node(configuration=cfg)
+    release = [r for r in api_server.requests if r["method"] == "PATCH"][-1]
+    released = {"spec": {"holderIdentity": "gpufleet-chaos/released", "leaseDurationSeconds": 1}}
+    assert release["body"] == released
+
+
+def test_a_real_node_crash_is_sysrq_from_a_privileged_pod(api_server: Any, tmp_path: Path) -> None:
+    _serve_nodes(api_server, _node("gpu-0001"), _node("gpu-0002"))
+    api_server.responses[("POST", "/api/v1/namespaces/gpufleet-gameday/pods")] = (201, {"kind": "Pod"})
+    node_actions.crash_node("gpu-0001", configuration=_cfg(api_server, tmp_path))
+    pod = next(r for r in api_server.requests if r["method"] == "POST")["body"]
+    assert pod["spec"]["nodeName"] == "gpu-0001" and pod["spec"]["hostPID"] is True
+    assert "echo b > /proc/sysrq-trigger" in pod["spec"]["containers"][0]["command"][2]
+    assert Ledger(tmp_path / "faults.jsonl").pending()[0].params["node_kind"] == "real"
+
+
+def test_a_fabric_port_down_on_a_simulated_node_is_the_checks_fabric_problem(
+    api_server: Any, tmp_path: Path
+) -> None:
+    from gpufleet.chaos.fabric import actions as fabric_actions
+
+    _serve_nodes(api_server, _sim("gpu-0001"), _sim("gpu-0002"))
+    api_server.responses[("PATCH", "/api/v1/nodes/gpu-0001/status")] = (200, _sim("gpu-0001"))
+    fabric_actions.link_down("gpu-0001", 1, configuration=_cfg(api_server, tmp_path))
+    cond = _status_patches(api_server)[0]["body"]["status"]["conditions"][0]
+    assert cond["message"] == "PROBLEM: fabric port(s) not ACTIVE: ib1/1"
+
+
+def test_the_training_jobs_pods_name_the_job_nodes(api_server: Any, tmp_path: Path) -> None:
+    from gpufleet.chaos import engine
+
+    def pod(i: int, node: str, phase: str = "Running", ready: bool = True, deleting: bool = False) -> Any:
+        index = {"batch.kubernetes.io/job-completion-index": str(i)}
+        meta: dict[str, Any] = {"name": f"t-{i}", "annotations": index}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return {"metadata": meta, "spec": {"nodeName": node}, "status": {
+            "phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+    _serve_nodes(api_server, _node("gpu-0001"), _node("gpu-0002"))
+    api_server.responses[("GET", "/apis/batch/v1/namespaces/train/jobs/llm")] = (
+        200, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "llm"},
+              "spec": {"parallelism": 3}}
+    )
+    api_server.responses[("GET", "/api/v1/namespaces/train/pods")] = (200, {"kind": "PodList", "items": [
+        pod(1, "gpu-0002"), pod(0, "gpu-0001"), pod(2, "gpu-0003", ready=False),
+        pod(2, "gpu-0004", "Pending"), pod(3, "gpu-0005", deleting=True)]})
+    cfg = _cfg(api_server, tmp_path, gpufleet_k8s_training_job="train/llm")
+    b = engine.context(cfg).backend()
+    pods = b.training_pods()
+    assert pods is not None
+    assert (pods.job, pods.wanted, pods.running, pods.pending) == ("train/llm", 3, 2, 1)
+    assert b.job_nodes() == ["gpu-0001", "gpu-0002"]  # by completion index
+    listed = next(r for r in api_server.requests if r["path"] == "/api/v1/namespaces/train/pods")
+    assert listed["query"] == "labelSelector=job-name%3Dllm"
+    with pytest.raises(InvalidActivity, match="gpufleet_k8s_training_job must be <namespace>/<name>"):
+        engine.context(_cfg(api_server, tmp_path, gpufleet_k8s_training_job="llm")).backend()
+
+
+def test_node_observations_from_conditions_and_taints() -> None:
+    from gpufleet.chaos.backends.kubernetes import node_obs
+
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ok = node_obs(_node("a", taints=[gpu_taint]))
+    assert ok.schedulable and not ok.problem and ok.reason == ""
+    sick = _node("a", taints=[gpu_taint])
+    problem = {"type": "GpuFleetProblem", "status": "True", "message": "PROBLEM: XID 79",
+               "lastTransitionTime": "2026-01-01T00:00:05Z"}
+    sick["status"]["conditions"].append(problem)
+    o = node_obs(sick)
+    assert o.schedulable and o.problem and o.problem_since == 1767225605.0
+    assert o.reason == "GpuFleetProblem: PROBLEM: XID 79"
+    quarantined = _node("a", unschedulable=True, taints=[gpu_taint, {"key": "gpufleet.io/quarantine",
+                                                                     "effect": "NoSchedule"}])
+    q = node_obs(quarantined)
+    assert not q.schedulable and q.state == "cordoned+tainted" and q.reason == "taint gpufleet.io/quarantine"
+    lost = node_obs(_node("a", ready=False))
+    assert not lost.schedulable and lost.problem and lost.reason_time == lost.problem_since == 1767225600.0
+    soft = [{"key": "node.kubernetes.io/unreachable", "effect": "PreferNoSchedule"}]
+    prefer = node_obs(_node("a", taints=soft))
+    assert prefer.schedulable

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from gpufleet.chaos import steady
-from gpufleet.chaos.backends.base import Backend
+from gpufleet.chaos.backends.base import Backend, TrainingPods
 from gpufleet.chaos.ledger import FaultRecord, Ledger, Rollback
 from gpufleet.core.slurm_state import NodeObs
 from gpufleet.core.training_events import TrainingEvent
@@ -132,3 +132,23 @@ def test_ensure_gives_up_with_what_remains(tmp_path: Path) -> None:
     assert not report.ok
     assert report.remaining == ["the training job runs on no node"]
     assert report.to_json()["ok"] is False
+
+
+def test_where_the_workload_is_pods_every_pod_must_run() -> None:
+    k8s = dict(job_nodes=("gpu-0", "gpu-1"), last_step_age_s=None, steps_this_incarnation=0)
+    ok = TrainingPods("default/train", 2, 2, 0, ("gpu-0", "gpu-1"))
+    assert steady.problems(obs(**k8s, pods=ok)) == []
+    short = TrainingPods("default/train", 2, 1, 1, ("gpu-1",))
+    assert steady.problems(obs(**k8s, pods=short)) == [
+        "training job default/train has 1 of 2 pods Running (1 pending)"
+    ]
+    # Nothing to resubmit, but the plan says the workload is not steady (the backend says why).
+    assert steady.heal_plan(obs(**k8s, pods=short)).resume_training is True
+    assert steady.heal_plan(obs(**k8s, pods=ok)).resume_training is False
+
+
+def test_a_node_reporting_a_problem_is_not_steady() -> None:
+    sick = NodeObs("gpu-1", "schedulable", "GpuFleetProblem: PROBLEM: XID 79", None, True, problem=True)
+    assert steady.problems(obs(nodes={"gpu-1": sick})) == [
+        "node gpu-1 reports a problem (GpuFleetProblem: PROBLEM: XID 79)"
+    ]

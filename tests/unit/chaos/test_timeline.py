@@ -2,9 +2,17 @@
 
 from typing import Any
 
+from gpufleet.chaos.backends.base import TrainingPods
 from gpufleet.chaos.ledger import FaultRecord, Rollback
 from gpufleet.chaos.scheduler import transitions
-from gpufleet.chaos.timeline import TimelineInputs, build_timeline, unavailable_intervals, workload_facts
+from gpufleet.chaos.timeline import (
+    TimelineInputs,
+    build_timeline,
+    first_problem,
+    pod_facts,
+    unavailable_intervals,
+    workload_facts,
+)
 from gpufleet.core.slurm_state import NodeObs, parse_sinfo, schedulable
 from gpufleet.core.training_events import TrainingEvent
 from gpufleet.slo import Budget, EventKind, judge, measure
@@ -167,3 +175,62 @@ def test_a_killed_rank_is_detected_by_the_job_failing() -> None:
     assert workload_noticed(events, 100.0) == (101.2, "rank 1 on gpu-1: RuntimeError: Connection closed")
     assert workload_noticed(events[:2], 100.0) is None  # a finished job detects nothing
     assert workload_noticed(events, 102.0) is None
+
+
+# ----------------------------------------------------------------------------- Kubernetes: pods, node reports
+
+
+def pods(running: int, nodes: tuple[str, ...] = ("gpu-0", "gpu-1"), pending: int = 0) -> TrainingPods:
+    return TrainingPods("default/train", 2, running, pending, nodes[:running])
+
+
+def test_pod_facts_interrupted_and_resumed() -> None:
+    samples = [(T0 - 1, pods(2)), (T0 + 0.4, pods(2)), (T0 + 0.9, pods(1)), (T0 + 5, pods(1, pending=1)),
+               (T0 + 11.2, pods(2, ("gpu-2", "gpu-1"))), (T0 + 12, pods(2))]
+    f = pod_facts(samples, T0)
+    assert f.interrupted is not None and f.interrupted[0] == T0 + 0.9
+    assert f.resumed is not None and f.resumed[0] == T0 + 11.2
+    assert pod_facts([(T0 - 1, pods(1)), (T0 + 1, pods(2))], T0).interrupted is None  # before the fault
+    never = pod_facts([(T0 + 1, pods(1)), (T0 + 2, pods(1))], T0)
+    assert never.interrupted is not None and never.resumed is None
+
+
+def sim(name: str, ok: bool = True, problem: bool = False, since: float | None = None) -> NodeObs:
+    reason = "GpuFleetProblem: XID 79" if problem else ""
+    return NodeObs(name, "schedulable" if ok else "cordoned+tainted", reason, None, ok, problem=problem,
+                   problem_since=since)
+
+
+def test_first_problem_takes_the_conditions_time_when_it_is_inside_the_window() -> None:
+    samples = [(T0 - 1, {"a": sim("a")}), (T0 + 0.6, {"a": sim("a", problem=True, since=T0)}),
+               (T0 + 1.1, {"a": sim("a", ok=False, problem=True, since=T0)})]
+    assert first_problem(samples, {"a"}, T0) == (T0, "a: GpuFleetProblem: XID 79")
+    truncated = [(T0 + 0.6, {"a": sim("a", problem=True, since=T0 - 0.7)})]  # RFC 3339 seconds
+    assert first_problem(truncated, {"a"}, T0) == (T0 + 0.6, "a: GpuFleetProblem: XID 79")
+    assert first_problem(samples, {"b"}, T0) is None
+
+
+def test_timeline_from_pods_and_the_scheduler() -> None:
+    """A Kubernetes run: detected by the node's condition, isolated by the quarantine, interrupted and
+    resumed by the training Job's pods; judged by the same measurement."""
+    snap = [(T0 - 1, {"a": sim("a"), "b": sim("b")}), (T0 + 0.6, {"a": sim("a", problem=True, since=T0),
+                                                                   "b": sim("b")}),
+            (T0 + 1.5, {"a": sim("a", ok=False, problem=True, since=T0), "b": sim("b")}),
+            (T0 + 40, {"a": sim("a"), "b": sim("b")})]
+    rec = FaultRecord(kind="dcgm-inject", backend="kubernetes", target={"node": "a", "gpu": 0},
+                      rollback=Rollback("kubernetes.node-condition"), fault_id="gpu-xid-79", at=T0)
+    tl = build_timeline(TimelineInputs(
+        experiment="k8s", fault_id="gpu-xid-79", fault_class="gpu-fatal", records=[rec], reverted_at={},
+        window=(T0 - 1, T0 + 41), alert_name=None, alert_first_firing=None,
+        health_detected=first_problem(snap, {"a"}, T0), nodes={"a"}, baseline={"a": True, "b": True},
+        transitions=transitions(snap), workload=None, nodes_total=3,
+        pods=[(T0 - 1, pods(2)), (T0 + 1.5, pods(1)), (T0 + 12.5, pods(2, ("b", "c")))],
+    ))
+    interrupted = next(e for e in tl.events if e.kind is EventKind.INTERRUPTED)
+    assert interrupted.source == "pods:default/train"
+    assert interrupted.detail == "1 of 2 pods Running (0 pending)"
+    resumed = next(e for e in tl.events if e.kind is EventKind.RESUMED)
+    assert resumed.detail == "all 2 pods Running again, on b, c"
+    m = measure(tl)
+    assert (m.time_to_detect, m.time_to_isolate, m.time_to_recover) == (0.0, 1.5, 12.5)
+    assert judge(m, Budget(15, 15, 60)).outcome.value == "PASS"
