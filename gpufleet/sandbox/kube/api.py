@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,18 @@ class KubeApi:
     def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
         resp = self.request("DELETE", object_path(kind, name, namespace))
         self._json(f"delete {kind} {name}", resp, ok=(200, 202, 404))
+
+    def watch(self, path: str, params: Mapping[str, str], read_timeout_s: float) -> Iterator[dict[str, Any]]:
+        """The events of a watch (`?watch=1`), one JSON object per line, until the server ends it
+        (`timeoutSeconds` in `params`) or the connection is read-idle for `read_timeout_s`."""
+        timeout = httpx.Timeout(10.0, read=read_timeout_s)
+        with self._http.stream("GET", path, params={**params, "watch": "1"}, timeout=timeout) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise ApiError(f"watch {path}", resp.status_code, resp.text)
+            for line in resp.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
 
     def token(self, namespace: str, service_account: str, seconds: int) -> tuple[str, str]:
         """A ServiceAccount token from the TokenRequest API: (token, expirationTimestamp)."""

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -58,8 +60,9 @@ from gpufleet.sandbox.layout import new_run_id
 from gpufleet.sandbox.readiness import wait_for
 
 # What `down` may stop when it finds one of them naming the run's directory (a daemon `up` started
-# but had no time to record).
-PROGRAMS = frozenset(daemons.DAEMONS)
+# but had no time to record): the Kubernetes programs, and Python (the remediation stand-in).
+PROGRAMS = frozenset({*daemons.DAEMONS, "python"})
+REMEDIATION = "gpufleet-remediation"  # the process: the sandbox's stand-in for NVSentinel (remediation.py)
 CHAOS_TOKEN_SECONDS = 24 * 3600  # the chaos backend's token; `status` shows when it expires
 NODE_WORKERS = 8  # concurrent node creations (the API server's own limit is 400 in flight)
 CRD_WORKERS = 4
@@ -377,8 +380,11 @@ def _bring_up(
                 timings.mark("crds")
                 say(f"{len(crds)} CRDs applied and Established")
 
-            _chaos_identity(run, api, spec.gameday.namespace)
+            _chaos_identity(run, api, spec.gameday.namespace, workload.TRAINING_NAMESPACE)
             timings.mark("chaos_identity")
+            _remediation(run, api, spec)
+            timings.mark("remediation")
+            say(f"remediation ({spec.remediation.mode}) watching nodes as {rbac.REMEDIATION_SERVICE_ACCOUNT}")
 
             rec.update(nodes=[n.name for n in nodes], spare_nodes=[n.name for n in nodes if n.spare])
             _create_nodes(api, nodes)
@@ -426,10 +432,10 @@ def _bring_up(
         etcd_probe.close()
 
 
-def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str) -> None:
+def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str, training_namespace: str) -> None:
     """The chaos backend's namespace, ServiceAccount and roles; a token from TokenRequest; its
     kubeconfig in the run directory."""
-    for obj in rbac.chaos_objects(fault_namespace):
+    for obj in rbac.chaos_objects(fault_namespace, training_namespace):
         api.apply(obj)
     token, expires = api.token(fault_namespace, rbac.CHAOS_SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS)
     path = write_kubeconfig(
@@ -448,6 +454,56 @@ def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str) -> None:
         chaos_service_account=rbac.CHAOS_SERVICE_ACCOUNT,
         chaos_token_expires_at=dt.datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp(),
     )
+
+
+def remediation_policy_doc(spec: StackSpec) -> dict[str, Any]:
+    """What the remediation stand-in reads: the stack's mode, circuit breaker and XID overrides (it
+    resolves them against the catalog as every consumer of the XID policy does)."""
+    rem = spec.remediation
+    return {
+        "mode": rem.mode,
+        "circuitBreaker": rem.circuit_breaker.model_dump(mode="json", by_alias=True),
+        "xidOverrides": {
+            str(x): o.model_dump(mode="json", by_alias=True) for x, o in rem.xid_overrides.items()
+        },
+    }
+
+
+def remediation_argv(lay: KubeLayout) -> list[str]:
+    d = lay.base_dir / "remediation"
+    return [
+        sys.executable,
+        "-m",
+        "gpufleet.sandbox.kube.remediation",
+        f"--kubeconfig={lay.kubeconfig('remediation')}",
+        f"--policy={d / 'policy.json'}",
+        f"--status={d / 'status.json'}",
+    ]
+
+
+def _remediation(run: _Run, api: KubeApi, spec: StackSpec) -> None:
+    """The platform's remediation (the stand-in for NVSentinel's quarantine and drain): its
+    ServiceAccount and ClusterRole, a token, its kubeconfig and policy file, then the process,
+    recorded with its Launch recipe like the daemons; waited for until it has reconciled once."""
+    for obj in rbac.remediation_objects():
+        api.apply(obj)
+    ns, sa = rbac.REMEDIATION_NAMESPACE, rbac.REMEDIATION_SERVICE_ACCOUNT
+    token, _ = api.token(ns, sa, CHAOS_TOKEN_SECONDS)
+    lay = run.lay
+    write_kubeconfig(lay.kubeconfig("remediation"), kubeconfig(lay.api_url, lay.pki.ca_cert, sa, token=token))
+    d = lay.base_dir / "remediation"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "policy.json").write_text(json.dumps(remediation_policy_doc(spec), indent=2, sort_keys=True))
+    status = d / "status.json"
+    run.rec.update(remediation_service_account=f"{ns}/{sa}", remediation_status=str(status))
+    run.start(REMEDIATION, remediation_argv(lay))
+
+    def reconciled() -> bool:
+        if not status.exists():
+            raise RuntimeError(f"no {status} yet")
+        return True
+
+    run.wait(f"{REMEDIATION} to reconcile once", reconciled, 0.2, REMEDIATION)
 
 
 # ----------------------------------------------------------------------------- down

@@ -32,6 +32,14 @@ KWOK = "kwok"
 DAEMONS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
 PORT_NAMES = ("etcd-client", "etcd-peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
 
+# The node lifecycle controller (kube-controller-manager): a node whose Lease has not been renewed
+# for the grace period is marked NotReady (Unknown) and tainted unreachable; checked every period.
+# Kubernetes' defaults are 50 s and 5 s (v1.37). kwok renews each Lease every NODE_LEASE_SECONDS / 4
+# = 10 s (kwok_config), so 20 s tolerates one missed renewal and detects a lost node in 10 to 22 s,
+# within the sandbox stack's 30 s node-crash detection budget.
+NODE_MONITOR_GRACE_S = 20
+NODE_MONITOR_PERIOD_S = 2
+
 # Client QPS of the controller manager (default 20/30): at 1,250 nodes the node lifecycle and
 # taint controllers write to every node once at start; 20 QPS would take a minute for that alone.
 CONTROLLER_QPS = 200
@@ -184,6 +192,8 @@ def controller_manager_argv(binary: Path, lay: KubeLayout) -> list[str]:
         f"--cluster-signing-key-file={pki.ca_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--leader-elect=false",  # one instance
+        f"--node-monitor-grace-period={NODE_MONITOR_GRACE_S}s",
+        f"--node-monitor-period={NODE_MONITOR_PERIOD_S}s",
         f"--kube-api-qps={CONTROLLER_QPS}",
         f"--kube-api-burst={CONTROLLER_BURST}",
         "--profiling=false",

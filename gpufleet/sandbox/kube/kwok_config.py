@@ -9,11 +9,13 @@ Nodes
 - node-initialize: a managed node whose Ready condition is not True gets kwok's node conditions
   (Ready=True and the pressure conditions False), addresses, the node info and `phase: Running`;
   capacity and allocatable are kept as the sandbox created them (GPUs, CPU, memory, pods).
-- node-heartbeat: every 5 to 5.5 min the conditions' heartbeat time is refreshed, as a kubelet
-  reports its status when nothing changed (its nodeStatusReportFrequency, 5 min by default).
-  Liveness itself is the node Lease kwok renews (`nodeLeaseDurationSeconds`), which is what the
-  node lifecycle controller watches, as for a kubelet. (At 1,250 nodes a 20 s heartbeat would be
-  60 status writes a second on top of the 125 Lease renewals.)
+- no status heartbeat: liveness is the node Lease kwok renews (`nodeLeaseDurationSeconds`, every
+  quarter of it), which is what the node lifecycle controller reads, as for a kubelet whose status
+  has not changed. A heartbeat Stage (a kubelet's 5 min nodeStatusReportFrequency, which the
+  sandbox had) cannot be used with the chaos backend's node crash: kwok v0.8 plays a node's delayed
+  Stage job even after it stopped holding the node's Lease (node_controller.go playStageWorker does
+  not check readOnly): the heartbeat pending for a crashed node was seen written after the crash,
+  and it posts Ready=True, which would bring the node back while it is down (docs/adr/0036).
 
 Pods (on managed nodes only, i.e. bound by the scheduler to a kwok node)
 - pod-ready: Pending -> Running, every container running and ready, an address from the pod CIDR.
@@ -30,16 +32,17 @@ from typing import Any
 
 import yaml
 
+from gpufleet.core.sandbox_contract import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
+
 API_VERSION = "kwok.x-k8s.io/v1alpha1"
 CONFIG_API_VERSION = "config.kwok.x-k8s.io/v1alpha1"
-# The annotation that marks a node as kwok's (kwok's own convention); kwok runs with
-# --manage-nodes-with-annotation-selector on it and leaves every other node alone.
-NODE_ANNOTATION = "kwok.x-k8s.io/node"
-NODE_ANNOTATION_VALUE = "fake"
+# The annotation that marks a node as kwok's (kwok's own convention, in the sandbox contract: the
+# chaos backend reads it); kwok runs with --manage-nodes-with-annotation-selector on it and leaves
+# every other node alone.
+NODE_ANNOTATION = KWOK_NODE_ANNOTATION
+NODE_ANNOTATION_VALUE = KWOK_NODE_ANNOTATION_VALUE
 NODE_SELECTOR = f"{NODE_ANNOTATION}={NODE_ANNOTATION_VALUE}"
-NODE_LEASE_SECONDS = 40  # a kubelet's default (--node-lease-duration-seconds)
-HEARTBEAT_MS = 300_000
-HEARTBEAT_JITTER_MS = 330_000  # kwok waits a random time between the two: spreads the writes
+NODE_LEASE_SECONDS = 40  # a kubelet's default (--node-lease-duration-seconds): renewed every 10 s
 SIGTERM_EXIT = 143  # 128 + 15: a container that ended on the SIGTERM of a graceful deletion
 
 _NODE_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
@@ -181,16 +184,6 @@ def stages() -> list[dict[str, Any]]:
             "Node",
             [{"key": _NODE_READY, "operator": "NotIn", "values": ["True"]}],
             {"statusTemplate": _NODE_INITIALIZE},
-        ),
-        _stage(
-            "node-heartbeat",
-            "Node",
-            [
-                {"key": ".status.phase", "operator": "In", "values": ["Running"]},
-                {"key": _NODE_READY, "operator": "In", "values": ["True"]},
-            ],
-            {"statusTemplate": _CONDITIONS},
-            delay_ms=(HEARTBEAT_MS, HEARTBEAT_JITTER_MS),
         ),
         _stage(
             "pod-ready",

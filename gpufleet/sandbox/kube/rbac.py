@@ -4,16 +4,26 @@ The chaos backend (gpufleet/chaos/backends/kubernetes.py) gets a ServiceAccount 
 `gpufleet-chaos` in the game-day namespace, allowed exactly the calls that backend makes and
 nothing else (a unit test reads the backend's calls and holds these rules to them, both ways):
 
-| backend call                         | permission                                  | scope             |
-|--------------------------------------|---------------------------------------------|-------------------|
-| list_node, read_node                 | nodes: list, get                            | cluster           |
-| patch_node (cordon, taints)          | nodes: patch                                | cluster           |
-| create_namespaced_pod_eviction       | pods/eviction: create (honours PDBs)        | cluster (any job) |
-| create_namespaced_pod, delete_…_pod  | pods: create, delete (fault and undo pods)  | game-day ns only  |
+| backend call                             | permission                                 | scope              |
+|------------------------------------------|--------------------------------------------|--------------------|
+| list_node, read_node                     | nodes: list, get                           | cluster            |
+| patch_node (cordon, taints, resume)      | nodes: patch                               | cluster            |
+| patch_node_status (a simulated node's    | nodes/status: patch                        | cluster            |
+|   node-health condition)                 |                                            |                    |
+| create_namespaced_pod_eviction           | pods/eviction: create (honours PDBs)       | cluster (any job)  |
+| create_namespaced_pod, delete_…_pod      | pods: create, delete (fault, undo pods)    | game-day ns only   |
+| read/patch_namespaced_lease (a simulated | leases: get, patch                         | kube-node-lease ns |
+|   node's crash and return)               |                                            |                    |
+| list_namespaced_pod, read_namespaced_job | pods: list; jobs: get (the training Job)   | training ns only   |
 
-Not granted, because the backend does not do it: watching nodes, node status (it sets no
-condition), reading or listing pods, reading PodDisruptionBudgets (the API server enforces them on
-eviction), and secrets of any kind.
+Not granted, because the backend does not do it: watching anything, reading pods outside the
+training namespace, creating or deleting Leases, reading PodDisruptionBudgets (the API server
+enforces them on eviction), and secrets of any kind.
+
+The platform's remediation stand-in (gpufleet/sandbox/kube/remediation.py) runs as
+`gpufleet-remediation` in REMEDIATION_NAMESPACE: nodes get/list/watch/patch (quarantine, release),
+pods list (what is on a node) and pods/eviction create (drain), cluster-wide; no secrets, no node
+status, no deletes.
 
 kwok acts for the nodes' kubelets as user `gpufleet:kwok` (a client certificate, pki.py) with the
 permissions kwok's own manifests give its controller, less its optional CRDs: node and pod status,
@@ -27,6 +37,10 @@ from typing import Any
 from gpufleet.sandbox.kube.pki import KWOK_USER
 
 CHAOS_SERVICE_ACCOUNT = "gpufleet-chaos"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+REMEDIATION_NAMESPACE = "gpufleet-system"
+REMEDIATION_SERVICE_ACCOUNT = "gpufleet-remediation"
+REMEDIATION_ROLE = "gpufleet-remediation"
 CHAOS_ROLE = "gpufleet-chaos"  # the ClusterRole and, in the game-day namespace, the Role
 KWOK_ROLE = "gpufleet-kwok"
 MANAGED = {"app.kubernetes.io/managed-by": "gpufleet-sandbox"}
@@ -43,12 +57,34 @@ Rule = dict[str, list[str]]
 def chaos_cluster_rules() -> list[Rule]:
     return [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     ]
 
 
 def chaos_namespace_rules() -> list[Rule]:
     return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}]
+
+
+def chaos_lease_rules() -> list[Rule]:
+    """In kube-node-lease: a simulated node's crash takes its Lease over, the rollback releases it."""
+    return [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "patch"]}]
+
+
+def chaos_training_rules() -> list[Rule]:
+    """In the training namespace: the training Job's pods and parallelism (the workload)."""
+    return [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+    ]
+
+
+def remediation_rules() -> list[Rule]:
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    ]
 
 
 def kwok_rules() -> list[Rule]:
@@ -102,43 +138,59 @@ def kwok_objects() -> list[dict[str, Any]]:
     ]
 
 
-def chaos_objects(fault_namespace: str) -> list[dict[str, Any]]:
-    """The chaos backend's ServiceAccount (no token Secret: tokens come from TokenRequest), its
-    ClusterRole and binding, and its Role in the fault namespace; the namespace comes first."""
+def _role_and_binding(
+    name: str, namespace: str, rules: list[Rule], subject: dict[str, str]
+) -> list[dict[str, Any]]:
     rbac = "rbac.authorization.k8s.io/v1"
+    meta = {"name": name, "namespace": namespace, "labels": MANAGED}
+    return [
+        {"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": rules},
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": meta, "roleRef": _role_ref("Role", name),
+         "subjects": [subject]},
+    ]
+
+
+def _cluster_role_and_binding(name: str, rules: list[Rule], subject: dict[str, str]) -> list[dict[str, Any]]:
+    rbac = "rbac.authorization.k8s.io/v1"
+    meta = {"name": name, "labels": MANAGED}
+    return [
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": meta, "rules": rules},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": meta,
+         "roleRef": _role_ref("ClusterRole", name), "subjects": [subject]},
+    ]
+
+
+def _service_account(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": namespace, "labels": MANAGED},
+        "automountServiceAccountToken": False,
+    }
+
+
+def chaos_objects(fault_namespace: str, training_namespace: str) -> list[dict[str, Any]]:
+    """The chaos backend's ServiceAccount (no token Secret: tokens come from TokenRequest), its
+    ClusterRole and binding, and its Roles in the fault namespace, kube-node-lease and the training
+    namespace; the namespace comes first."""
     subject = {"kind": "ServiceAccount", "name": CHAOS_SERVICE_ACCOUNT, "namespace": fault_namespace}
     return [
         namespace(fault_namespace, privileged=True),
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": CHAOS_SERVICE_ACCOUNT, "namespace": fault_namespace, "labels": MANAGED},
-            "automountServiceAccountToken": False,
-        },
-        {
-            "apiVersion": rbac,
-            "kind": "ClusterRole",
-            "metadata": {"name": CHAOS_ROLE, "labels": MANAGED},
-            "rules": chaos_cluster_rules(),
-        },
-        {
-            "apiVersion": rbac,
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": CHAOS_ROLE, "labels": MANAGED},
-            "roleRef": _role_ref("ClusterRole", CHAOS_ROLE),
-            "subjects": [subject],
-        },
-        {
-            "apiVersion": rbac,
-            "kind": "Role",
-            "metadata": {"name": CHAOS_ROLE, "namespace": fault_namespace, "labels": MANAGED},
-            "rules": chaos_namespace_rules(),
-        },
-        {
-            "apiVersion": rbac,
-            "kind": "RoleBinding",
-            "metadata": {"name": CHAOS_ROLE, "namespace": fault_namespace, "labels": MANAGED},
-            "roleRef": _role_ref("Role", CHAOS_ROLE),
-            "subjects": [subject],
-        },
+        _service_account(CHAOS_SERVICE_ACCOUNT, fault_namespace),
+        *_cluster_role_and_binding(CHAOS_ROLE, chaos_cluster_rules(), subject),
+        *_role_and_binding(CHAOS_ROLE, fault_namespace, chaos_namespace_rules(), subject),
+        *_role_and_binding(CHAOS_ROLE, NODE_LEASE_NAMESPACE, chaos_lease_rules(), subject),
+        *_role_and_binding(CHAOS_ROLE, training_namespace, chaos_training_rules(), subject),
+    ]
+
+
+def remediation_objects() -> list[dict[str, Any]]:
+    """The remediation stand-in's namespace, ServiceAccount and ClusterRole (and binding)."""
+    subject = {
+        "kind": "ServiceAccount", "name": REMEDIATION_SERVICE_ACCOUNT, "namespace": REMEDIATION_NAMESPACE
+    }
+    return [
+        namespace(REMEDIATION_NAMESPACE, privileged=False),
+        _service_account(REMEDIATION_SERVICE_ACCOUNT, REMEDIATION_NAMESPACE),
+        *_cluster_role_and_binding(REMEDIATION_ROLE, remediation_rules(), subject),
     ]

@@ -189,6 +189,10 @@ def test_controller_manager_and_scheduler_argv(layout: daemons.KubeLayout) -> No
     assert kcm["root-ca-file"] == str(layout.pki.ca_cert)
     assert kcm["service-account-private-key-file"] == str(layout.pki.sa_key)
     assert kcm["kubeconfig"].endswith("controller-manager.kubeconfig")
+    # A lost kubelet is NotReady 20 s after its last Lease renewal (kwok renews every 10 s): within
+    # the sandbox stack's 30 s node-crash detection budget.
+    assert (kcm["node-monitor-grace-period"], kcm["node-monitor-period"]) == ("20s", "2s")
+    assert daemons.NODE_MONITOR_GRACE_S >= 2 * kwok_config.NODE_LEASE_SECONDS / 4
     sched = _flags(daemons.scheduler_argv(Path("/bin/kube-scheduler"), layout))
     assert sched["kubeconfig"].endswith("scheduler.kubeconfig")
     for f in (kcm, sched):
@@ -237,7 +241,9 @@ def test_kwok_config_is_a_configuration_and_stages() -> None:
     docs = list(yaml.safe_load_all(kwok_config.kwok_config_text()))
     assert docs[0]["kind"] == "KwokConfiguration"
     stages = {d["metadata"]["name"]: d for d in docs[1:]}
-    assert set(stages) == {"node-initialize", "node-heartbeat", "pod-ready", "pod-terminate", "pod-delete"}
+    # No node heartbeat Stage: liveness is the Lease, and kwok plays a delayed node Stage even for a
+    # node whose Lease it gave up (a crashed node would come back).
+    assert set(stages) == {"node-initialize", "pod-ready", "pod-terminate", "pod-delete"}
     assert all(d["kind"] == "Stage" and d["apiVersion"] == "kwok.x-k8s.io/v1alpha1" for d in docs[1:])
     # Training pods never complete on their own; a deleted pod fails first (the Job controller
     # accounts it), then goes once its finalizers are gone.
@@ -248,11 +254,7 @@ def test_kwok_config_is_a_configuration_and_stages() -> None:
         "matchExpressions"
     ]
     assert "phase: Failed" in stages["pod-terminate"]["spec"]["next"]["statusTemplate"]
-    # Status heartbeats as a kubelet's (5 min); liveness is the Lease.
-    assert stages["node-heartbeat"]["spec"]["delay"] == {
-        "durationMilliseconds": 300_000,
-        "jitterDurationMilliseconds": 330_000,
-    }
+    assert not any("delay" in d["spec"] for d in stages.values())
     assert docs[0]["options"]["nodeLeaseDurationSeconds"] == 40
 
 
@@ -357,18 +359,24 @@ CALLS = {
     "list_node": ("nodes", "list", "cluster"),
     "read_node": ("nodes", "get", "cluster"),
     "patch_node": ("nodes", "patch", "cluster"),
+    "patch_node_status": ("nodes/status", "patch", "cluster"),
     "create_namespaced_pod_eviction": ("pods/eviction", "create", "cluster"),
     "create_namespaced_pod": ("pods", "create", "namespace"),
     "delete_namespaced_pod": ("pods", "delete", "namespace"),
+    "read_namespaced_lease": ("leases", "get", "node-lease"),
+    "patch_namespaced_lease": ("leases", "patch", "node-lease"),
+    "list_namespaced_pod": ("pods", "list", "training"),
+    "read_namespaced_job": ("jobs", "get", "training"),
 }
+CLIENTS = ("api", "leases", "batch")  # the backend's CoreV1Api, CoordinationV1Api, BatchV1Api
 
 
 def _backend_calls() -> set[str]:
-    """Every `api.<method>` / `self.api.<method>` the chaos backend's module uses."""
+    """Every `<client>.<method>` / `self.<client>.<method>` the chaos backend's module uses."""
 
     def is_api(node: ast.expr) -> bool:
-        return (isinstance(node, ast.Name) and node.id == "api") or (
-            isinstance(node, ast.Attribute) and node.attr == "api"
+        return (isinstance(node, ast.Name) and node.id in CLIENTS) or (
+            isinstance(node, ast.Attribute) and node.attr in CLIENTS
         )
 
     tree = ast.parse(inspect.getsource(chaos_k8s))
@@ -388,26 +396,43 @@ def test_chaos_calls_are_all_known() -> None:
 
 
 def test_chaos_rbac_is_exactly_what_the_backend_calls() -> None:
-    granted = _granted(rbac.chaos_cluster_rules(), "cluster") | _granted(
-        rbac.chaos_namespace_rules(), "namespace"
-    )
+    scoped = {
+        "cluster": rbac.chaos_cluster_rules(), "namespace": rbac.chaos_namespace_rules(),
+        "node-lease": rbac.chaos_lease_rules(), "training": rbac.chaos_training_rules(),
+    }
+    granted = set().union(*(_granted(rules, scope) for scope, rules in scoped.items()))
     assert granted == set(CALLS.values())
-    for rule in rbac.chaos_cluster_rules() + rbac.chaos_namespace_rules():
-        assert rule["apiGroups"] == [""]
+    for rule in (r for rules in scoped.values() for r in rules):
         assert "secrets" not in rule["resources"] and "*" not in rule["resources"] + rule["verbs"]
+        assert rule["apiGroups"] in ([""], ["coordination.k8s.io"], ["batch"])
 
 
 def test_chaos_objects_bind_the_service_account() -> None:
-    objs = rbac.chaos_objects("gd")
+    objs = rbac.chaos_objects("gd", "train")
     ns = objs[0]
     assert ns["kind"] == "Namespace" and ns["metadata"]["labels"][rbac.PSA_ENFORCE] == "privileged"
     assert "privileged" in ns["metadata"]["annotations"]["gpufleet.io/privileged-because"]
     sa = {"kind": "ServiceAccount", "name": "gpufleet-chaos", "namespace": "gd"}
     bindings = [o for o in objs if o["kind"].endswith("Binding")]
-    assert [b["subjects"] for b in bindings] == [[sa], [sa]]
+    assert [b["subjects"] for b in bindings] == [[sa]] * 4
     assert {b["roleRef"]["kind"] for b in bindings} == {"ClusterRole", "Role"}
-    role = next(o for o in objs if o["kind"] == "Role")
-    assert role["metadata"]["namespace"] == "gd"
+    roles = {o["metadata"]["namespace"]: o["rules"] for o in objs if o["kind"] == "Role"}
+    assert roles == {"gd": rbac.chaos_namespace_rules(), "kube-node-lease": rbac.chaos_lease_rules(),
+                     "train": rbac.chaos_training_rules()}
+
+
+def test_remediation_identity_is_least_privilege() -> None:
+    """Nodes read, watched and patched (quarantine, release), pods listed and evicted (drain):
+    nothing else, cluster-wide; no secrets, no node status, no deletes."""
+    objs = rbac.remediation_objects()
+    assert objs[0]["kind"] == "Namespace" and rbac.PSA_ENFORCE not in objs[0]["metadata"]["labels"]
+    granted = _granted(rbac.remediation_rules(), "cluster")
+    assert granted == {
+        ("nodes", "get", "cluster"), ("nodes", "list", "cluster"), ("nodes", "watch", "cluster"),
+        ("nodes", "patch", "cluster"), ("pods", "list", "cluster"), ("pods/eviction", "create", "cluster"),
+    }
+    sa = {"kind": "ServiceAccount", "name": "gpufleet-remediation", "namespace": "gpufleet-system"}
+    assert [o["subjects"] for o in objs if o["kind"] == "ClusterRoleBinding"] == [[sa]]
 
 
 def test_labels_and_namespaces_shared_with_other_layers() -> None:
