@@ -34,6 +34,11 @@ def gameday(
     timeout: Annotated[
         float, typer.Option(help="Seconds one experiment may take, rollbacks included.", min=1, max=86_400)
     ] = 300.0,
+    nodes: Annotated[
+        int | None,
+        typer.Option(help="Kubernetes backend on a sandbox stack: the Kubernetes sandbox's node count "
+                     "(`sandbox up --kubernetes --nodes`); default: the stack's pools.", min=1, max=5000),
+    ] = None,
     output: OutputOpt = OutputFormat.TABLE,
 ) -> None:
     """Run the game-day suite one experiment at a time, judge every run against the stack's
@@ -51,10 +56,13 @@ def gameday(
         raise fail(f"--backend must be one of {', '.join(BACKENDS)} (got {chosen!r})", 2)
     if chosen == "sandbox" and os.geteuid() != 0:
         raise fail("the sandbox backend needs root (network namespaces, Slurm daemons)", 2)
+    if nodes is not None and chosen != "kubernetes":
+        raise fail("--nodes sizes the Kubernetes sandbox: it needs --backend kubernetes", 2)
     names = tuple(n.strip() for n in (experiments or "").split(",") if n.strip())
     opts = GamedayOptions(
         stack=stack, backend=chosen, experiments=names, report_dir=report, keep_sandbox=keep_sandbox,
         experiments_dir=experiments_dir, stacks_dir=stacks_dir, experiment_timeout_s=timeout,
+        kube_nodes=nodes,
     )
     as_json = output is OutputFormat.JSON
     try:

@@ -15,17 +15,48 @@ from gpufleet.core.errors import InputError, Problem
 
 def gameday_experiment_problems(stack: StackSpec, experiments_dir: Path) -> list[Problem]:
     """Every experiment the stack's game-day names must be a file `<experiments_dir>/<name>.json`
-    (the game-day CronJob and `gpufleet gameday` run them by that name)."""
+    (the game-day CronJob and `gpufleet gameday` run them by that name), written for the stack's
+    game-day backend (tagged with its name: its probes fit that backend) and injecting only faults
+    that backend can inject (its declared capabilities, gpufleet.chaos.backends)."""
+    from gpufleet.chaos.backends.registry import backend_class
+    from gpufleet.gameday.suite import load_experiment
+
+    backend = stack.gameday.backend
+    cls = backend_class(backend)
+    catalog = load_catalog()
     names = stack.gameday.experiments
     problems = []
     for i, name in enumerate(names):
         path = experiments_dir / f"{name}.json"
+        where = f"gameday.experiments[{i}]"
         if not path.is_file():
             known = sorted(p.stem for p in experiments_dir.glob("*.json") if p.is_file())
+            listed = ", ".join(known) or f"none in {experiments_dir}"
+            problems.append(Problem(where, f"no experiment file {path}; known: {listed}"))
+            continue
+        try:
+            exp = load_experiment(path)
+        except InputError as e:
+            problems += [Problem(f"{where} ({path.name}): {p.path}", p.message) for p in e.problems]
+            continue
+        if backend not in exp.tags:
+            tagged = sorted({t for t in exp.tags if t in ("sandbox", "slurm", "kubernetes")})
+            ours = sorted(p.stem for p in experiments_dir.glob("*.json") if p.is_file()
+                          and backend in load_experiment(p).tags)
             problems.append(Problem(
-                f"gameday.experiments[{i}]",
-                f"no experiment file {path}; known: {', '.join(known) or f'none in {experiments_dir}'}",
+                where, f"{name} is written for {', '.join(tagged) or 'no backend'} (its tags), the stack's "
+                f"game-day runs on {backend}: name one tagged {backend}: {', '.join(ours) or 'none exists'}",
             ))
+        for fid in exp.fault_ids:
+            try:
+                injection = catalog.get(fid).injection_for(backend)
+            except KeyError:
+                problems.append(Problem(where, f"{name} injects {fid}, which is not in the catalog"))
+                continue
+            if injection is None:
+                problems.append(Problem(where, f"{name} injects {fid}, which the catalog gives no injection"))
+            elif not cls.can_inject(injection):
+                problems.append(Problem(where, f"{name} injects {fid}: {cls.refusal(injection)}"))
     return problems
 
 

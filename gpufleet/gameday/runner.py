@@ -23,7 +23,7 @@ from typing import Any
 
 from gpufleet.config import load_named_stack
 from gpufleet.core.procs import alive
-from gpufleet.core.sandbox_contract import SandboxState, read_state
+from gpufleet.core.sandbox_contract import KubeSandboxState, SandboxState, read_kube_state, read_state
 from gpufleet.gameday.evaluate import ExperimentResult, evaluate
 from gpufleet.gameday.journal import read_journal
 from gpufleet.gameday.report.summary import SuiteRun
@@ -44,6 +44,8 @@ class GamedayOptions:
     experiments_dir: Path = Path("experiments")
     stacks_dir: Path = Path("stacks")
     experiment_timeout_s: float = 300.0  # a single experiment, rollbacks included
+    # The Kubernetes sandbox's size (`sandbox up --kubernetes --nodes`); None: the stack's pools.
+    kube_nodes: int | None = None
     rollback_grace_s: float = 90.0  # after SIGUSR1, time left for rollbacks before SIGTERM
     sandbox_timeout_s: float = 600.0
     settle_s: float = 2.0  # pause between experiments (lets the scrape/health loops see the revert)
@@ -96,45 +98,82 @@ def sandbox_status(state: SandboxState) -> tuple[str, str]:
     return "up", f"sandbox {state.stack} is up (run {state.run_id})"
 
 
+def kube_sandbox_status(state: KubeSandboxState) -> tuple[str, str]:
+    """("up" | "broken", why) of a Kubernetes sandbox's state file, as sandbox_status."""
+    if state.phase != "up":
+        return "broken", f"Kubernetes sandbox {state.stack} is {state.phase}"
+    dead = [p.name for p in state.processes if not alive(p.pid, p.start_time)]
+    if dead:
+        return "broken", f"Kubernetes sandbox {state.stack} has dead processes: {', '.join(dead[:5])}"
+    return "up", f"Kubernetes sandbox {state.stack} is up (run {state.run_id}, {len(state.nodes)} nodes)"
+
+
+def uses_kube_sandbox(opts: GamedayOptions) -> bool:
+    """A game-day on the kubernetes backend runs on the stack's Kubernetes sandbox when the stack is
+    a sandbox stack (`cluster.environment: sandbox`); any other stack's is its real cluster (the
+    game-day CronJob's in-cluster service account, or the kubeconfig)."""
+    from gpufleet.config.model import Environment
+
+    if opts.backend != "kubernetes":
+        return False
+    return load_named_stack(opts.stack, opts.stacks_dir).cluster.environment is Environment.SANDBOX
+
+
 def _gpufleet(opts: GamedayOptions, *args: str) -> list[str]:
     return [opts.python, "-m", "gpufleet.cli.main", *args]
 
 
+def _kube_flag(opts: GamedayOptions) -> list[str]:
+    return ["--kubernetes"] if opts.backend == "kubernetes" else []
+
+
 def ensure_sandbox(opts: GamedayOptions, listener: Listener) -> tuple[bool, float]:
-    """Bring the stack's sandbox up unless it already is. Returns (we brought it up, seconds)."""
+    """Bring the stack's sandbox up unless it already is: the Slurm sandbox for the sandbox backend,
+    the Kubernetes sandbox for the kubernetes backend (`--nodes` from `kube_nodes`). Returns (we
+    brought it up, seconds)."""
+    kube = opts.backend == "kubernetes"
+    status: str
     try:
-        status, why = sandbox_status(read_state(opts.stack))
+        status, why = kube_sandbox_status(read_kube_state(opts.stack)) if kube else sandbox_status(
+            read_state(opts.stack))
     except (OSError, ValueError):
-        status, why = "absent", f"no sandbox state for {opts.stack}"
+        status, why = "absent", f"no {'Kubernetes ' if kube else ''}sandbox state for {opts.stack}"
+    flag = _kube_flag(opts)
+    shown = " ".join(["gpufleet sandbox up", *flag, "--stack", opts.stack])
     if status == "up":
         listener.sandbox(why)
         return False, 0.0
-    listener.sandbox(f"{why}: running `gpufleet sandbox up --stack {opts.stack}`")
+    listener.sandbox(f"{why}: running `{shown}`")
     t = time.monotonic()
     if status == "broken":
-        subprocess.run(_gpufleet(opts, "sandbox", "down", "--stack", opts.stack),
+        subprocess.run(_gpufleet(opts, "sandbox", "down", *flag, "--stack", opts.stack),
                        timeout=opts.sandbox_timeout_s, check=False)
-    up_argv = _gpufleet(opts, "sandbox", "up", "--stack", opts.stack, "--stacks-dir", str(opts.stacks_dir))
+    up_argv = _gpufleet(opts, "sandbox", "up", *flag, "--stack", opts.stack,
+                        "--stacks-dir", str(opts.stacks_dir))
+    if kube:
+        up_argv += ["--timeout", f"{opts.sandbox_timeout_s:g}"]
+        if opts.kube_nodes is not None:
+            up_argv += ["--nodes", str(opts.kube_nodes)]
+    down = " ".join(["gpufleet sandbox down", *flag, "--stack", opts.stack])
     try:
-        proc = subprocess.run(up_argv, timeout=opts.sandbox_timeout_s, check=False)
+        proc = subprocess.run(up_argv, timeout=opts.sandbox_timeout_s + 30, check=False)
     except subprocess.TimeoutExpired:
         raise RuntimeError(
-            f"`gpufleet sandbox up --stack {opts.stack}` did not finish in {opts.sandbox_timeout_s:g} s; "
-            f"clean up with `gpufleet sandbox down --stack {opts.stack}`"
+            f"`{shown}` did not finish in {opts.sandbox_timeout_s:g} s; clean up with `{down}`"
         ) from None
     if proc.returncode != 0:
         raise RuntimeError(
-            f"`gpufleet sandbox up --stack {opts.stack}` failed (exit {proc.returncode}); see its output "
-            f"above, and `gpufleet sandbox down --stack {opts.stack}` to clean up"
+            f"`{shown}` failed (exit {proc.returncode}); see its output above, and `{down}` to clean up"
         )
     seconds = time.monotonic() - t
-    listener.sandbox(f"sandbox {opts.stack} up in {seconds:.1f} s")
+    listener.sandbox(f"{'Kubernetes ' if kube else ''}sandbox {opts.stack} up in {seconds:.1f} s")
     return True, seconds
 
 
 def teardown_sandbox(opts: GamedayOptions, listener: Listener) -> None:
-    listener.sandbox(f"running `gpufleet sandbox down --stack {opts.stack}`")
-    subprocess.run(_gpufleet(opts, "sandbox", "down", "--stack", opts.stack),
+    flag = _kube_flag(opts)
+    listener.sandbox(f"running `{' '.join(['gpufleet sandbox down', *flag, '--stack', opts.stack])}`")
+    subprocess.run(_gpufleet(opts, "sandbox", "down", *flag, "--stack", opts.stack),
                    timeout=opts.sandbox_timeout_s, check=False)
 
 
@@ -277,7 +316,7 @@ def ensure_steady_state(
             report = {"problems": [str(e)], "actions": [], "seconds": 0.0, "ok": False, "remaining": [str(e)]}
         report["actions"] = actions + report["actions"]
         report["seconds"] = round(time.monotonic() - t, 1)
-        if report["ok"] or opts.backend != "sandbox" or attempt == 2:
+        if report["ok"] or not (opts.backend == "sandbox" or uses_kube_sandbox(opts)) or attempt == 2:
             return report
         # Healing in place failed (a head daemon died, the sandbox is gone): rebuild it once.
         listener.sandbox("steady state not restored in place: rebuilding the sandbox")
@@ -321,7 +360,7 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
     journals.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     brought_up, setup_s = (False, 0.0)
-    if opts.backend == "sandbox" and suite:
+    if suite and (opts.backend == "sandbox" or uses_kube_sandbox(opts)):
         brought_up, setup_s = ensure_sandbox(opts, listener)
     results: list[ExperimentResult] = []
     interrupted = False

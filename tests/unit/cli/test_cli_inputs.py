@@ -134,17 +134,34 @@ def test_simulate_cost_is_bounded_whatever_sets_the_horizon(tmp_path: Path) -> N
 def test_validate_checks_the_gamedays_experiments_exist(tmp_path: Path) -> None:
     stack = tmp_path / "Pulumi.h200-ib.yaml"
     text = (STACKS / "Pulumi.h200-ib.yaml").read_text()
-    assert "experiments: [gpu-xid79-fallen-off-bus, node-crash, fabric-link-down]" in text
-    stack.write_text(text.replace("experiments: [gpu-xid79-fallen-off-bus, node-crash, fabric-link-down]",
-                                  "experiments: [gpu-xid79-fallen-off-bus, node-crashed]"))
+    listed = "experiments: [k8s-gpu-xid79-quarantine-drain, k8s-node-crash, k8s-fabric-port-down]"
+    assert listed in text
+    stack.write_text(text.replace(listed, "experiments: [k8s-gpu-xid79-quarantine-drain, k8s-node-crashed]"))
     experiments = tmp_path / "experiments"
     experiments.mkdir()
-    for name in ("gpu-xid79-fallen-off-bus", "node-crash"):
+    for name in ("k8s-gpu-xid79-quarantine-drain", "k8s-node-crash"):
         shutil.copy(ROOT / "experiments" / f"{name}.json", experiments)
     result = run(["validate", str(stack), "--experiments-dir", str(experiments)])
     assert result.exit_code == 2
-    assert (f"{stack}: gameday.experiments[1]: no experiment file {experiments / 'node-crashed.json'}; "
-            "known: gpu-xid79-fallen-off-bus, node-crash") in " ".join(result.stderr.split())
+    assert (f"{stack}: gameday.experiments[1]: no experiment file {experiments / 'k8s-node-crashed.json'}; "
+            "known: k8s-gpu-xid79-quarantine-drain, k8s-node-crash") in " ".join(result.stderr.split())
     shipped = STACKS / "Pulumi.h200-ib.yaml"
     ok = run(["validate", str(shipped), "--experiments-dir", str(ROOT / "experiments")])
     assert ok.exit_code == 0, ok.output
+
+
+def test_validate_refuses_experiments_the_stacks_backend_cannot_run(tmp_path: Path) -> None:
+    """An experiment written for another backend (its tags), or injecting a fault the game-day's
+    backend cannot inject, is refused with what to name instead."""
+    stack = tmp_path / "Pulumi.h200-ib.yaml"
+    text = (STACKS / "Pulumi.h200-ib.yaml").read_text()
+    listed = "experiments: [k8s-gpu-xid79-quarantine-drain, k8s-node-crash, k8s-fabric-port-down]"
+    stack.write_text(text.replace(listed, "experiments: [node-crash, node-hang]"))
+    result = run(["validate", str(stack), "--experiments-dir", str(ROOT / "experiments")])
+    assert result.exit_code == 2
+    err = " ".join(result.stderr.split())
+    assert ("gameday.experiments[0]: node-crash is written for sandbox (its tags), the stack's game-day "
+            "runs on kubernetes: name one tagged kubernetes: k8s-fabric-port-down, "
+            "k8s-gpu-xid79-quarantine-drain, k8s-node-crash") in err
+    assert ("gameday.experiments[1]: node-hang injects node-hang: backend kubernetes cannot inject "
+            "node-hang: needs out-of-band power control") in err
