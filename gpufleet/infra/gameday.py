@@ -21,6 +21,7 @@ from gpufleet.infra.common import MANAGED_BY, child
 
 REDACTED = {"secure": "redacted-by-gpufleet"}
 WORKDIR = "/etc/gpufleet"
+FAULT_POD_ROLE = "gpufleet-gameday-fault-pods"  # a Role in the game-day namespace
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,23 @@ class GamedayArgs:
 
 
 def gameday_rbac_rules() -> list[dict[str, Any]]:
-    """The ClusterRole's rules: least privilege for the Kubernetes chaos backend."""
+    """The ClusterRole's rules: least privilege for the Kubernetes chaos backend on real nodes (the
+    node-status and Lease permissions its simulated-node faults need are the Kubernetes sandbox's
+    only, gpufleet/sandbox/kube/rbac.py: a real node's condition and Lease belong to its kubelet)."""
     return [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        # The training Job's parallelism (gpufleet_k8s_training_job): the workload's pods it needs.
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     ]
+
+
+def gameday_namespace_rules() -> list[dict[str, Any]]:
+    """The Role's rules in the game-day namespace: the backend's fault pods (a GPU injection, a link
+    down, a node crash on a real node) are created there and deleted by their rollbacks."""
+    return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}]
 
 
 def rules_allow(rules: list[dict[str, Any]], verb: str, resource: str, group: str = "") -> bool:
@@ -155,6 +166,19 @@ class GamedaySchedule(pulumi.ComponentResource):
             },
             subjects=[{"kind": "ServiceAccount", "name": "gpufleet-gameday", "namespace": gd.namespace}],
             opts=child(self, [self.role, sa]),
+        )
+        pods_role = k8s.rbac.v1.Role(
+            f"{name}-fault-pods",
+            metadata={"name": FAULT_POD_ROLE, "namespace": namespace, "labels": MANAGED_BY},
+            rules=gameday_namespace_rules(),
+            opts=child(self),
+        )
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-fault-pods-binding",
+            metadata={"name": FAULT_POD_ROLE, "namespace": namespace, "labels": MANAGED_BY},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": FAULT_POD_ROLE},
+            subjects=[{"kind": "ServiceAccount", "name": "gpufleet-gameday", "namespace": gd.namespace}],
+            opts=child(self, [pods_role, sa]),
         )
         cm = k8s.core.v1.ConfigMap(
             f"{name}-stack",

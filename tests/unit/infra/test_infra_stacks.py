@@ -136,8 +136,14 @@ def test_gameday_cronjob_runs_under_a_role_that_cannot_read_secrets(stack) -> No
         assert not rules_allow(rules, verb, "secrets")
     assert rules_allow(rules, "patch", "nodes") and rules_allow(rules, "list", "nodes")
     assert rules_allow(rules, "create", "pods/eviction") and rules_allow(rules, "get", "pods")
-    assert not rules_allow(rules, "delete", "nodes")
-    assert view.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role") == []
+    assert not rules_allow(rules, "delete", "nodes") and not rules_allow(rules, "create", "pods")
+    assert rules_allow(rules, "get", "jobs", "batch")  # the training Job's parallelism
+    # Fault pods only in the game-day namespace (created there, deleted by their rollbacks).
+    (pods_role,) = view.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    assert pods_role.inputs["metadata"]["name"] == "gpufleet-gameday-fault-pods"
+    assert pods_role.inputs["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}
+    ]
     (binding,) = [
         b
         for b in view.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
