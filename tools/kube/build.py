@@ -386,12 +386,17 @@ def select(versions: KubeVersions, only: Sequence[str], group: str = KUBE_GROUP)
     return [c.name for c in versions.in_group(group)] + ([CRDS] if group == KUBE_GROUP else [])
 
 
+def label_of(versions: KubeVersions, names: Sequence[str], group: str) -> str:
+    """What messages start with: the make target of the selected steps' group ("go-bins" if mixed)."""
+    groups = {KUBE_GROUP if n == CRDS else versions.component(n).group for n in names} or {group}
+    return f"{groups.pop()}-bins" if len(groups) == 1 else "go-bins"
+
+
 def build(
     versions: KubeVersions, root: Path, only: Sequence[str], force: bool, nice: int, group: str = KUBE_GROUP
 ) -> int:
     names = select(versions, only, group)
-    groups = {KUBE_GROUP if n == CRDS else versions.component(n).group for n in names}
-    label = f"{groups.pop()}-bins" if len(groups) == 1 else "go-bins"
+    label = label_of(versions, names, group)
     problems = gomod_problems(versions, lambda rel: (TOOLS / rel).read_text())
     if problems:
         raise BuildError(
@@ -476,8 +481,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     root = cache_root()
+    label = f"{args.group}-bins"
     try:
         versions = load_versions() if args.versions is None else load_versions(args.versions)
+        label = label_of(versions, [n for n in args.only if n in [*versions.names(), CRDS]], args.group)
         if args.print_paths:
             print(json.dumps(print_paths(versions, root, args.group), indent=2))
             return 0
@@ -486,10 +493,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc.render(), file=sys.stderr)
         return 2
     except UsageError as exc:
-        print(f"{args.group}-bins: {exc}", file=sys.stderr)
+        print(f"{label}: {exc}", file=sys.stderr)
         return 2
     except BuildError as exc:
-        print(f"{args.group}-bins: {exc}\n(rerun `{make_target(args.group)}` once fixed)", file=sys.stderr)
+        group = label.removesuffix("-bins")
+        rerun = make_target(group) if group in GROUPS else "python3 tools/kube/build.py"
+        print(f"{label}: {exc}\n(rerun `{rerun}` once fixed)", file=sys.stderr)
         return 1
 
 

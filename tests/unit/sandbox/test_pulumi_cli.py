@@ -237,6 +237,11 @@ def test_build_selects_by_group_and_only_spans_groups() -> None:
     assert build.select(v, [], "pulumi") == ["pulumi", "pulumi-kubernetes"]
     assert build.select(v, ["pulumi-kubernetes"]) == ["pulumi-kubernetes"]
     assert build.make_target("pulumi") == BUILD_COMMAND
+    # Messages name the make target of what was selected, whichever way it was selected.
+    assert build.label_of(v, ["pulumi-kubernetes"], "kube") == "pulumi-bins"
+    assert build.label_of(v, ["crds"], "pulumi") == "kube-bins"
+    assert build.label_of(v, ["etcd", "pulumi"], "kube") == "go-bins"
+    assert build.label_of(v, [], "pulumi") == "pulumi-bins"
 
 
 def test_build_flags_and_stamps_of_the_pulumi_components(tmp_path: Path) -> None:
