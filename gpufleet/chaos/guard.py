@@ -25,6 +25,15 @@ def takes_node_down(method: str, fault_class: str | None) -> bool:
         return False
 
 
+SHOWN_NODES = 10  # a refusal names at most this many nodes (at 1,250 nodes it would name hundreds)
+
+
+def _names(nodes: Iterable[str]) -> str:
+    names = sorted(nodes)
+    more = len(names) - SHOWN_NODES
+    return ", ".join(names[:SHOWN_NODES]) + (f" and {more} more" if more > 0 else "")
+
+
 def blast_radius(
     already_down: Iterable[str],
     targets: Iterable[str],
@@ -46,8 +55,8 @@ def blast_radius(
     reasons = []
     if len(after) > max_nodes_down:
         reasons.append(
-            f"taking {', '.join(new) or 'nothing new'} down would leave {len(after)} node(s) down "
-            f"({', '.join(sorted(after))}); the stack allows gameday.maxNodesDown={max_nodes_down}"
+            f"taking {_names(new) or 'nothing new'} down would leave {len(after)} node(s) down "
+            f"({_names(after)}); the stack allows gameday.maxNodesDown={max_nodes_down}"
         )
     if len(after) > spares and not allow_spare_exhaustion:
         reasons.append(

@@ -51,3 +51,12 @@ def test_classes_take_nodes_down_by_their_traits() -> None:
     assert not takes_node_down("dcgm-inject", "fabric-flap")  # may or may not isolate: not counted
     assert not takes_node_down("kill-rank", "workload")
     assert not takes_node_down("dcgm-inject", "meteor")
+
+
+def test_a_refusal_at_scale_names_ten_nodes_and_counts_the_rest() -> None:
+    down = {f"n{i:04d}" for i in range(700)}
+    (reason, spare) = blast_radius(down, {"n0700"}, 1250, 30, 10)
+    assert reason == ("taking n0700 down would leave 701 node(s) down (n0000, n0001, n0002, n0003, "
+                      "n0004, n0005, n0006, n0007, n0008, n0009 and 691 more); the stack allows "
+                      "gameday.maxNodesDown=10")
+    assert spare.startswith("701 node(s) down would exceed the 30 spare(s)")
