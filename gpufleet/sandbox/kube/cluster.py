@@ -204,7 +204,7 @@ class _Run:
         self.wait(f"{daemon} at {url}", healthy, 0.2, daemon)
 
 
-def _write_files(lay: KubeLayout, cluster: str) -> None:
+def _write_files(lay: KubeLayout, cluster: str, live: daemons.Liveness) -> None:
     lay.base_dir.mkdir(mode=0o700, parents=True)
     write_pki(lay.pki, cluster)
     pki = lay.pki
@@ -219,7 +219,7 @@ def _write_files(lay: KubeLayout, cluster: str) -> None:
             kubeconfig(lay.api_url, pki.ca_cert, who, client_cert=pki.cert(name), client_key=pki.key(name)),
         )
     lay.kwok_config.parent.mkdir(parents=True, exist_ok=True)
-    lay.kwok_config.write_text(kwok_config_text())
+    lay.kwok_config.write_text(kwok_config_text(live.lease_s))
     lay.etcd_dir.mkdir(mode=0o700)
 
 
@@ -333,7 +333,8 @@ def _bring_up(
 ) -> None:
     lay, bins, rec = run.lay, run.paths.binaries, run.rec
     pki = lay.pki
-    _write_files(lay, spec.cluster.name)
+    live = daemons.liveness(len(nodes))
+    _write_files(lay, spec.cluster.name, live)
     rec.update(api_url=lay.api_url, ca_file=str(pki.ca_cert), admin_kubeconfig=str(lay.kubeconfig("admin")))
     timings.mark("pki")
 
@@ -353,7 +354,8 @@ def _bring_up(
         with KubeApi(lay.api_url, pki.ca_cert, pki.cert("admin"), pki.key("admin")) as api:
             for obj in rbac.kwok_objects():
                 api.apply(obj)
-            run.start(CONTROLLER_MANAGER, daemons.controller_manager_argv(bins[CONTROLLER_MANAGER], lay))
+            kcm = daemons.controller_manager_argv(bins[CONTROLLER_MANAGER], lay, live)
+            run.start(CONTROLLER_MANAGER, kcm)
             run.start(SCHEDULER, daemons.scheduler_argv(bins[SCHEDULER], lay))
             run.start(KWOK, daemons.kwok_argv(bins[KWOK], lay, NODE_SELECTOR))
             for d in (CONTROLLER_MANAGER, SCHEDULER, KWOK):

@@ -32,13 +32,37 @@ KWOK = "kwok"
 DAEMONS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
 PORT_NAMES = ("etcd-client", "etcd-peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
 
-# The node lifecycle controller (kube-controller-manager): a node whose Lease has not been renewed
-# for the grace period is marked NotReady (Unknown) and tainted unreachable; checked every period.
-# Kubernetes' defaults are 50 s and 5 s (v1.37). kwok renews each Lease every NODE_LEASE_SECONDS / 4
-# = 10 s (kwok_config), so 20 s tolerates one missed renewal and detects a lost node in 10 to 22 s,
-# within the sandbox stack's 30 s node-crash detection budget.
-NODE_MONITOR_GRACE_S = 20
+# How a node's liveness is kept and judged: kwok renews each node's Lease every quarter of its
+# duration (a kubelet's renewInterval), and the node lifecycle controller (kube-controller-manager)
+# marks a node NotReady (Unknown) and taints it unreachable once its Lease has not been renewed for
+# the grace period, checked every period (Kubernetes' defaults: 50 s and 5 s, a 40 s Lease).
+#  - up to LARGE_SANDBOX_NODES: a 40 s Lease (renewed every 10 s) and a 20 s grace: one missed
+#    renewal is tolerated and a lost node is NotReady in 10 to 22 s, within the sandbox stack's 30 s
+#    node-crash detection budget;
+#  - above: an 80 s Lease (renewed every 20 s: 62 writes/s at 1,250 nodes instead of 125) and
+#    Kubernetes' 50 s grace. Measured at 1,250 nodes on this 2-core machine at load 12: Leases up to
+#    59 s old during the bring-up, up to 25 s after (kwok's renewals lag behind the API server), so
+#    a 20 s grace would mark healthy nodes NotReady; a crashed node is NotReady about 50 s after the
+#    crash there (scale-10k's node-crash budget: 60 s).
+LARGE_SANDBOX_NODES = 200
 NODE_MONITOR_PERIOD_S = 2
+
+
+@dataclass(frozen=True)
+class Liveness:
+    lease_s: int  # kwok's nodeLeaseDurationSeconds
+    grace_s: int  # --node-monitor-grace-period
+    period_s: int = NODE_MONITOR_PERIOD_S  # --node-monitor-period
+
+    @property
+    def renew_s(self) -> float:
+        return self.lease_s / 4
+
+
+def liveness(nodes: int) -> Liveness:
+    """Lease duration and grace period for a sandbox of `nodes` nodes (pure; table above)."""
+    return Liveness(40, 20) if nodes <= LARGE_SANDBOX_NODES else Liveness(80, 50)
+
 
 # Client QPS of the controller manager (default 20/30): at 1,250 nodes the node lifecycle and
 # taint controllers write to every node once at start; 20 QPS would take a minute for that alone.
@@ -171,7 +195,8 @@ def apiserver_argv(binary: Path, lay: KubeLayout) -> list[str]:
     ]
 
 
-def controller_manager_argv(binary: Path, lay: KubeLayout) -> list[str]:
+def controller_manager_argv(binary: Path, lay: KubeLayout, live: Liveness | None = None) -> list[str]:
+    live = live or liveness(1)
     pki, kc = lay.pki, lay.kubeconfig("controller-manager")
     return [
         str(binary),
@@ -192,8 +217,8 @@ def controller_manager_argv(binary: Path, lay: KubeLayout) -> list[str]:
         f"--cluster-signing-key-file={pki.ca_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--leader-elect=false",  # one instance
-        f"--node-monitor-grace-period={NODE_MONITOR_GRACE_S}s",
-        f"--node-monitor-period={NODE_MONITOR_PERIOD_S}s",
+        f"--node-monitor-grace-period={live.grace_s}s",
+        f"--node-monitor-period={live.period_s}s",
         f"--kube-api-qps={CONTROLLER_QPS}",
         f"--kube-api-burst={CONTROLLER_BURST}",
         "--profiling=false",

@@ -42,7 +42,8 @@ CONFIG_API_VERSION = "config.kwok.x-k8s.io/v1alpha1"
 NODE_ANNOTATION = KWOK_NODE_ANNOTATION
 NODE_ANNOTATION_VALUE = KWOK_NODE_ANNOTATION_VALUE
 NODE_SELECTOR = f"{NODE_ANNOTATION}={NODE_ANNOTATION_VALUE}"
-NODE_LEASE_SECONDS = 40  # a kubelet's default (--node-lease-duration-seconds): renewed every 10 s
+# A kubelet's default (--node-lease-duration-seconds); a large sandbox's: daemons.liveness.
+NODE_LEASE_SECONDS = 40
 SIGTERM_EXIT = 143  # 128 + 15: a container that ended on the SIGTERM of a graceful deletion
 
 _NODE_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
@@ -214,12 +215,12 @@ def stages() -> list[dict[str, Any]]:
     ]
 
 
-def kwok_configuration() -> dict[str, Any]:
+def kwok_configuration(lease_s: int = NODE_LEASE_SECONDS) -> dict[str, Any]:
     return {
         "apiVersion": CONFIG_API_VERSION,
         "kind": "KwokConfiguration",
         "options": {
-            "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
+            "nodeLeaseDurationSeconds": lease_s,
             # kwok's defaults are 4 workers each; bring-up of 1,250 nodes is bound by these.
             "nodePlayStageParallelism": 16,
             "nodeLeaseParallelism": 16,
@@ -228,6 +229,6 @@ def kwok_configuration() -> dict[str, Any]:
     }
 
 
-def kwok_config_text() -> str:
+def kwok_config_text(lease_s: int = NODE_LEASE_SECONDS) -> str:
     """The file given to `kwok --config`: the configuration, then every Stage."""
-    return yaml.safe_dump_all([kwok_configuration(), *stages()], sort_keys=False)
+    return yaml.safe_dump_all([kwok_configuration(lease_s), *stages()], sort_keys=False)
