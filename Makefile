@@ -74,7 +74,7 @@ kube-bins:
 # The Pulumi CLI, the project's Python language host and the Kubernetes provider plugin, built from
 # the pinned Go modules of tools/kube/pulumi/ and tools/kube/pulumi-kubernetes/ into the same cache,
 # keyed by the versions of group "pulumi" in tools/kube/versions.toml; a no-op when up to date
-# (docs/pulumi.md, ADR 0035). A prerequisite of `test` and `e2e` (tests/e2e/test_pulumi_cli.py runs
+# (docs/pulumi.md, ADR 0035). A prerequisite of `test` and `e2e` (tests/e2e/test_pulumi_engine.py runs
 # the real `pulumi preview/up/destroy`), not of `gameday`.
 pulumi-bins:
 	$(if $(wildcard $(PY)),$(PY),python3) tools/kube/build.py --group pulumi
