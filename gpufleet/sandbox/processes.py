@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.core import procs
@@ -32,6 +32,17 @@ _INHERITED_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "VIRTUAL_ENV",
 
 def base_env() -> dict[str, str]:
     return {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+
+
+@dataclass
+class Timings:
+    """Seconds from the start of a bring-up to each named step (`sandbox up`, Slurm or Kubernetes)."""
+
+    marks: dict[str, float] = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = round(time.monotonic() - self.t0, 3)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, state_path
 from gpufleet.sandbox import agents, network, prometheus, slurm, workload
 from gpufleet.sandbox.configs import hosts_json
 from gpufleet.sandbox.layout import AGENT_PORT, MGMT_IFNAME, Layout, new_run_id, plan_layout
-from gpufleet.sandbox.processes import Started
+from gpufleet.sandbox.processes import Started, Timings
 from gpufleet.sandbox.readiness import wait_for
 from gpufleet.sandbox.state import Recorder, existing, new_state
 
@@ -50,14 +50,6 @@ class UpOptions:
     python: str = sys.executable
     gpufleet_bin: Path = field(default_factory=lambda: Path(sys.executable).parent / "gpufleet")
 
-
-@dataclass
-class Timings:
-    marks: dict[str, float] = field(default_factory=dict)
-    t0: float = field(default_factory=time.monotonic)
-
-    def mark(self, name: str) -> None:
-        self.marks[name] = round(time.monotonic() - self.t0, 3)
 
 
 def contract_nodes(layout: Layout) -> list[SandboxNode]:

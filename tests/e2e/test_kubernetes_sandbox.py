@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from e2e_support import GPUFLEET, gpufleet, wait_until
 
 from gpufleet.chaos.backends.kubernetes import KubernetesBackend, connection, rb_uncordon
 from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
@@ -29,32 +28,10 @@ from gpufleet.sandbox.kube.cluster import api_from_kubeconfig, crd_objects, esta
 
 pytestmark = pytest.mark.sandbox
 
+
 REPO = Path(__file__).resolve().parents[2]
-GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
 STACK = "sandbox"
 NODES = 6  # the sandbox stack's pool (4 + 1 spare) spread to 6: 5 compute, 1 spare
-T = TypeVar("T")
-
-
-def gpufleet(root: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
-    return subprocess.run(
-        [GPUFLEET, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
-    )
-
-
-def wait_until(what: str, check: Callable[[], T | None], timeout_s: float, interval_s: float = 0.3) -> T:
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as e:
-            last = e
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}" + (f" ({last})" if last else ""))
 
 
 def listening_ports() -> set[int]:

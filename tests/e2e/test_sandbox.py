@@ -12,13 +12,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from e2e_support import GPUFLEET, gpufleet, wait_until
 
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import SandboxState, read_controller_status, read_state
@@ -26,35 +26,10 @@ from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
 from gpufleet.sandbox.agents import AgentClient
 
 REPO = Path(__file__).resolve().parents[2]
-GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
-T = TypeVar("T")
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="the sandbox needs root (network namespaces, veth links, Slurm daemons)"
 )
-
-
-def gpufleet(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
-    return subprocess.run(
-        [GPUFLEET, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
-    )
-
-
-def wait_until(what: str, check: Callable[[], T | None], timeout_s: float, interval_s: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as e:
-            last = e
-        time.sleep(interval_s)
-    raise AssertionError(
-        f"timed out after {timeout_s} s waiting for {what}" + (f" (last error: {last})" if last else "")
-    )
 
 
 def leftovers(run_id: str, base_dir: str) -> dict[str, list[str]]:

@@ -57,6 +57,7 @@ from gpufleet.sandbox.kube.nodes import KwokNode, plan_nodes
 from gpufleet.sandbox.kube.pki import write_pki
 from gpufleet.sandbox.kube.versions import load_versions
 from gpufleet.sandbox.layout import new_run_id
+from gpufleet.sandbox.processes import Timings
 from gpufleet.sandbox.readiness import wait_for
 
 # What `down` may stop when it finds one of them naming the run's directory (a daemon `up` started
@@ -79,14 +80,6 @@ class KubeUpOptions:
     training: bool = True
     crds: bool = True
 
-
-@dataclass
-class KubeTimings:
-    marks: dict[str, float] = field(default_factory=dict)
-    t0: float = field(default_factory=time.monotonic)
-
-    def mark(self, name: str) -> None:
-        self.marks[name] = round(time.monotonic() - self.t0, 3)
 
 
 class KubeRecorder:
@@ -269,7 +262,7 @@ def kube_up(
     options: KubeUpOptions | None = None,
     root: Path | None = None,
     say: Callable[[str], None] = lambda _m: None,
-) -> tuple[KubeRecorder, KubeTimings]:
+) -> tuple[KubeRecorder, Timings]:
     """Bring a Kubernetes sandbox up. On failure the state file (phase `failed`) still names
     everything made, so `down --kubernetes` removes it; the error names the daemon and its log."""
     opts = options or KubeUpOptions()
@@ -298,7 +291,7 @@ def kube_up(
     run_id = new_run_id()
     base = kube_state_path(stack, root).parent / f"run-{run_id}"
     lay = KubeLayout(stack, run_id, base, daemons.free_ports())
-    timings = KubeTimings()
+    timings = Timings()
     rec = KubeRecorder(
         KubeSandboxState(
             stack=stack,
@@ -328,7 +321,7 @@ def _bring_up(
     nodes: list[KwokNode],
     plan: workload.TrainingPlan,
     opts: KubeUpOptions,
-    timings: KubeTimings,
+    timings: Timings,
     say: Callable[[str], None],
 ) -> None:
     lay, bins, rec = run.lay, run.paths.binaries, run.rec
