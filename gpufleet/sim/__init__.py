@@ -6,7 +6,13 @@ availability and the probability of running out of spares, each with a 95% confi
 See docs/simulator.md.
 """
 
-from gpufleet.sim.accounting import Accounting, account, ettr_closed_form, ettr_renewal
+from gpufleet.sim.accounting import (
+    Accounting,
+    account,
+    ettr_closed_form,
+    ettr_mixed_handling,
+    ettr_renewal,
+)
 from gpufleet.sim.engine import Replication, ReplicationResult, ScriptedFault, simulate_once
 from gpufleet.sim.gameday_input import Measured, load_report, parse_report
 from gpufleet.sim.metrics import Metrics, ettr_values, summarize
@@ -38,6 +44,7 @@ __all__ = [
     "account",
     "catalog_kinds",
     "ettr_closed_form",
+    "ettr_mixed_handling",
     "ettr_renewal",
     "ettr_values",
     "load_report",

@@ -10,6 +10,7 @@ every (interval, write) pair: sweeps over the interval reuse the same replicatio
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,3 +179,30 @@ def ettr_renewal(nodes: int, rate_per_node_second: float, restart: float, interv
     lam = nodes * rate_per_node_second
     c = interval + write
     return lam * interval * math.exp(-lam * (c + restart)) / -math.expm1(-lam * c)
+
+
+def ettr_mixed_handling(nodes: int, rate_per_node_second: float, handles: Sequence[float],
+                        shares: Sequence[float], restart: float, interval: float, write: float,
+                        *, waits_for: str = "every") -> float:
+    """The exact long-run ETTR when faults differ in how long they take to handle (D: renewal
+    reward, as `ettr_renewal`). Fault i (share p_i) is ready after `handles[i]`; the restart (R)
+    starts when nothing is pending and starts over after a fault.
+
+    `waits_for="every"` (the model): each fault covers [t, t + D + R]; a down period is a busy
+    period of an M/G/inf queue with service S = D + R, so E[down] = (e^{L E[S]} - 1)/L (Takacs)
+    and ETTR = ettr_renewal with u0 = E[S]. `waits_for="latest"` (the model before issue 18):
+    each fault replaces the pending wait by its own S, so a down period ends after the first S
+    with no fault in it: E[down] = (1/m - 1)/L with m = E[e^{-L S}]. By Jensen's inequality the
+    latest-only model never waits longer, which is the optimism the issue describes."""
+    if len(handles) != len(shares) or abs(sum(shares) - 1.0) > 1e-9:
+        raise ValueError("one share per handling time, summing to 1")
+    lam = nodes * rate_per_node_second
+    c = interval + write
+    saved_rate = lam * interval * math.exp(-lam * c) / -math.expm1(-lam * c)  # E[saved] / E[up]
+    if waits_for == "every":
+        mean_s = sum(p * (d + restart) for d, p in zip(handles, shares, strict=True))
+        return saved_rate * math.exp(-lam * mean_s)
+    if waits_for == "latest":
+        m = sum(p * math.exp(-lam * (d + restart)) for d, p in zip(handles, shares, strict=True))
+        return saved_rate * m
+    raise ValueError("waits_for is 'every' or 'latest'")

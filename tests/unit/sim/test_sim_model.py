@@ -12,9 +12,16 @@ from sim_testdata import fault, stack
 
 from gpufleet.catalog import Catalog
 from gpufleet.core.taxonomy import FaultClass
-from gpufleet.sim import replication_seeds, resolve
-from gpufleet.sim.accounting import Accounting, StoreWindows, account
+from gpufleet.sim import mean_ci, replication_seeds, resolve, run_replications
+from gpufleet.sim.accounting import (
+    Accounting,
+    StoreWindows,
+    account,
+    ettr_mixed_handling,
+    ettr_renewal,
+)
 from gpufleet.sim.engine import ReplicationResult, ScriptedFault, simulate_once
+from gpufleet.sim.metrics import ettr_values
 from gpufleet.sim.params import SimParams, UpgradeWave
 
 TINY = 1e-9  # per 1M GPU-hours: the kinds exist, their own clocks never ring in a day
@@ -77,6 +84,37 @@ def test_a_cold_spare_keeps_booting_through_a_second_fault() -> None:
     # One fault alone: 1062 + 1200 + 100.
     alone = simulate_once(p, SEED, [ScriptedFault(1000.0, "slow", 0)])
     assert alone.run_start.tolist() == [0.0, 2362.0]
+
+
+def test_overlapping_faults_match_the_busy_period_closed_form() -> None:
+    # Two classes at 0.005 per node-hour each on 100 nodes (L = 1 fault/h on the job), both
+    # leaving the node in place: one takes 3,600 s to handle (as a human isolating), the other
+    # 10 s; restart 100 s, checkpoints every 600 s taking 10 s. Waiting for every deadline makes
+    # a down period an M/G/inf busy period with service D + R: ETTR = 0.5317 (D,
+    # ettr_mixed_handling). Waiting for the latest fault only (the model before issue 18) would
+    # give 0.5992, which the interval must exclude.
+    nodes, per_node_hour = 100, 0.005
+    cat = Catalog((fault("slow", "gpu-contained", "restart-job", per_node_hour / 8 * 1e6),
+                   fault("quick", "fabric-flap", "restart-job", per_node_hour / 8 * 1e6)))
+    p = resolve(stack(nodes=nodes, spares=0, interval_minutes=10, write_seconds=10,
+                      detection={"gpu-contained": "active", "fabric-flap": "active"}), cat, days=200)
+    h = dict(p.handling)
+    h[FaultClass.GPU_CONTAINED] = dataclasses.replace(h[FaultClass.GPU_CONTAINED], detect_seconds=3600.0)
+    h[FaultClass.FABRIC_FLAP] = dataclasses.replace(h[FaultClass.FABRIC_FLAP], detect_seconds=10.0)
+    p = p.with_changes(handling=h, restart_seconds=100.0)
+    est = mean_ci(ettr_values(p, run_replications(p, seed=4, runs=6, workers=1)))
+    rate = 2 * per_node_hour / 3600.0
+    every = ettr_mixed_handling(nodes, rate, [3600.0, 10.0], [0.5, 0.5], 100.0, 600.0, 10.0)
+    latest = ettr_mixed_handling(nodes, rate, [3600.0, 10.0], [0.5, 0.5], 100.0, 600.0, 10.0,
+                                 waits_for="latest")
+    assert est.high - est.low < 0.02, est
+    assert est.contains(every), (est, every)
+    assert not est.contains(latest), (est, latest)
+    # With one handling time both readings agree, and equal the renewal value.
+    assert ettr_mixed_handling(nodes, rate, [50.0], [1.0], 100.0, 600.0, 10.0) == pytest.approx(
+        ettr_mixed_handling(nodes, rate, [50.0], [1.0], 100.0, 600.0, 10.0, waits_for="latest"))
+    assert ettr_mixed_handling(nodes, rate, [50.0], [1.0], 100.0, 600.0, 10.0) == pytest.approx(
+        ettr_renewal(nodes, rate, 150.0, 600.0, 10.0))
 
 
 # ---------------------------------------------------------------- checkpoint saves
