@@ -33,8 +33,11 @@ from gpufleet.sandbox.kube.versions import PULUMI_GROUP, VERSIONS_FILE, KubeVers
 BUILD_COMMAND = "make pulumi-bins"
 CLI = "pulumi"
 LANGUAGE_HOST = "pulumi-language-python"
-# The passphrase of the sandbox's and the tests' throw-away stacks (passphrase secrets provider):
-# not a secret, it protects nothing but local test state.
+# The passphrase of the sandbox's and the tests' throw-away stacks (passphrase secrets provider), and
+# the TEST passphrase every shipped stack file's `secure:` values are encrypted under (each file has its
+# own `encryptionsalt`; docs/pulumi.md "Secrets"): not a secret, it protects nothing but test values.
+# A real deployment sets its own secrets and moves the stack off it with `pulumi stack
+# change-secrets-provider`.
 SANDBOX_PASSPHRASE = "gpufleet-sandbox"
 
 
