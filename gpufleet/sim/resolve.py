@@ -17,6 +17,7 @@ from gpufleet.sim import defaults as d
 from gpufleet.sim.gameday_input import Measured
 from gpufleet.sim.params import ClassHandling, FaultKind, SimParams, UpgradeWave
 from gpufleet.sim.scenario import Scenario
+from gpufleet.sim.scenario_checks import Resolved, detection_mode, unused_keys
 
 
 def catalog_kinds(
@@ -102,10 +103,6 @@ def _manual_seconds(sc: Scenario) -> float:
     return ms if ms is not None else d.MANUAL_SECONDS.value
 
 
-def detection_mode(stack: StackSpec, sc: Scenario, cls: FaultClass) -> str:
-    return sc.detection.mode.get(cls) or stack.remediation.detection.get(cls) or "passive"
-
-
 def _triples(m: Measured, det: float, iso: float, floor: float, manual: float | None
              ) -> tuple[tuple[float, float, float], ...]:
     """One (detect, isolate, restart floor) per game-day experiment, in seconds; an unmeasured part
@@ -149,7 +146,7 @@ def _handling(
             tag = f"game-day report {report_file} (median of {len(m.experiments)})"
             if m.detect_seconds is not None:
                 det, det_src = m.detect_seconds, tag
-            if m.isolate_seconds is not None:
+            if m.isolate_seconds is not None and not manual_isolation:  # monitor-only: a human
                 iso, iso_src = m.isolate_seconds - (m.detect_seconds or 0.0), tag
             if m.recover_seconds is not None:
                 before = max(v for v in (m.isolate_seconds, m.detect_seconds, 0.0) if v is not None)
@@ -207,7 +204,8 @@ def resolve(
             else d.REPAIR_BINS)
     horizon = days if days is not None else (sc.days if sc.days is not None else 54.0)
     handling = _handling(stack, sc, measured or {}, report_file)
-    problems = unused_keys(stack, sc, kinds, handling, mode)
+    problems = unused_keys(sc, Resolved(stack, kinds, handling, measured or {}, n_spares, mode, horizon,
+                                        report_file))
     if problems:
         raise InputError(scenario_file, problems)
     up = sc.upgrade
@@ -292,75 +290,3 @@ def resolve(
         },
     )
 
-
-STORE = (FaultClass.STORAGE_OUTAGE, FaultClass.STORAGE_DEGRADED)
-
-
-def unused_keys(stack: StackSpec, sc: Scenario, kinds: list[FaultKind],
-                handling: Mapping[FaultClass, ClassHandling], spare_mode: SpareMode) -> list[Problem]:
-    """Every scenario key that would change nothing here, with its path: a silently ignored
-    input is an error (STYLE.md point 7)."""
-    out: list[Problem] = []
-    rated = {k.fault_class for k in kinds if k.per_node_hour > 0}
-    no_rate = "no fault of this class has a rate here, so it would change nothing"
-    for cls, ov in sc.rates.items():
-        if not ov.has_rate and cls not in rated:
-            out.append(Problem(f"rates.{cls.value}.action", f"{no_rate}; give a rate too"))
-    for key, table in (("weibullShape", sc.weibull_shape), ("domains", sc.domains),
-                       ("domainOutageHours", sc.domain_outage_hours),
-                       ("isolateSeconds", sc.isolate_seconds),
-                       ("detection.activeSeconds", sc.detection.active_seconds)):
-        for cls in table:
-            if cls not in rated:
-                out.append(Problem(f"{key}.{cls.value}", no_rate))
-    for cls in sc.weibull_shape:
-        if cls in rated and (handling[cls].domain != "node" or cls in STORE):
-            out.append(Problem(f"weibullShape.{cls.value}",
-                               "a shared-domain or store fault arrives at the fleet level (Poisson); "
-                               "a per-node Weibull shape does not apply"))
-    for cls, dom in sc.domains.items():
-        if cls in STORE and dom != "cluster":
-            out.append(Problem(f"domains.{cls.value}",
-                               "the checkpoint store serves the whole job: its domain is `cluster`"))
-    for cls in sc.domain_outage_hours:
-        if cls in rated and handling[cls].domain == "node" and cls not in STORE:
-            out.append(Problem(f"domainOutageHours.{cls.value}",
-                               "this class hits single nodes (domain `node`); set `domains` for it "
-                               "or drop the key"))
-    for cls in sc.isolate_seconds:
-        if cls in STORE:
-            out.append(Problem(f"isolateSeconds.{cls.value}", "a store fault isolates no node"))
-        elif stack.remediation.mode == "monitor-only":
-            out.append(Problem(f"isolateSeconds.{cls.value}",
-                               "remediation.mode is monitor-only: a human isolates every node "
-                               "(circuitBreaker.manualSeconds)"))
-    for cls in sc.detection.active_seconds:
-        if cls in rated and detection_mode(stack, sc, cls) != "active":
-            out.append(Problem(f"detection.activeSeconds.{cls.value}",
-                               "this class is detected passively (stack remediation.detection / "
-                               "scenario detection.mode); set its mode to active or drop the key"))
-    if sc.detection.collective_timeout_seconds is not None and all(
-            detection_mode(stack, sc, c) == "active" for c in rated):
-        out.append(Problem("detection.collectiveTimeoutSeconds",
-                           "every rated class is detected actively: the timeout is never waited for"))
-    lm = sc.lemons
-    if lm.multiplier != 1.0 and lm.fraction == 0.0:
-        out.append(Problem("lemons.multiplier", "lemons.fraction is 0: no node gets the multiplier"))
-    if lm.fraction > 0.0 and lm.multiplier == 1.0:
-        out.append(Problem("lemons.fraction", "lemons.multiplier is 1: the chosen nodes fail as the rest"))
-    if "recurrence_cap" in lm.model_fields_set and lm.recurrence_factor == 1.0:
-        out.append(Problem("lemons.recurrenceCap", "lemons.recurrenceFactor is 1: nothing to cap"))
-    if sc.spares.cold_start_seconds is not None and spare_mode is SpareMode.WARM:
-        out.append(Problem("spares.coldStartSeconds", "spares are warm here (stack nodePools / "
-                                                      "scenario spares.mode): no cold start"))
-    if sc.storage.reference_gpus is not None and not rated & set(STORE):
-        out.append(Problem("storage.referenceGpus", "no storage fault has a rate here"))
-    if sc.storage.degraded_factor is not None and FaultClass.STORAGE_DEGRADED not in rated:
-        out.append(Problem("storage.degradedFactor", "storage-degraded has no rate here"))
-    if stack.remediation.mode == "monitor-only":
-        for key in ("max_quarantined_share", "window_minutes"):
-            if key in sc.circuit_breaker.model_fields_set:
-                camel = "maxQuarantinedShare" if key == "max_quarantined_share" else "windowMinutes"
-                out.append(Problem(f"circuitBreaker.{camel}", "remediation.mode is monitor-only: "
-                                                              "the remediator quarantines nothing"))
-    return out

@@ -274,3 +274,88 @@ def test_the_stacks_xid_overrides_reach_the_simulator() -> None:
     assert kinds == {"x13": (FaultClass.GPU_FATAL, LadderAction.RESET_GPU),
                      "x79": (FaultClass.GPU_FATAL, LadderAction.RESET_GPU)}
     assert {k.fault_id: k.fault_class for k in resolve(stack(), cat).kinds}["x13"] is FaultClass.GPU_CONTAINED
+
+
+def test_every_shipped_scenario_changes_the_model_on_every_shipped_stack() -> None:
+    """No key of a shipped scenario is refused as changing nothing, on any shipped stack."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.config import load_stack
+
+    cat = load_catalog()
+    stacks = sorted((REPO / "stacks").glob("Pulumi.*.yaml"))
+    assert stacks
+    for f in sorted((REPO / "scenarios").glob("*.yaml")):
+        sc = load_scenario(f)
+        for s in stacks:
+            p = resolve(load_stack(s), cat, sc, scenario_file=str(f), pool=None)
+            assert p.kinds, (f.name, s.name)
+
+
+def _refused(data: dict[str, object], cat: Catalog, **kw: object) -> set[str]:
+    from gpufleet.sim import parse_scenario
+
+    try:
+        resolve(kw.pop("spec", None) or stack(), cat, parse_scenario(data, "s.yaml"),  # type: ignore[arg-type]
+                scenario_file="s.yaml", **kw)  # type: ignore[arg-type]
+    except InputError as e:
+        assert e.file == "s.yaml"
+        return {p.path for p in e.problems}
+    return set()
+
+
+def test_more_keys_that_would_change_nothing_are_refused() -> None:
+    cat = Catalog((fault("x13", "gpu-contained", "restart-job", 3.0, "A"),     # never isolated
+                   fault("sw", "fabric-switch-down", "none", 1.0, "L"),        # a leaf: action unused
+                   fault("sd", "storage-degraded", "none", 1.0, "S"),          # job keeps running
+                   fault("cr", "node-crash", "replace", 1.0, "C")))            # replace only
+    refused = _refused({
+        "rates": {"fabric-switch-down": {"action": "reboot-node"},
+                  "node-crash": {"action": "replace", "source": "a note without a rate"}},
+        "isolateSeconds": {"gpu-contained": 30},
+        "detection": {"mode": {"storage-degraded": "active", "node-hang": "active"}},
+        "repair": {"resetGpuSeconds": 100, "rebootNodeSeconds": 100},
+        "attemptCaps": {"windowHours": 24},
+        "upgrade": {"startHours": 48, "waveNodes": 4, "waveMinutes": 30},
+    }, cat, days=1)
+    assert refused == {
+        "rates.fabric-switch-down.action", "rates.node-crash.source", "isolateSeconds.gpu-contained",
+        "detection.mode.storage-degraded", "detection.mode.node-hang", "repair.resetGpuSeconds",
+        "repair.rebootNodeSeconds", "attemptCaps.windowHours", "upgrade.startHours"}
+    # Where they do change the model they are accepted: a class that escalates to a reset is
+    # isolated, reset and reboot are reached, the caps count them, the wave starts in time.
+    esc = Catalog((fault("x13", "gpu-contained", "restart-job", 3.0, "A",
+                         escalation={"repeats": 2, "windowHours": 24, "to": "reset-gpu"}),
+                   fault("cr", "node-crash", "replace", 1.0, "C")))
+    assert _refused({"isolateSeconds": {"gpu-contained": 30},
+                     "repair": {"resetGpuSeconds": 100, "rebootNodeSeconds": 100},
+                     "attemptCaps": {"windowHours": 24},
+                     "upgrade": {"startHours": 2, "waveNodes": 4, "waveMinutes": 30}}, esc, days=1) == set()
+
+
+def test_spare_keys_without_spares_and_keys_a_report_overrides_are_refused(tmp_path: Path) -> None:
+    cat = Catalog((fault("a", "gpu-fatal", "reset-gpu", 3.0, "A"),))
+    assert _refused({"spares": {"mode": "cold", "coldStartSeconds": 60}}, cat,
+                    spec=stack(spares=0)) == {"spares.mode", "spares.coldStartSeconds"}
+    assert _refused({"spares": {"count": 2, "mode": "cold", "coldStartSeconds": 60}}, cat,
+                    spec=stack(spares=0)) == set()
+    # The report measured gpu-fatal's detection and isolation in every experiment: the scenario's
+    # times for them would be overridden, so they are refused (the report's path named).
+    m = load_report(_write(tmp_path, "r.json", json.dumps(REPORT)))
+    keys = {"detection": {"mode": {"gpu-fatal": "active"}, "activeSeconds": {"gpu-fatal": 3}},
+            "isolateSeconds": {"gpu-fatal": 30}}
+    assert _refused(keys, llama3_catalog(), measured=m, report_file="r.json") == {
+        "detection.mode.gpu-fatal", "detection.activeSeconds.gpu-fatal", "isolateSeconds.gpu-fatal"}
+    # node-crash's isolation was not measured: its scenario time still counts.
+    assert _refused({"isolateSeconds": {"node-crash": 30}}, llama3_catalog(), measured=m,
+                    report_file="r.json") == set()
+
+
+def test_monitor_only_isolation_is_manual_even_with_one_measured_experiment(tmp_path: Path) -> None:
+    one = {"experiments": [REPORT["experiments"][0]]}  # type: ignore[index]
+    m = load_report(_write(tmp_path, "r.json", json.dumps(one)))
+    base = stack()
+    manual = base.remediation.model_copy(update={"mode": "monitor-only"})
+    spec = base.model_copy(update={"remediation": manual})
+    p = resolve(spec, llama3_catalog(), measured=m, report_file="r.json")
+    assert p.handling[FaultClass.GPU_FATAL].isolate_seconds == p.manual_seconds == 3600.0
+    assert p.handling[FaultClass.GPU_FATAL].detect_seconds == 12.0  # detection is still measured
