@@ -351,7 +351,7 @@ def test_spare_keys_without_spares_and_keys_a_report_overrides_are_refused(tmp_p
 
 
 def test_monitor_only_isolation_is_manual_even_with_one_measured_experiment(tmp_path: Path) -> None:
-    one = {"experiments": [REPORT["experiments"][0]]}  # type: ignore[index]
+    one = {"experiments": [REPORT["experiments"][0]]}
     m = load_report(_write(tmp_path, "r.json", json.dumps(one)))
     base = stack()
     manual = base.remediation.model_copy(update={"mode": "monitor-only"})
