@@ -580,6 +580,34 @@ class SandboxSpec(Model):
     training: TrainingSpec = Field(default_factory=TrainingSpec)
 
 
+# --------------------------------------------------------------------------- charts
+
+
+class ChartSource(StrEnum):
+    """Where the Pulumi program takes its Helm charts from."""
+
+    REPOSITORIES = "repositories"  # the vendors' published repositories (gpufleet/infra/charts.py)
+    LOCAL = "local"  # archives `<localDir>/<chart>-<version>.tgz` (`helm pull` of the pinned versions)
+    OFF = "off"  # no release at all: the operators are installed by other means (or not at all)
+
+
+class ChartsSpec(Model):
+    """`gpufleet:charts`: the chart-based components and where their charts come from. `off` is
+    for clusters that cannot reach a chart repository (the project's Kubernetes sandbox); the
+    program then states in its output (`leftOut`) every release it did not declare."""
+
+    source: ChartSource = ChartSource.REPOSITORIES
+    local_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _local_dir(self) -> ChartsSpec:
+        if self.source is ChartSource.LOCAL and not self.local_dir:
+            raise ValueError("source local needs localDir (the folder of the chart archives)")
+        if self.source is not ChartSource.LOCAL and self.local_dir is not None:
+            raise ValueError(f"localDir is read only with source local, not {self.source.value}")
+        return self
+
+
 # --------------------------------------------------------------------------- the stack
 
 
@@ -596,6 +624,7 @@ class StackSpec(Model):
     slos: SloSpec = Field(default_factory=SloSpec)
     gameday: GamedaySpec = Field(default_factory=GamedaySpec)
     sandbox: SandboxSpec | None = None
+    charts: ChartsSpec = Field(default_factory=ChartsSpec)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackSpec:
