@@ -1,9 +1,10 @@
 """Checkpoints that survive crashes and split-brain: atomic, checksummed, fenced by job generation.
 
-Layout of the checkpoint directory:
-  ckpt-<job>-<restart>-<step>.pt     payload (torch.save bytes)
-  ckpt-<job>-<restart>-<step>.json   manifest, written LAST: {"sha256", "size", "step", ...}
-  fence/gen-<job>-<restart>          one empty marker per generation that has started
+Layout of the checkpoint directory (the manifest format is gpufleet.core.checkpoint_manifest's):
+  ckpt-<job>-<restart>-<step>.pt         shard: model and optimizer state (torch.save bytes)
+  ckpt-<job>-<restart>-<step>.meta.json  metadata: step, world size, node, when
+  ckpt-<job>-<restart>-<step>.json       manifest, written LAST: sha256 of the shard and the metadata
+  fence/gen-<job>-<restart>              one empty marker per generation that has started
 
 A generation is (Slurm job id, SLURM_RESTART_COUNT): job ids grow, and a requeue raises the restart
 count, so a newer incarnation always has a larger generation. The fence is the largest marker
@@ -12,13 +13,12 @@ lock. A writer checks the fence before and after writing and creates its files w
 never replaces an existing file: a stale rank (the old copy of a requeued job still running on a
 cut-off node, sandbox-notes.md item 11) can neither overwrite a checkpoint nor leave one that a
 newer generation would resume from. Resume takes the newest VALID checkpoint by (generation, step);
-a checkpoint whose manifest is missing or whose payload does not match its sha256 is skipped.
+a checkpoint whose manifest is missing (a save cut off) or whose files do not match their sha256
+is skipped.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import time
@@ -26,6 +26,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gpufleet.core.checkpoint_manifest import (
+    CheckpointManifest,
+    HashOf,
+    build_manifest,
+    manifest_matches,
+    metadata_doc,
+    parse_manifest,
+    parse_stem,
+    sha256_bytes,
+    stem,
+    verify,
+)
 
 Gen = tuple[int, int]  # (job id, restart count)
 _NAME = re.compile(r"^ckpt-(\d{10})-(\d{6})-(\d{9})\.json$")
@@ -44,7 +57,7 @@ class CkptKey:
 
     @property
     def stem(self) -> str:
-        return f"ckpt-{self.job:010d}-{self.restart:06d}-{self.step:09d}"
+        return stem((self.job, self.restart, self.step))
 
 
 class StaleGeneration(Exception):
@@ -99,36 +112,35 @@ def to_prune(valid: Sequence[CkptKey], keep: int) -> list[CkptKey]:
     return sorted(ordered[max(keep, 1):])
 
 
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def shard_name(key: CkptKey) -> str:
+    return key.stem + ".pt"
 
 
-def manifest_doc(key: CkptKey, data: bytes, meta: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "format": 1,
-        "job": key.job,
-        "restart": key.restart,
-        "step": key.step,
-        "payload": key.stem + ".pt",
-        "size": len(data),
-        "sha256": sha256_hex(data),
-        **meta,
-    }
+def metadata_name(key: CkptKey) -> str:
+    return key.stem + ".meta.json"
 
 
-def check_manifest(key: CkptKey, doc: Any, payload: bytes | None) -> str | None:
-    """Why a checkpoint is invalid, or None when it is valid."""
-    if not isinstance(doc, dict):
-        return "manifest is not a JSON object"
-    if (doc.get("job"), doc.get("restart"), doc.get("step")) != (key.job, key.restart, key.step):
-        return "manifest does not match its file name"
-    if payload is None:
-        return "payload missing"
-    if doc.get("size") != len(payload):
-        return f"payload has {len(payload)} bytes, manifest says {doc.get('size')}"
-    if doc.get("sha256") != sha256_hex(payload):
-        return "payload sha256 does not match the manifest"
-    return None
+def make_manifest(key: CkptKey, payload: bytes, meta: dict[str, Any], written_at: float) -> tuple[
+        bytes, CheckpointManifest]:
+    """The metadata bytes and the manifest of checkpoint `key` with one shard, `payload`."""
+    meta_bytes = metadata_doc({"job": key.job, "restart": key.restart, "step": key.step, **meta})
+    manifest = build_manifest(key.job, key.restart, key.step, {shard_name(key): payload},
+                              (metadata_name(key), meta_bytes), written_at)
+    return meta_bytes, manifest
+
+
+def check_manifest(key: CkptKey, raw: bytes, hash_of: HashOf) -> CheckpointManifest | str:
+    """The checkpoint's manifest when every file it names verifies by sha256, else why not."""
+    got = parse_manifest(raw)
+    if isinstance(got, str):
+        return got
+    why = manifest_matches(got, (key.job, key.restart, key.step))
+    if why is not None:
+        return why
+    if shard_name(key) not in {f.name for f in got.shards}:
+        return f"manifest does not name the shard {shard_name(key)}"
+    problems = verify(got, hash_of)
+    return "; ".join(problems) if problems else got
 
 
 # --------------------------------------------------------------------------- I/O
@@ -161,7 +173,7 @@ def _create_no_replace(final: Path, data: bytes) -> None:
 class Loaded:
     key: CkptKey
     payload: bytes
-    manifest: dict[str, Any]
+    manifest: CheckpointManifest
 
 
 class CheckpointDir:
@@ -192,25 +204,45 @@ class CheckpointDir:
         return sorted(k for k in (parse_manifest_name(p.name) for p in self.root.iterdir()) if k is not None)
 
     def load(self, key: CkptKey) -> Loaded | str:
-        """The checkpoint, or why it is invalid."""
+        """The checkpoint, or why it is invalid (no manifest: the save was cut off; a file missing
+        or with another sha256: corrupt)."""
         try:
-            doc = json.loads((self.root / f"{key.stem}.json").read_text())
-        except (OSError, ValueError) as e:
+            raw = (self.root / f"{key.stem}.json").read_bytes()
+        except OSError as e:
             return f"manifest unreadable: {e}"
-        try:
-            payload: bytes | None = (self.root / f"{key.stem}.pt").read_bytes()
-        except OSError:
-            payload = None
-        why = check_manifest(key, doc, payload)
-        if why is not None:
-            return why
-        assert payload is not None
-        return Loaded(key, payload, doc)
+        files: dict[str, bytes] = {}
+
+        def hash_of(name: str) -> str | None:
+            try:
+                files[name] = (self.root / name).read_bytes()
+            except OSError:
+                return None
+            return sha256_bytes(files[name])
+
+        got = check_manifest(key, raw, hash_of)
+        if isinstance(got, str):
+            return got
+        return Loaded(key, files[shard_name(key)], got)
+
+    def stems(self) -> list[CkptKey]:
+        """Every checkpoint with any file here, complete or not (a save cut off leaves a shard or
+        metadata and no manifest)."""
+        out = set()
+        for p in self.root.iterdir():
+            parsed = parse_stem(p.name.split(".", 1)[0])
+            if parsed is not None:
+                out.add(CkptKey(*parsed))
+        return sorted(out)
 
     def newest_valid(self) -> tuple[Loaded | None, list[tuple[CkptKey, str]]]:
-        """The newest valid checkpoint, and the newer ones skipped with the reason."""
+        """The newest valid checkpoint, and the newer ones skipped with the reason (incomplete:
+        no manifest; corrupt: a file missing or not matching its sha256)."""
         skipped: list[tuple[CkptKey, str]] = []
-        for key in sorted(self.keys(), reverse=True):
+        complete = set(self.keys())
+        for key in sorted(set(self.stems()) | complete, reverse=True):
+            if key not in complete:
+                skipped.append((key, "incomplete: no manifest (the save was cut off)"))
+                continue
             got = self.load(key)
             if isinstance(got, Loaded):
                 return got, skipped
@@ -224,14 +256,16 @@ class CheckpointDir:
         decision = may_write(gen, step, self.fence(), self.keys())
         if not decision.allowed:
             raise StaleGeneration(decision.reason)
-        _create_no_replace(self.root / f"{key.stem}.pt", payload)
-        _create_no_replace(self.root / f"{key.stem}.json",
-                           json.dumps(manifest_doc(key, payload, meta), sort_keys=True).encode())
+        meta_bytes, manifest = make_manifest(key, payload, meta, time.time())
+        _create_no_replace(self.root / shard_name(key), payload)
+        _create_no_replace(self.root / metadata_name(key), meta_bytes)
+        _fsync_dir(self.root)  # the files are durable before the manifest that vouches for them
+        _create_no_replace(self.root / f"{key.stem}.json", manifest.to_bytes())
         _fsync_dir(self.root)
         fence = self.fence()
         if fence is not None and fence > gen:
             # A newer generation started while we wrote: withdraw our files (names unique to us).
-            for suffix in (".json", ".pt"):
+            for suffix in (".json", ".meta.json", ".pt"):
                 (self.root / f"{key.stem}{suffix}").unlink(missing_ok=True)
             raise StaleGeneration(f"generation {fence} started while generation {gen} wrote step {step}")
         return key
@@ -243,6 +277,6 @@ class CheckpointDir:
         valid = [k for k in self.keys() if isinstance(self.load(k), Loaded)]
         gone = to_prune(valid, keep)
         for k in gone:
-            for suffix in (".json", ".pt"):
+            for suffix in (".json", ".meta.json", ".pt"):
                 (self.root / f"{k.stem}{suffix}").unlink(missing_ok=True)
         return gone

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.core.checkpoint_manifest import sha256_bytes
 from gpufleet.sandbox.training.checkpoint import (
     CheckpointDir,
     CkptKey,
     Loaded,
     StaleGeneration,
     check_manifest,
-    manifest_doc,
+    make_manifest,
     may_write,
     parse_manifest_name,
     to_prune,
@@ -51,21 +52,33 @@ def test_names_prune_and_manifest_checks() -> None:
     keys = [K(1, 0, 10), K(1, 0, 20), K(1, 1, 5), K(2, 0, 1)]
     assert to_prune(keys, 2) == [K(1, 0, 10), K(1, 0, 20)]
     assert to_prune(keys, 0) == sorted(keys)[:-1]  # the newest is never pruned
-    doc = manifest_doc(k, b"abc", {})
-    assert check_manifest(k, doc, b"abc") is None
-    assert "sha256" in (check_manifest(k, doc, b"abd") or "")
-    assert "bytes" in (check_manifest(k, doc, b"abcd") or "")
-    assert "missing" in (check_manifest(k, doc, None) or "")
-    assert "name" in (check_manifest(K(12, 3, 401), doc, b"abc") or "")
+    meta, manifest = make_manifest(k, b"abc", {"world_size": 2}, 1000.0)
+    raw = manifest.to_bytes()
+
+    def files(shard: bytes | None, metadata: bytes | None = meta) -> dict[str, bytes | None]:
+        return {k.stem + ".pt": shard, k.stem + ".meta.json": metadata}
+
+    def check(key: CkptKey, fs: dict[str, bytes | None]) -> object:
+        return check_manifest(key, raw, lambda n: None if fs.get(n) is None else sha256_bytes(fs[n] or b""))
+
+    assert check(k, files(b"abc")) == manifest
+    assert "sha256" in str(check(k, files(b"abd")))
+    # Same size, other bytes: caught by the checksum (never by size).
+    assert "sha256" in str(check(k, files(b"abc", meta.replace(b"2", b"3"))))
+    assert "missing" in str(check(k, files(None)))
+    assert "name says" in str(check(K(12, 3, 401), files(b"abc")))
 
 
 def test_write_is_complete_and_never_replaces(tmp_path: Path) -> None:
     d = CheckpointDir(tmp_path)
     d.claim((5, 0))
     key = d.write((5, 0), 10, b"payload-10", {"world_size": 2})
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [key.stem + ".json", key.stem + ".pt"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
+        key.stem + ".json", key.stem + ".meta.json", key.stem + ".pt"]
     got = d.load(key)
-    assert isinstance(got, Loaded) and got.payload == b"payload-10" and got.manifest["world_size"] == 2
+    assert isinstance(got, Loaded) and got.payload == b"payload-10"
+    assert json.loads((tmp_path / f"{key.stem}.meta.json").read_bytes())["world_size"] == 2
+    assert got.manifest.metadata.sha256 == sha256_bytes((tmp_path / f"{key.stem}.meta.json").read_bytes())
     with pytest.raises(StaleGeneration, match="already exists"):
         d.write((5, 0), 10, b"other", {})
     assert (tmp_path / f"{key.stem}.pt").read_bytes() == b"payload-10"
@@ -85,8 +98,8 @@ def test_resume_takes_the_newest_valid_and_skips_corrupt_and_partial(tmp_path: P
     (tmp_path / f"{K(5, 0, 45).stem}.json").write_text("{not json")
     loaded, skipped = d.newest_valid()
     assert loaded is not None and loaded.key == K(5, 0, 30) and loaded.payload == b"p30"
-    assert [k for k, _ in skipped] == [K(5, 0, 45), K(5, 0, 40)]
-    assert "sha256" in skipped[1][1]
+    assert [k for k, _ in skipped] == [K(5, 0, 50), K(5, 0, 45), K(5, 0, 40)]
+    assert "incomplete" in skipped[0][1] and "sha256" in skipped[2][1]
 
 
 def test_resume_prefers_newer_generation_over_higher_step(tmp_path: Path) -> None:
@@ -125,13 +138,14 @@ def test_writer_withdraws_when_fenced_during_the_write(
     def link_then_fence(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         real_link(src, dst)
         calls.append(dst)
-        if str(dst).endswith(".json"):  # the new incarnation claims while we finish writing
+        # the new incarnation claims while we write the manifest
+        if str(dst).endswith(".json") and not str(dst).endswith(".meta.json"):
             (tmp_path / "fence" / "gen-0000000003-000001").touch()
 
     monkeypatch.setattr(os, "link", link_then_fence)
     with pytest.raises(StaleGeneration, match="started while"):
         d.write((3, 0), 20, b"late", {})
-    assert len(calls) == 2
+    assert len(calls) == 3  # shard, metadata, manifest
     assert d.keys() == []  # withdrawn: nothing a newer generation could resume from
 
 
@@ -143,3 +157,35 @@ def test_fence_only_moves_forward(tmp_path: Path) -> None:
     assert d.fence() == (4, 2)
     assert json.loads(json.dumps(sorted(p.name for p in (tmp_path / "fence").iterdir()))) == [
         "gen-0000000004-000001", "gen-0000000004-000002"]
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from gpufleet.sandbox.training import checkpoint as c
+d = c.CheckpointDir(Path(sys.argv[1]))
+d.claim((6, 0))
+d.write((6, 0), 10, b"complete" * 1000, {})
+real = c._create_no_replace
+def die_before_manifest(final, data):
+    if final.name.endswith(".json") and not final.name.endswith(".meta.json"):
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9 between the files and the manifest
+    real(final, data)
+c._create_no_replace = die_before_manifest
+d.write((6, 0), 20, b"cut-off" * 1000, {})
+"""
+
+
+def test_a_save_cut_off_by_kill_9_is_skipped_as_incomplete(tmp_path: Path) -> None:
+    """A real SIGKILL of a writing process: the files of step 20 are on disk, its manifest is not."""
+    import signal
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", _KILLED_WRITER, str(tmp_path)]
+    res = subprocess.run(argv, capture_output=True, timeout=60)
+    assert res.returncode == -signal.SIGKILL, res.stderr.decode()
+    assert (tmp_path / f"{K(6, 0, 20).stem}.pt").exists()
+    loaded, skipped = CheckpointDir(tmp_path).newest_valid()
+    assert loaded is not None and loaded.key == K(6, 0, 10) and loaded.payload == b"complete" * 1000
+    assert skipped == [(K(6, 0, 20), "incomplete: no manifest (the save was cut off)")]
