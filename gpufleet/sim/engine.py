@@ -239,6 +239,10 @@ class Replication:
     def _arm_all(self, nodes: list[int]) -> None:
         if not nodes or not self.clocks:
             return
+        if len(nodes) == 1:  # (a node back in service: scalar draws, the same numbers, 3x cheaper)
+            for ci in range(len(self.clocks)):
+                self._arm(nodes[0], ci)
+            return
         idx = np.asarray(nodes)
         mult = self.base_mult[idx] if self.p.recurrence_factor == 1.0 else np.array(
             [self._mult(n) for n in nodes])
