@@ -49,6 +49,8 @@ sys.path.insert(0, str(TOOLS.parents[1]))  # the repository root: run with any P
 
 from gpufleet.core.errors import InputError  # noqa: E402
 from gpufleet.sandbox.kube.binaries import (  # noqa: E402
+    RBAC_DIR,
+    RBAC_FILE,
     STAMP,
     cache_root,
     component_dir,
@@ -195,6 +197,8 @@ def crd_step(root: Path, src: CrdSource, controller_gen: Component) -> Step:
         "controller_gen": controller_gen.version,
         "go_mod_sum": file_digest([TOOLS / CRDS_GO_DIR / "go.mod", TOOLS / CRDS_GO_DIR / "go.sum"]),
     }
+    if src.rbac is not None:  # only where it applies: the other sources' stamps stay as they were
+        inputs["rbac"] = {"role": src.rbac.role, "packages": list(src.rbac.packages)}
     return Step(f"{CRDS}/{src.name}", crd_dir(root, src), inputs)
 
 
@@ -363,11 +367,23 @@ def generate_crds(step: Step, src: CrdSource, controller_gen: Path, go: Go, go_v
             mod_dir,
             f"generating the CRDs of {src.name} {src.version}",
         )
+        extra: dict[str, object] = {}
+        if src.rbac is not None:
+            # Loads the controller packages with the module's own go.mod: its dependencies are
+            # downloaded (the module cache is shared with the program's build).
+            go.run(
+                [str(controller_gen), *src.rbac.argv(str(staging / RBAC_DIR))],
+                mod_dir,
+                f"generating the ClusterRole of {src.name} {src.version}",
+            )
+            if not (staging / RBAC_DIR / RBAC_FILE).is_file():
+                raise BuildError(f"controller-gen wrote no {RBAC_DIR}/{RBAC_FILE} for {src.name}")
+            extra["rbac"] = f"{RBAC_DIR}/{RBAC_FILE}"
         timing = Timing.since(started, cpu_started)
         files = sorted(p.name for p in staging.glob("*.yaml"))
         if not files:
             raise BuildError(f"controller-gen made no CRD for {src.name} from {', '.join(src.packages)}")
-        write_stamp(Step(step.name, staging, step.inputs), timing, go_version, {"files": files})
+        write_stamp(Step(step.name, staging, step.inputs), timing, go_version, {"files": files, **extra})
         replace_dir(staging, step.out_dir)
         return timing
     finally:

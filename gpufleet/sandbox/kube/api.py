@@ -35,6 +35,10 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Job": ("/apis/batch/v1", "jobs", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "ResourceFlavor": ("/apis/kueue.x-k8s.io/v1beta1", "resourceflavors", False),
+    "ClusterQueue": ("/apis/kueue.x-k8s.io/v1beta1", "clusterqueues", False),
+    "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta1", "localqueues", True),
+    "Workload": ("/apis/kueue.x-k8s.io/v1beta1", "workloads", True),
 }
 
 

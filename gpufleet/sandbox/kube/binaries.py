@@ -30,6 +30,10 @@ from gpufleet.sandbox.kube.versions import (
 CACHE_ENV = "GPUFLEET_GO_CACHE"
 BUILD_COMMAND = "make kube-bins"
 STAMP = ".stamp.json"  # written last by build.py: a directory without it is not a finished build
+# A CRD source with `rbac` in versions.toml also gets its controller's ClusterRole, generated from its
+# +kubebuilder:rbac markers, in <crds>/<source>-<version>/rbac/role.yaml (not applied as a CRD).
+RBAC_DIR = "rbac"
+RBAC_FILE = "role.yaml"
 
 
 def cache_root(env: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
@@ -61,6 +65,10 @@ class KubePaths:
         out: dict[str, object] = {name: str(path) for name, path in sorted(self.binaries.items())}
         out["crds"] = {name: str(path) for name, path in sorted(self.crds.items())}
         return out
+
+    def rbac_file(self, source: str) -> Path:
+        """The ClusterRole controller-gen generated for a CRD source's controller (`rbac`)."""
+        return self.crds[source] / RBAC_DIR / RBAC_FILE
 
     def crd_files(self) -> list[Path]:
         """Every generated CRD file, sorted (for `kubectl apply -f` one by one)."""

@@ -4,8 +4,9 @@ kwok nodes shaped like the stack's pools (docs/kubernetes-sandbox.md, ADR 0034).
 Order (what waits on what):
   certificates, kubeconfigs, kwok config ─► etcd (/health) ─► kube-apiserver (/readyz)
   ─► kwok's RBAC ─► controller manager, scheduler (/healthz) ─► kwok (/healthz)
-  ─► CRDs (Established) ─► namespaces, chaos ServiceAccount + token ─► nodes (Ready)
-  ─► training Job + PDB (pods Running)
+  ─► CRDs (Established) ─► namespaces, chaos ServiceAccount + token ─► remediation
+  ─► Kueue (its certificate mounted) ─► nodes (Ready) ─► Kueue's queues, Kueue ready
+  ─► training Job (suspended, Kueue admits it) + PDB (pods Running)
 
 Crash safety, as for the Slurm sandbox: the state file (`<root>/<stack>/kubernetes/state.json`)
 is written before the run directory exists and names it; each daemon is recorded as soon as it has
@@ -47,10 +48,18 @@ from gpufleet.core.sandbox_contract import (
 )
 from gpufleet.core.yamlio import safe_load_all
 from gpufleet.sandbox import processes
-from gpufleet.sandbox.kube import daemons, rbac, workload
-from gpufleet.sandbox.kube.api import ApiError, KubeApi, ssl_context
+from gpufleet.sandbox.kube import daemons, kueue, rbac, workload
+from gpufleet.sandbox.kube.api import ApiError, KubeApi, object_path, ssl_context
 from gpufleet.sandbox.kube.binaries import KubePaths, require_kube_paths
-from gpufleet.sandbox.kube.daemons import APISERVER, CONTROLLER_MANAGER, ETCD, KWOK, SCHEDULER, KubeLayout
+from gpufleet.sandbox.kube.daemons import (
+    APISERVER,
+    CONTROLLER_MANAGER,
+    ETCD,
+    KUEUE,
+    KWOK,
+    SCHEDULER,
+    KubeLayout,
+)
 from gpufleet.sandbox.kube.kubeconfig import kubeconfig, write_kubeconfig
 from gpufleet.sandbox.kube.kwok_config import NODE_SELECTOR, kwok_config_text
 from gpufleet.sandbox.kube.nodes import KwokNode, plan_nodes
@@ -380,6 +389,10 @@ def _bring_up(
             _remediation(run, api, spec)
             timings.mark("remediation")
             say(f"remediation ({spec.remediation.mode}) watching nodes as {rbac.REMEDIATION_SERVICE_ACCOUNT}")
+            if opts.crds:  # Kueue needs its CRDs
+                _start_kueue(run, api)
+                timings.mark("kueue_started")
+                say(f"kueue started as {kueue.NAMESPACE}/{kueue.SERVICE_ACCOUNT}, its certificate mounted")
 
             rec.update(nodes=[n.name for n in nodes], spare_nodes=[n.name for n in nodes if n.spare])
             _create_nodes(api, nodes)
@@ -401,8 +414,18 @@ def _bring_up(
             timings.mark("nodes_ready")
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
 
+            queue: str | None = None
+            if opts.crds:
+                for obj in kueue.queue_objects(spec, nodes, workload.TRAINING_NAMESPACE):
+                    api.apply(obj)
+                run.wait_healthy(KUEUE, probe)
+                queue = kueue.queue_name(spec)
+                timings.mark("kueue")
+                quota = kueue.quota_by_pool(spec, nodes)
+                say(f"kueue ready: ClusterQueue and LocalQueue {queue}, GPU quota by pool {quota}")
+
             if opts.training:
-                for obj in (workload.training_pdb(plan), workload.training_job(spec, plan)):
+                for obj in (workload.training_pdb(plan), workload.training_job(spec, plan, queue)):
                     api.apply(obj)
                 rec.update(
                     training_namespace=workload.TRAINING_NAMESPACE, training_job_name=workload.JOB_NAME
@@ -449,6 +472,39 @@ def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str, training_name
         chaos_service_account=rbac.CHAOS_SERVICE_ACCOUNT,
         chaos_token_expires_at=dt.datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp(),
     )
+
+
+def _start_kueue(run: _Run, api: KubeApi) -> None:
+    """Kueue's identity (the generated ClusterRole), a token, its configuration file, then the
+    process; then the sandbox does a kubelet's part: once Kueue's certificate controller has filled
+    the webhook Secret, its files go into Kueue's certDir (kueue.py)."""
+    lay = run.lay
+    role = kueue.cluster_role(safe_load_all(run.paths.rbac_file("kueue").read_text()))
+    for obj in kueue.identity_objects(role):
+        api.apply(obj)
+    token, _ = api.token(kueue.NAMESPACE, kueue.SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS)
+    write_kubeconfig(
+        lay.kubeconfig("kueue"),
+        kubeconfig(lay.api_url, lay.pki.ca_cert, kueue.SERVICE_ACCOUNT, token=token),
+    )
+    lay.kueue_cert_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cfg = kueue.configuration(
+        lay.ports[daemons.KUEUE_HEALTH], lay.ports[daemons.KUEUE_WEBHOOK], str(lay.kueue_cert_dir)
+    )
+    lay.kueue_config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run.start(KUEUE, daemons.kueue_argv(run.paths.binaries[KUEUE], lay))
+
+    def certificate() -> dict[str, bytes]:
+        files = kueue.mounted_files(api.get(object_path("Secret", kueue.WEBHOOK_SECRET, kueue.NAMESPACE)))
+        if files is None:
+            raise RuntimeError(f"Secret {kueue.NAMESPACE}/{kueue.WEBHOOK_SECRET} has no certificate yet")
+        return files
+
+    files: dict[str, bytes] = run.wait("Kueue's webhook certificate", certificate, 0.3, KUEUE)
+    for name, data in files.items():
+        path = lay.kueue_cert_dir / name
+        path.touch(mode=0o600)
+        path.write_bytes(data)
 
 
 def remediation_policy_doc(spec: StackSpec) -> dict[str, Any]:

@@ -28,9 +28,14 @@ APISERVER = "kube-apiserver"
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
+KUEUE = "kueue"  # Kueue's controller manager (kueue.py)
 # Start order; `down` stops them in reverse.
-DAEMONS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
-PORT_NAMES = ("etcd-client", "etcd-peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK)
+DAEMONS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, KUEUE)
+KUEUE_HEALTH = "kueue-health"  # its /healthz and /readyz (plain HTTP, as in its Deployment)
+KUEUE_WEBHOOK = "kueue-webhook"  # its webhook server (TLS; no webhook configuration points at it)
+PORT_NAMES = (
+    "etcd-client", "etcd-peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, KUEUE_HEALTH, KUEUE_WEBHOOK
+)
 
 # How a node's liveness is kept and judged: kwok renews each node's Lease every quarter of its
 # duration (a kubelet's renewInterval), and the node lifecycle controller (kube-controller-manager)
@@ -118,6 +123,19 @@ class KubeLayout:
         return self.base_dir / "kwok" / "kwok.yaml"
 
     @property
+    def kueue_dir(self) -> Path:
+        return self.base_dir / "kueue"
+
+    @property
+    def kueue_config(self) -> Path:
+        return self.kueue_dir / "config.yaml"
+
+    @property
+    def kueue_cert_dir(self) -> Path:
+        """Where the sandbox puts the webhook certificate from Kueue's Secret, as a kubelet mounts it."""
+        return self.kueue_dir / "certs"
+
+    @property
     def api_url(self) -> str:
         return f"https://{LOOPBACK_IP}:{self.ports[APISERVER]}"
 
@@ -131,6 +149,8 @@ class KubeLayout:
             return f"{self.etcd_url}/health"
         if daemon == APISERVER:
             return f"{self.api_url}/readyz"
+        if daemon == KUEUE:  # ready once its certificates are there and its controllers set up
+            return f"http://{LOOPBACK_IP}:{self.ports[KUEUE_HEALTH]}/readyz"
         scheme = "http" if daemon == KWOK else "https"  # kwok's server has no certificate here
         return f"{scheme}://{LOOPBACK_IP}:{self.ports[daemon]}/healthz"
 
@@ -253,3 +273,8 @@ def kwok_argv(binary: Path, lay: KubeLayout, node_selector: str) -> list[str]:
         f"--cidr={POD_CIDR}",
         f"--node-ip={LOOPBACK_IP}",
     ]
+
+
+def kueue_argv(binary: Path, lay: KubeLayout) -> list[str]:
+    """Kueue's manager with its configuration file (kueue.configuration) and its own identity."""
+    return [str(binary), f"--config={lay.kueue_config}", f"--kubeconfig={lay.kubeconfig('kueue')}"]

@@ -118,7 +118,7 @@ def namespace(name: str, privileged: bool) -> dict[str, Any]:
     }
 
 
-def _role_ref(kind: str, name: str) -> dict[str, str]:
+def role_ref(kind: str, name: str) -> dict[str, str]:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
 
 
@@ -132,7 +132,7 @@ def kwok_objects() -> list[dict[str, Any]]:
             "apiVersion": rbac,
             "kind": "ClusterRoleBinding",
             "metadata": meta,
-            "roleRef": _role_ref("ClusterRole", KWOK_ROLE),
+            "roleRef": role_ref("ClusterRole", KWOK_ROLE),
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KWOK_USER}],
         },
     ]
@@ -145,7 +145,7 @@ def _role_and_binding(
     meta = {"name": name, "namespace": namespace, "labels": MANAGED}
     return [
         {"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": rules},
-        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": meta, "roleRef": _role_ref("Role", name),
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": meta, "roleRef": role_ref("Role", name),
          "subjects": [subject]},
     ]
 
@@ -156,7 +156,7 @@ def _cluster_role_and_binding(name: str, rules: list[Rule], subject: dict[str, s
     return [
         {"apiVersion": rbac, "kind": "ClusterRole", "metadata": meta, "rules": rules},
         {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": meta,
-         "roleRef": _role_ref("ClusterRole", name), "subjects": [subject]},
+         "roleRef": role_ref("ClusterRole", name), "subjects": [subject]},
     ]
 
 

@@ -109,6 +109,19 @@ class Component:
 
 
 @dataclass(frozen=True)
+class RbacGen:
+    """controller-gen's rbac generator over an operator's controller packages: the ClusterRole its
+    +kubebuilder:rbac markers declare, named `role` (written to rbac/role.yaml beside the CRDs)."""
+
+    role: str
+    packages: tuple[str, ...]  # package patterns inside the module ("./pkg/controller/...")
+
+    def argv(self, out_dir: str) -> list[str]:
+        paths = ";".join(self.packages)
+        return [f"rbac:roleName={self.role}", f"paths={paths}", f"output:rbac:dir={out_dir}"]
+
+
+@dataclass(frozen=True)
 class CrdSource:
     """An operator's Go API module from which controller-gen generates CRDs."""
 
@@ -119,6 +132,7 @@ class CrdSource:
     chart_mismatch: str | None  # why `version` is not the chart's release, where it is not
     packages: tuple[str, ...]  # package directories inside the module ("./apis/v1")
     options: str  # controller-gen's crd generator, e.g. "crd:maxDescLen=0"
+    rbac: RbacGen | None = None  # the operator's ClusterRole, where the sandbox runs its controller
 
 
 @dataclass(frozen=True)
@@ -298,16 +312,9 @@ def _plugin(raw: Any, path: str, binaries: Mapping[str, str], problems: list[Pro
 def _crd_source(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> CrdSource:
     path = f"crds.{name}"
     problems += _check_keys(
-        raw, path, {"module", "version", "chart", "packages", "options"}, {"chart_mismatch"}
+        raw, path, {"module", "version", "chart", "packages", "options"}, {"chart_mismatch", "rbac"}
     )
-    packages = raw.get("packages", [])
-    if (
-        not isinstance(packages, list)
-        or not packages
-        or not all(isinstance(p, str) and p.startswith("./") and ".." not in p for p in packages)
-    ):
-        problems.append(Problem(f"{path}.packages", "must list package folders inside the module, like ./v1"))
-        packages = []
+    packages = _packages(raw.get("packages", []), f"{path}.packages", problems)
     options = raw.get("options", "")
     if not isinstance(options, str) or not options.startswith("crd"):
         problems.append(
@@ -323,7 +330,33 @@ def _crd_source(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> C
         chart_mismatch=mismatch if isinstance(mismatch, str) and mismatch.strip() else None,
         packages=tuple(packages),
         options=options,
+        rbac=_rbac(raw["rbac"], f"{path}.rbac", problems) if "rbac" in raw else None,
     )
+
+
+def _packages(raw: Any, path: str, problems: list[Problem]) -> list[str]:
+    """Package folders inside a module ("./v1", or a pattern "./pkg/..."), never above it."""
+    if (
+        not isinstance(raw, list)
+        or not raw
+        or not all(
+            isinstance(p, str) and p.startswith("./") and ".." not in p.replace("...", "") for p in raw
+        )
+    ):
+        problems.append(Problem(path, "must list package folders inside the module, like ./v1"))
+        return []
+    return raw
+
+
+def _rbac(raw: Any, path: str, problems: list[Problem]) -> RbacGen | None:
+    if not isinstance(raw, dict):
+        problems.append(Problem(path, "must be a table: { role = ..., packages = [...] }"))
+        return None
+    problems += _check_keys(raw, path, {"role", "packages"}, set())
+    role = raw.get("role", "")
+    if not isinstance(role, str) or not _NAME.match(role):
+        problems.append(Problem(f"{path}.role", "must be a ClusterRole name: lower-case, digits, '-'"))
+    return RbacGen(str(role), tuple(_packages(raw.get("packages", []), f"{path}.packages", problems)))
 
 
 def _unavailable(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> Unavailable:

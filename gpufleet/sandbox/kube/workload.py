@@ -33,6 +33,7 @@ BACKOFF_LIMIT = 10
 # kwok starts no container; the image is only what the pod spec says.
 IMAGE = "ghcr.io/gpufleet/trainer:sandbox"
 LABELS = {"app.kubernetes.io/name": JOB_NAME, "app.kubernetes.io/managed-by": "gpufleet-sandbox"}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # the LocalQueue a Job is submitted to (Kueue's label)
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,21 @@ def training_plan(spec: StackSpec, compute_nodes: int) -> TrainingPlan:
     )
 
 
-def training_job(spec: StackSpec, plan: TrainingPlan) -> dict[str, Any]:
+def training_job(
+    spec: StackSpec, plan: TrainingPlan, queue: str | None = None, name: str = JOB_NAME
+) -> dict[str, Any]:
+    """The Job; with `queue`, submitted to that Kueue LocalQueue: labelled with it and created
+    suspended, so that it starts only when Kueue admits all its pods at once (kueue.py says why the
+    sandbox suspends it rather than Kueue's webhook)."""
     pool = spec.node_pools[0]
     tolerations = [t.toleration() for t in pool_taints(pool)]
+    labels = {**LABELS, QUEUE_LABEL: queue} if queue is not None else dict(LABELS)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": JOB_NAME, "namespace": TRAINING_NAMESPACE, "labels": LABELS},
+        "metadata": {"name": name, "namespace": TRAINING_NAMESPACE, "labels": labels},
         "spec": {
+            **({"suspend": True} if queue is not None else {}),
             "completionMode": "Indexed",
             "parallelism": plan.replicas,
             "completions": plan.replicas,

@@ -223,6 +223,7 @@ def test_every_daemon_names_the_run_directory(layout: daemons.KubeLayout) -> Non
         daemons.controller_manager_argv(Path("kube-controller-manager"), layout),
         daemons.scheduler_argv(Path("kube-scheduler"), layout),
         daemons.kwok_argv(Path("kwok"), layout, "a=b"),
+        daemons.kueue_argv(Path("kueue"), layout),
     ]
     assert [Path(a[0]).name for a in argvs] == list(daemons.DAEMONS)
     for argv in argvs:
