@@ -72,8 +72,9 @@ class StoreWindows:
 def _walk(s: float, e: float, horizon: bool, u: float, interval: float, write: float,
           fail_prob: float, store: StoreWindows) -> tuple[float, float, float]:
     """(useful, overhead, lost) of one running period that meets a store window, cycle by cycle
-    (in runs of identical cycles): a save that starts while the store is down fails, one that
-    starts while it is degraded takes `factor` x longer."""
+    (in runs of identical cycles): a save that starts while the store is down fails, and so does
+    one still writing when the store goes down; one that starts while it is degraded takes
+    `factor` x longer."""
     t = s
     train = over = 0.0
     good: list[tuple[float, float, float, int, float, float]] = []  # runs of good saves
@@ -89,8 +90,11 @@ def _walk(s: float, e: float, horizon: bool, u: float, interval: float, write: f
         m = int(min(m1, math.floor((e - t) / cyc)))
         if m <= 0:
             break  # the save is cut off by the end of the period
-        if state != 0:
-            good.append((t, cyc, interval, m, train, over))
+        # The run's last save may still be writing when the store goes down: it is cut off (fails).
+        cut = int(m == m1 and state != 0 and w > 0 and store.state_at(nxt) == 0
+                  and save_at + (m - 1) * cyc + w > nxt)
+        if state != 0 and m - cut > 0:
+            good.append((t, cyc, interval, m - cut, train, over))
         t += m * cyc
         train += m * interval
         over += m * w

@@ -167,6 +167,20 @@ def test_saves_fail_while_the_store_is_down() -> None:
     assert (a.useful, a.lost_work) == (6000.0, 200.0)
 
 
+def test_a_save_still_writing_when_the_store_goes_down_fails() -> None:
+    # interval 1000, write 100; store down [1050, 3000): the first save (1000-1100) is cut off at
+    # 1050, the second (2100) starts while the store is down: both fail; the third (3200-3300) is
+    # good. A fault at 3150 loses everything (3150); one at 3400 loses 100 (since 3300).
+    down = StoreWindows(np.array([1050.0]), np.array([3000.0]), np.array([0]), 5.0)
+    a = _one(3150.0, 0, store=down, interval=1000.0, write=100.0)
+    assert (a.useful, a.lost_work) == (0.0, 3150.0)
+    a = _one(3400.0, 0, store=down, interval=1000.0, write=100.0)
+    assert (a.useful, a.checkpoint_overhead, a.lost_work) == (3000.0, 300.0, 100.0)
+    # The outage starting just after that write ended (1100) leaves the first save good.
+    later = StoreWindows(np.array([1100.0]), np.array([3000.0]), np.array([0]), 5.0)
+    assert _one(3150.0, 0, store=later, interval=1000.0, write=100.0).lost_work == 3150.0 - 1100.0
+
+
 def test_saves_take_longer_while_the_store_is_degraded() -> None:
     # interval 1000, write 10; degraded x5 over [2500, 4500): saves end at 1010, 2020 (normal),
     # then the saves starting at 3020 and 4070 take 50 s (end 3070, 4120), then 5130 and 6140.
