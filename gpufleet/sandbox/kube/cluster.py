@@ -62,7 +62,7 @@ from gpufleet.sandbox.kube.daemons import (
 )
 from gpufleet.sandbox.kube.kubeconfig import kubeconfig, write_kubeconfig
 from gpufleet.sandbox.kube.kwok_config import NODE_SELECTOR, kwok_config_text
-from gpufleet.sandbox.kube.nodes import KwokNode, plan_nodes
+from gpufleet.sandbox.kube.nodes import KwokNode, plan_nodes, plan_storage_nodes
 from gpufleet.sandbox.kube.pki import write_pki
 from gpufleet.sandbox.kube.versions import load_versions
 from gpufleet.sandbox.layout import new_run_id
@@ -283,6 +283,7 @@ def kube_up(
             f"run `gpufleet sandbox down --kubernetes --stack {stack}` first"
         )
     nodes = plan_nodes(spec, opts.nodes)  # InputError before anything is made
+    plan_storage_nodes(spec)  # likewise (a storage node named like a GPU node)
     compute_first_pool = sum(1 for n in nodes if not n.spare and n.pool == spec.node_pools[0].name)
     if opts.training and compute_first_pool == 0:
         raise InputError(
@@ -395,9 +396,11 @@ def _bring_up(
                 say(f"kueue started as {kueue.NAMESPACE}/{kueue.SERVICE_ACCOUNT}, its certificate mounted")
 
             rec.update(nodes=[n.name for n in nodes], spare_nodes=[n.name for n in nodes if n.spare])
-            _create_nodes(api, nodes)
+            # The stack's Ceph nodes too, unlabelled: the Pulumi program's node patches label them.
+            storage = plan_storage_nodes(spec)
+            _create_nodes(api, [*nodes, *storage])
             timings.mark("nodes_created")
-            want = {n.name for n in nodes}
+            want = {n.name for n in [*nodes, *storage]}
 
             def nodes_ready() -> bool:
                 ready = {

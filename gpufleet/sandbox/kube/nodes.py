@@ -17,6 +17,10 @@ Each node is named, labelled, tainted and sized like a node of the stack's pools
 
 `--nodes N` keeps the pools' proportions (largest remainder), and each pool's share of spares
 (at least one spare where the pool has spares and two or more nodes).
+
+The stack's Ceph storage nodes (`storage.ceph.storageNodes`) are made too, whatever `--nodes`, as
+plain nodes: no GPU, no taint, none of the OSD selector or rack labels, which are what the Pulumi
+program's node patches put on them (so `pulumi up` against the sandbox meets every node it patches).
 """
 
 from __future__ import annotations
@@ -67,6 +71,11 @@ HOSTS: dict[AcceleratorModel, HostShape] = {
         192, 1024, "Huawei Atlas 800T A2 datasheet: 4x Kunpeng 920, 48 cores each, no SMT; 1 TiB assumed"
     ),
 }
+
+
+# The stack says nothing about its storage servers' hardware: a two-socket server is assumed.
+STORAGE_HOST = HostShape(64, 512, "assumed: the stack does not describe its storage servers")
+STORAGE_POOL = ""  # KwokNode.pool of a storage node: it belongs to no GPU pool
 
 
 @dataclass(frozen=True)
@@ -231,3 +240,43 @@ def plan_nodes(spec: StackSpec, nodes: int | None = None) -> list[KwokNode]:
                 labels[KUBE_SPARE_LABEL] = "true"
             out.append(KwokNode(name, pool.name, spare, labels, taints, capacity))
     return out
+
+
+def plan_storage_nodes(spec: StackSpec) -> list[KwokNode]:
+    """The stack's Ceph storage nodes (none without Ceph); a name a GPU pool also uses is refused."""
+    if spec.storage.ceph is None:
+        return []
+    region, zone_name = zone(spec)
+    gpu_nodes = {n for p in spec.node_pools for n in p.node_names()}
+    out: list[KwokNode] = []
+    problems = []
+    for i, storage in enumerate(spec.storage.ceph.storage_nodes):
+        if storage.name in gpu_nodes or any(n.name == storage.name for n in out):
+            problems.append(
+                Problem(f"storage.ceph.storageNodes[{i}].name", f"node name {storage.name!r} is used twice")
+            )
+            continue
+        out.append(storage_node(storage.name, region, zone_name))
+    if problems:
+        raise InputError("stack", problems)
+    return out
+
+
+def storage_node(name: str, region: str, zone_name: str) -> KwokNode:
+    """A Ceph storage node as it joins the cluster, before the Pulumi program labels it."""
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        INSTANCE_TYPE_LABEL: "storage",
+        REGION_LABEL: region,
+        ZONE_LABEL: zone_name,
+    }
+    capacity = {
+        "cpu": str(STORAGE_HOST.cpus),
+        "memory": f"{STORAGE_HOST.memory_gib}Gi",
+        "pods": str(MAX_PODS),
+        "ephemeral-storage": "1Ti",
+    }
+    return KwokNode(name, STORAGE_POOL, False, labels, (), capacity)
