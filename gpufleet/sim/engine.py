@@ -290,7 +290,8 @@ class Replication:
             handle = detect + isolate
             if action is not LadderAction.REPLACE:  # (a replaced node was renewed by _ladder)
                 self.failures[n] += 1
-            self._take_down(n, handle + self._outage(action))
+            human = p.manual_seconds if p.manual_remediation else 0.0  # (mode `cordon`)
+            self._take_down(n, handle + human + self._outage(action))
         else:
             self.failures[n] += 1
             handle = detect

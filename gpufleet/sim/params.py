@@ -96,6 +96,9 @@ class SimParams:
     breaker_max_share: float = 0.05
     breaker_window_seconds: float = 300.0
     manual_seconds: float = 3600.0
+    # remediation.mode `cordon`: the remediator isolates (cordon + taint) but does not reset, reboot
+    # or replace; a human does, so an isolated node's repair starts `manual_seconds` later.
+    manual_remediation: bool = False
     cap_reset_gpu: int = 2
     cap_reboot_node: int = 2
     # Attempts counted within this window (None: since the node last entered service new).

@@ -251,6 +251,7 @@ def resolve(
                                        if sc.circuit_breaker.window_minutes is not None
                                        else br.window_minutes),
         manual_seconds=_manual_seconds(sc),
+        manual_remediation=stack.remediation.mode == "cordon",
         cap_reset_gpu=stack.remediation.attempt_caps.reset_gpu,
         cap_reboot_node=stack.remediation.attempt_caps.reboot_node,
         attempt_window_seconds=(sc.attempt_caps.window_hours * 3600.0
@@ -283,6 +284,12 @@ def resolve(
             "reboot_node": d.REBOOT_NODE_SECONDS.source,
             "cold_start": d.COLD_START_SECONDS.source,
             "manual": d.MANUAL_SECONDS.source,
+            "remediation": f"stack remediation.mode {stack.remediation.mode}: " + {
+                "monitor-only": "a human isolates every node (manual seconds) and repairs it",
+                "cordon": "isolation automatic, then a human resets, reboots or replaces the node "
+                          "(manual seconds before the rung's repair time)",
+                "cordon-drain-remediate": "isolation and the ladder's rungs automatic",
+            }[stack.remediation.mode],
             "domain_outage": "; ".join(f"{c.value}: {v.value:g} h {v.source}"
                                        for c, v in d.DOMAIN_OUTAGE_HOURS.items()),
             "breaker": "stack remediation.circuitBreaker",

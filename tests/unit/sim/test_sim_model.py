@@ -240,6 +240,28 @@ def test_a_replaced_node_starts_fresh() -> None:
     assert m._mult(lemon) == pytest.approx(1 / 5.5)  # a new machine: the ordinary rate
 
 
+def test_in_cordon_mode_a_human_starts_the_repair() -> None:
+    # remediation.mode cordon: the node is isolated automatically (60 s) but not rebooted by the
+    # remediator. Node 0 (reset-gpu rung) at t=1000: detect 10, isolate 60, then a human (3,600 s)
+    # and the reset (300 s): back at 1000 + 10 + 60 + 3600 + 300 = 4970 (at 1370 under
+    # cordon-drain-remediate). The job does not wait for the human: it takes a warm spare.
+    from gpufleet.sim.engine import Replication
+
+    p = _isolate(_fleet(), FaultClass.GPU_DEGRADED, 60.0)
+    for manual, back in ((True, 4970.0), (False, 1370.0)):
+        m = Replication(p.with_changes(manual_remediation=manual), SEED)
+        m.inject([ScriptedFault(1000.0, "reset", 0)])
+        m.env.run(until=1001.0)
+        assert m.return_at[0] == back
+        r = m.run()
+        assert r.run_start.tolist() == [0.0, 1170.0]  # 1000 + 10 + 60, warm spare, restart 100
+    spec = stack(nodes=4, spares=2)
+    cordon = spec.model_copy(update={"remediation": spec.remediation.model_copy(update={"mode": "cordon"})})
+    cat = Catalog((fault("reset", "gpu-degraded", "reset-gpu", TINY, "reset"),))
+    assert resolve(cordon, cat, days=1).manual_remediation
+    assert not resolve(spec, cat, days=1).manual_remediation
+
+
 def _ladder_after(p: SimParams, times_h: list[float]) -> list[str]:
     from gpufleet.sim.engine import Replication
 
