@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from gpufleet.cli import (
@@ -26,8 +28,21 @@ app = typer.Typer(
 
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"gpufleet {version('gpufleet')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """gpufleet: stacks, fault catalog, sandbox, chaos game-days and reliability simulation."""
 
 
