@@ -588,11 +588,13 @@ class ChartSource(StrEnum):
 
     REPOSITORIES = "repositories"  # the vendors' published repositories (gpufleet/infra/charts.py)
     LOCAL = "local"  # archives `<localDir>/<chart>-<version>.tgz` (`helm pull` of the pinned versions)
-    OFF = "off"  # no release at all: the operators are installed by other means (or not at all)
+    # No release at all: the operators are installed by other means (or not at all). Not "off": YAML
+    # 1.1 readers (PyYAML, so `gpufleet validate`) read an unquoted off as false.
+    DISABLED = "disabled"
 
 
 class ChartsSpec(Model):
-    """`gpufleet:charts`: the chart-based components and where their charts come from. `off` is
+    """`gpufleet:charts`: the chart-based components and where their charts come from. `disabled` is
     for clusters that cannot reach a chart repository (the project's Kubernetes sandbox); the
     program then states in its output (`leftOut`) every release it did not declare."""
 
