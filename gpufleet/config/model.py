@@ -401,6 +401,28 @@ class StorageSpec(Model):
     checkpoint: CheckpointSpec
 
 
+class DrSpec(Model):
+    """`gpufleet:dr`: disaster-recovery targets, judged by `gpufleet drill` (docs/storage.md).
+
+    RPO: the most work a failure may lose, measured as the age, at the failure, of the newest
+    checkpoint that a restore brings back verified. RTO: the most time from the failure to that
+    verified restore. Backups copy new checkpoints every `backupIntervalSeconds`, so an RPO
+    shorter than the interval cannot be met and is refused here."""
+
+    rpo_seconds: Annotated[float, Field(gt=0)]
+    rto_seconds: Annotated[float, Field(gt=0)]
+    backup_interval_seconds: Annotated[float, Field(gt=0)] = 60.0
+
+    @model_validator(mode="after")
+    def _rpo_covers_the_interval(self) -> DrSpec:
+        if self.rpo_seconds < self.backup_interval_seconds:
+            raise ValueError(
+                f"rpoSeconds {self.rpo_seconds:g} is shorter than backupIntervalSeconds "
+                f"{self.backup_interval_seconds:g}: a checkpoint can wait a whole interval for its backup"
+            )
+        return self
+
+
 # --------------------------------------------------------------------------- monitoring
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d|w|y)$"
@@ -626,6 +648,7 @@ class StackSpec(Model):
     slos: SloSpec = Field(default_factory=SloSpec)
     gameday: GamedaySpec = Field(default_factory=GamedaySpec)
     sandbox: SandboxSpec | None = None
+    dr: DrSpec | None = None
     charts: ChartsSpec = Field(default_factory=ChartsSpec)
 
     @model_validator(mode="after")
