@@ -19,7 +19,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -222,14 +222,8 @@ class RemediationStatus(_M):
 
 
 def read_kube_state(stack: str, root: Path | None = None) -> KubeSandboxState:
-    raw = json.loads(kube_state_path(stack, root).read_text())
-    version = raw.get("version") if isinstance(raw, dict) else None
-    if version != 1:
-        raise ValueError(
-            f"Kubernetes sandbox state file version {version!r}, this gpufleet reads version 1: stop "
-            "the sandbox with the gpufleet version that made it (`gpufleet sandbox down --kubernetes`)"
-        )
-    return KubeSandboxState.model_validate(raw)
+    return _read_versioned(kube_state_path(stack, root), KubeSandboxState, 1, "Kubernetes sandbox state file",
+                           "`gpufleet sandbox down --kubernetes`")
 
 
 def write_kube_state(state: KubeSandboxState, root: Path | None = None) -> Path:
@@ -240,14 +234,23 @@ def write_kube_state(state: KubeSandboxState, root: Path | None = None) -> Path:
 
 
 def read_state(stack: str, root: Path | None = None) -> SandboxState:
-    raw = json.loads(state_path(stack, root).read_text())
-    version = raw.get("version") if isinstance(raw, dict) else None
-    if version != 2:
+    return _read_versioned(state_path(stack, root), SandboxState, 2, "state file", "`gpufleet sandbox down`")
+
+
+_State = TypeVar("_State", SandboxState, KubeSandboxState)
+
+
+def _read_versioned(path: Path, model: type[_State], version: int, what: str, down: str) -> _State:
+    """A state file of exactly the version this gpufleet writes; another version's file was made by
+    another gpufleet, whose own `sandbox down` must stop what it records."""
+    raw = json.loads(path.read_text())
+    found = raw.get("version") if isinstance(raw, dict) else None
+    if found != version:
         raise ValueError(
-            f"state file version {version!r}, this gpufleet reads version 2: the sandbox was made by "
-            "another gpufleet version; stop it with that version's `gpufleet sandbox down`"
+            f"{what} version {found!r}, this gpufleet reads version {version}: the sandbox was made by "
+            f"another gpufleet version; stop it with that version's {down}"
         )
-    return SandboxState.model_validate(raw)
+    return model.model_validate(raw)
 
 
 def write_state(state: SandboxState, root: Path | None = None) -> Path:

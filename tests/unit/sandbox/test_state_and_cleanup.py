@@ -45,6 +45,15 @@ def test_existing_reports_absent_present_and_unreadable(tmp_path: Path) -> None:
     assert all_stacks(tmp_path) == ["s1", "s2"]
 
 
+def test_a_state_file_of_another_version_is_refused_naming_both(tmp_path: Path) -> None:
+    Recorder(new_state("s1", "abc123", tmp_path), tmp_path)
+    path = tmp_path / "s1" / "state.json"
+    path.write_text(path.read_text().replace('"version": 2', '"version": 1'))
+    bad = existing("s1", tmp_path)
+    assert bad.state is None and bad.error is not None
+    assert "version 1" in bad.error and "reads version 2" in bad.error and "sandbox down" in bad.error
+
+
 def _crashed_state() -> SandboxState:
     """As left by `kill -9` of `up` after the network and two daemons: nodes recorded, some
     namespaces recorded, the controller not yet."""
