@@ -5,6 +5,9 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 BIN         := $(VENV)/bin
 APT_PACKAGES := prometheus slurmctld slurmd slurm-client munge iproute2 nftables procps util-linux
+# The storage sandbox (docs/storage.md): Debian 12's Ceph 16; `gpufleet sandbox doctor --storage`
+# refuses another major release (the code and its measured figures are Ceph 16's).
+APT_PACKAGES += ceph-mon ceph-mgr ceph-osd radosgw ceph-common
 REPORT      ?= reports/gameday
 # torch (the training workload) comes from PyPI as a ~3 GiB CUDA build with its nvidia-* wheels, and
 # PyPI's answers here carry no-store, so pip's HTTP cache keeps nothing: keep the wheels ourselves in

@@ -33,6 +33,14 @@ KubeOpt = Annotated[
         "instead of the Slurm one; both can run at once",
     ),
 ]
+StorageOpt = Annotated[
+    bool,
+    typer.Option(
+        "--storage",
+        help="the storage sandbox: a real Ceph cluster (mon, mgr, OSDs, radosgw) on loopback from the "
+        "stack's storage.ceph (docs/storage.md); `down` without it removes the stack's storage too",
+    ),
+]
 # Bounds of --nodes: gpufleet.sandbox.kube.nodes.MIN_NODES / MAX_NODES (not imported here: the
 # CLI's import stays light; a unit test holds them equal).
 MIN_KUBE_NODES = 1
@@ -67,12 +75,18 @@ def up_cmd(
     ] = None,
     kubernetes: KubeOpt = False,
     nodes: NodesOpt = None,
+    storage: StorageOpt = False,
 ) -> None:
     """Build the sandbox of a stack and wait until it is ready: Slurm nodes idle and training
     progressing, or with --kubernetes kwok nodes Ready and the training Job's pods Running."""
     if nodes is not None and not kubernetes:
         raise fail("--nodes sizes the Kubernetes sandbox: add --kubernetes", code=2)
     spec = load_named_stack(stack, stacks_dir)
+    if storage:
+        from gpufleet.cli.storage_cmds import storage_up
+
+        storage_up(stack, spec, 180.0 if timeout is None else timeout)
+        return
     if kubernetes:
         if rules:
             raise fail("--rules is for the Slurm sandbox's Prometheus; the Kubernetes one has none", code=2)
@@ -179,9 +193,15 @@ def status_cmd(
     stack: StackOpt = "sandbox",
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     kubernetes: KubeOpt = False,
+    storage: StorageOpt = False,
 ) -> None:
     """Show a sandbox: phase, processes, Slurm node states, training progress (with --kubernetes:
     daemons, node and pod counts)."""
+    if storage:
+        from gpufleet.cli.storage_cmds import storage_status
+
+        storage_status(stack, as_json)
+        return
     if kubernetes:
         _kube_status(stack, as_json)
         return
@@ -219,6 +239,7 @@ def down_cmd(
     all_: Annotated[bool, typer.Option("--all", help="every sandbox with a state file")] = False,
     keep_files: Annotated[bool, typer.Option("--keep-files", help="keep the run directory (logs)")] = False,
     kubernetes: KubeOpt = False,
+    storage: StorageOpt = False,
 ) -> None:
     """Remove exactly what `up` made (also after a crashed `up`). Idempotent. With --kubernetes,
     the Kubernetes sandbox's run only (the Slurm sandbox of the stack is left alone)."""
@@ -229,6 +250,12 @@ def down_cmd(
         require_root()
     except SandboxError as e:
         raise fail(str(e)) from None
+    from gpufleet.cli.storage_cmds import storage_down
+
+    if storage:
+        if not storage_down(stack, all_, keep_files):
+            raise typer.Exit(1)
+        return
     stacks = all_stacks() if all_ else [stack]
     bad = False
     for s in stacks:
@@ -251,6 +278,9 @@ def down_cmd(
                 f"mounts {report.unmount_errors}; state kept, run `down` again",
                 highlight=False,
             )
+    # The stack's storage sandbox belongs to it too (a separate state file, so it is quiet when absent).
+    if not storage_down(stack, all_, keep_files, quiet_if_none=True):
+        bad = True
     if bad:
         raise typer.Exit(1)
 
@@ -284,9 +314,15 @@ def _kube_down(stack: str, all_: bool, keep_files: bool) -> None:
 
 
 @sandbox_app.command("doctor")
-def doctor_cmd(kubernetes: KubeOpt = False) -> None:
+def doctor_cmd(kubernetes: KubeOpt = False, storage: StorageOpt = False) -> None:
     """Check this machine for everything the sandbox needs; say how to get what is missing. With
-    --kubernetes: the programs built by `make kube-bins` and the Python packages it uses."""
+    --kubernetes: the programs built by `make kube-bins` and the Python packages it uses; with
+    --storage: the Ceph packages (Debian 12's Ceph 16)."""
+    if storage:
+        from gpufleet.cli.storage_cmds import storage_doctor
+
+        storage_doctor()
+        return
     checks: list[Check] = diagnose_kube() if kubernetes else diagnose()
     for c in checks:
         mark = "[green]ok[/]     " if c.ok else "[red]MISSING[/]"

@@ -1,0 +1,116 @@
+"""`gpufleet sandbox up|status|down|doctor --storage`: the storage sandbox (a real Ceph cluster on
+loopback, docs/storage.md). Called from sandbox_cmds; kept here so the Ceph imports stay out of the
+other sandbox commands."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from gpufleet.cli.common import console, fail
+from gpufleet.config.model import StackSpec
+
+
+def storage_up(stack: str, spec: StackSpec, timeout: float) -> None:
+    from gpufleet.sandbox.storage.ceph import StorageSandboxError, StorageUpOptions
+    from gpufleet.sandbox.storage.ceph import storage_up as up
+
+    try:
+        rec, timings = up(
+            stack, spec, StorageUpOptions(timeout_s=timeout), say=lambda m: console.print(m, highlight=False)
+        )
+    except (StorageSandboxError, TimeoutError, OSError) as e:
+        raise fail(
+            f"{e}\n(state kept for cleanup: run `gpufleet sandbox down --storage --stack {stack}`)"
+        ) from None
+    st = rec.state
+    marks = ", ".join(f"{k} {v:.1f} s" for k, v in timings.marks.items())
+    console.print(
+        f"storage sandbox [bold]{stack}[/] up (run {st.run_id}): {len(st.osds)} OSDs, S3 {st.s3_endpoint}, "
+        f"buckets {st.checkpoint_bucket} and {st.backup_bucket}; {marks}",
+        highlight=False,
+    )
+    console.print(f"  try: ceph -c {st.ceph_conf} -s", highlight=False, soft_wrap=True)
+    console.print(f"  state: {rec.path}", highlight=False, soft_wrap=True)
+
+
+def storage_status(stack: str, as_json: bool) -> None:
+    from gpufleet.sandbox.storage.ceph import existing_storage
+    from gpufleet.sandbox.storage.ceph import storage_status as status
+
+    state, error = existing_storage(stack)
+    if error:
+        raise fail(f"unreadable state file {error}")
+    if state is None:
+        raise fail(
+            f"no storage sandbox for stack {stack!r}; start one with "
+            f"`gpufleet sandbox up --storage --stack {stack}`"
+        )
+    info = status(state)
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    console.print(
+        f"storage sandbox {info['stack']} run {info['run_id']}: phase {info['phase']}", highlight=False
+    )
+    console.print(
+        f"  {info['ceph_version']}; S3 {info['s3_endpoint']}; buckets {info['buckets']}", highlight=False
+    )
+    dead = [n for n, ok in info["processes"].items() if not ok]
+    rss = sum(info["rss_bytes"].values()) / 2**20
+    console.print(
+        f"  processes: {len(info['processes']) - len(dead)} running, {rss:.0f} MiB resident"
+        + (f", NOT running: {', '.join(dead)}" if dead else ""),
+        highlight=False,
+    )
+    if info["health"] is not None:
+        checks = info["health"]["checks"]
+        console.print(
+            f"  health: {info['health']['status']}" + (f" ({', '.join(checks)})" if checks else ""),
+            highlight=False,
+        )
+    if info["error"]:
+        console.print(f"  [red]{info['error']}[/]", highlight=False)
+
+
+def storage_down(stack: str, all_: bool, keep_files: bool, quiet_if_none: bool = False) -> bool:
+    """Remove the storage sandbox(es); True when everything asked for is gone."""
+    from gpufleet.sandbox.storage.ceph import StorageSandboxError, all_storage_stacks
+    from gpufleet.sandbox.storage.ceph import storage_down as down
+
+    ok = True
+    for s in all_storage_stacks() if all_ else [stack]:
+        try:
+            report = down(s, keep_files=keep_files)
+        except StorageSandboxError as e:
+            raise fail(str(e)) from None
+        if report is None:
+            if not quiet_if_none:
+                console.print(f"no storage sandbox for stack {s!r}: nothing to do", highlight=False)
+        elif report.clean:
+            console.print(
+                f"storage sandbox {s} (run {report.run_id}) removed; {report.stopped} processes stopped",
+                highlight=False,
+            )
+        else:
+            ok = False
+            console.print(
+                f"[red]storage sandbox {s} (run {report.run_id}) NOT fully removed[/]: processes "
+                f"{report.left_processes} still run; state kept, run `down --storage` again",
+                highlight=False,
+            )
+    return ok
+
+
+def storage_doctor() -> None:
+    from gpufleet.sandbox.storage.doctor import diagnose_storage
+
+    checks = diagnose_storage()
+    for c in checks:
+        mark = "[green]ok[/]     " if c.ok else "[red]MISSING[/]"
+        console.print(f"{mark} {c.name}: {c.detail}", highlight=False)
+        if c.fix:
+            console.print(f"        fix: {c.fix}", highlight=False, soft_wrap=True)
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
