@@ -336,6 +336,26 @@ def ensure_steady_state(
 # --------------------------------------------------------------------------- the suite
 
 
+def needs_fresh_training(index: int, brought_up: bool) -> bool:
+    """On the Kubernetes sandbox, each experiment starts with a training Job that no fault has
+    touched (gpufleet.sandbox.kube.cluster.restart_training says why): all but the first on a
+    sandbox this game-day brought up."""
+    return index > 0 or not brought_up
+
+
+def fresh_training(opts: GamedayOptions, listener: Listener) -> None:
+    """Replace the Kubernetes sandbox's training Job; a failure is left to the steady-state check
+    that follows (which then reports the Job missing or not running)."""
+    from gpufleet.sandbox.kube.cluster import restart_training
+
+    try:
+        seconds = restart_training(read_kube_state(opts.stack), load_named_stack(opts.stack, opts.stacks_dir))
+    except Exception as e:  # any failure is reported; the steady-state check decides
+        listener.sandbox(f"could not replace the training Job: {e}")
+        return
+    listener.sandbox(f"training Job replaced by a new one in {seconds:.1f} s (no back-off of earlier faults)")
+
+
 def _ticker(listener: Listener, index: int, experiment: Experiment) -> Callable[[float], None]:
     def tick(elapsed_s: float) -> None:
         listener.tick(index, experiment, elapsed_s)
@@ -360,7 +380,8 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
     journals.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     brought_up, setup_s = (False, 0.0)
-    if suite and (opts.backend == "sandbox" or uses_kube_sandbox(opts)):
+    kube_sandbox = bool(suite) and uses_kube_sandbox(opts)
+    if suite and (opts.backend == "sandbox" or kube_sandbox):
         brought_up, setup_s = ensure_sandbox(opts, listener)
     results: list[ExperimentResult] = []
     interrupted = False
@@ -368,6 +389,8 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
         for i, exp in enumerate(suite):
             if i and opts.settle_s > 0:
                 time.sleep(opts.settle_s)
+            if kube_sandbox and needs_fresh_training(i, brought_up):
+                fresh_training(opts, listener)
             healing = (opts.steady or ensure_steady_state)(opts, listener, exp)
             if healing["problems"]:
                 listener.healed(i, exp, healing)

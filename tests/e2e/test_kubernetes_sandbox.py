@@ -117,6 +117,7 @@ def test_nodes_ready_with_the_pools_labels_taints_and_capacity(
         "kube-scheduler",
         "kwok",
         "gpufleet-remediation",  # the platform's remediation (the stand-in for NVSentinel)
+        "kueue",  # Kueue's controller manager (tests/e2e/test_kubernetes_kueue.py)
     ]
     nodes = {n["metadata"]["name"]: n for n in admin.list("Node")}
     assert sorted(nodes) == [f"gpu-{i}" for i in range(NODES)] == sorted(state.nodes)

@@ -256,8 +256,8 @@ def _create_nodes(api: KubeApi, nodes: list[KwokNode]) -> None:
         list(pool.map(create, nodes))
 
 
-def _running_pods(api: KubeApi) -> list[dict[str, Any]]:
-    pods = api.list("Pod", workload.TRAINING_NAMESPACE, labelSelector=f"job-name={workload.JOB_NAME}")
+def _running_pods(api: KubeApi, job: str = workload.JOB_NAME) -> list[dict[str, Any]]:
+    pods = api.list("Pod", workload.TRAINING_NAMESPACE, labelSelector=f"job-name={job}")
     return [
         p
         for p in pods
@@ -558,6 +558,51 @@ def _remediation(run: _Run, api: KubeApi, spec: StackSpec) -> None:
         return True
 
     run.wait(f"{REMEDIATION} to reconcile once", reconciled, 0.2, REMEDIATION)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def restart_training(state: KubeSandboxState, spec: StackSpec, timeout_s: float = 120.0) -> float:
+    """Replace the sandbox's training Job by a new one of the same size, submitted to the same Kueue
+    queue, and wait until its pods run; returns the seconds it took.
+
+    Why: the Job controller delays a replacement pod by 10 s x 2^(n-1) after the Job's n-th pod
+    failure since its last success, evictions its podFailurePolicy ignores included, at most
+    10 min (k8s.io/kubernetes pkg/controller/job/backoff_utils.go, DefaultJobPodFailureBackOff
+    and MaxJobPodFailureBackOff); it keeps that count in memory per Job and drops it only when the
+    Job finishes or is deleted, and training pods never succeed. Each fault a game-day injects on
+    a sandbox that stays up would otherwise add to the next fault's recovery time (the fourth waits
+    80 s, past the 60 s budgets). A new Job starts from none, as on a new sandbox."""
+    if state.admin_kubeconfig is None or state.training_job_name is None:
+        raise KubeSandboxError(f"the Kubernetes sandbox of {state.stack} runs no training Job")
+    started = time.monotonic()
+    deadline = started + timeout_s
+    ns, name = state.training_namespace or workload.TRAINING_NAMESPACE, state.training_job_name
+    with api_from_kubeconfig(Path(state.admin_kubeconfig)) as api:
+        job = api.get(object_path("Job", name, ns))
+        plan = workload.training_plan(spec, int(job["spec"]["parallelism"]))
+        queue = (job["metadata"].get("labels") or {}).get(workload.QUEUE_LABEL)
+        # Foreground: the Job is gone only once its pods (and Kueue's Workload) are.
+        resp = api.request("DELETE", object_path("Job", name, ns), {"propagationPolicy": "Foreground"})
+        if resp.status_code not in (200, 202, 404):
+            raise ApiError(f"delete Job {name}", resp.status_code, resp.text)
+
+        def gone() -> bool:
+            return api.request("GET", object_path("Job", name, ns)).status_code == 404
+
+        try:
+            wait_for(f"training Job {name} deleted", gone, max(deadline - time.monotonic(), 0), 0.3)
+            api.apply(workload.training_job(spec, plan, queue, name=name))
+            wait_for(
+                f"training Job {name}: {plan.replicas} pods Running",
+                lambda: len(_running_pods(api, name)) >= plan.replicas,
+                max(deadline - time.monotonic(), 0),
+                0.3,
+            )
+        except TimeoutError as e:
+            raise KubeSandboxError(str(e)) from None
+    return time.monotonic() - started
 
 
 # ----------------------------------------------------------------------------- down

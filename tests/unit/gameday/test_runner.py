@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from gpufleet.cli.main import app
 from gpufleet.gameday import GamedayOptions, Result, run_gameday
 from gpufleet.gameday.report.summary import summary_dict
-from gpufleet.gameday.runner import chaos_command
+from gpufleet.gameday.runner import chaos_command, needs_fresh_training
 
 HERE = Path(__file__).parent
 EXPERIMENTS = HERE / "fixtures" / "experiments"
@@ -76,6 +76,15 @@ def test_each_experiment_starts_from_a_healed_steady_state(fake_chaos: Path, tmp
     assert len(fake_chaos.read_text().splitlines()) == 2  # the unhealed one never ran
     summary = summary_dict(run)
     assert summary["experiments"][0]["healing"]["seconds"] == 12.5
+
+
+def test_fresh_training_job_for_all_but_the_first_experiment_on_a_new_sandbox() -> None:
+    """The Kubernetes sandbox's training Job is replaced before an experiment unless no fault can
+    have touched it yet: the first experiment on a sandbox this game-day brought up."""
+    assert not needs_fresh_training(0, brought_up=True)
+    assert needs_fresh_training(0, brought_up=False)  # a sandbox that was up: its Job has a past
+    assert needs_fresh_training(1, brought_up=True)
+    assert needs_fresh_training(2, brought_up=False)
 
 
 def test_var_only_for_declared_keys() -> None:

@@ -1,0 +1,176 @@
+"""End-to-end: Kueue's real controller manager in the Kubernetes sandbox (gpufleet.sandbox.kube.kueue).
+
+The sandbox at --nodes 3 (the sandbox stack's pool: 2 compute nodes + 1 spare, 8 GPUs each) has a
+ClusterQueue of 24 nvidia.com/gpu. The training Job (2 pods of 8 GPUs) is submitted suspended to
+the stack's queue; Kueue must admit it as one Workload and unsuspend it, and kwok runs its pods.
+Then two Jobs Kueue must keep out, suspended, without a single pod: one larger than the whole quota
+(4 pods, 32 GPUs) and one that would fit only in part (2 pods, 16 GPUs, with 8 left): a gang is
+admitted whole or not at all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import REPO, gpufleet, wait_until
+
+from gpufleet.config import load_named_stack
+from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
+from gpufleet.sandbox.kube import kueue, require_kube_paths, workload
+from gpufleet.sandbox.kube.api import KubeApi, object_path
+from gpufleet.sandbox.kube.cluster import api_from_kubeconfig, restart_training
+from gpufleet.sandbox.kube.kwok_config import NODE_SELECTOR
+
+pytestmark = pytest.mark.sandbox
+
+STACK = "sandbox"
+NODES = 3
+NS = workload.TRAINING_NAMESPACE
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSandboxState]:
+    try:
+        require_kube_paths()
+    except RuntimeError as e:
+        pytest.fail(str(e))  # `make test` builds them first: missing is a failure, not a skip
+    root = tmp_path_factory.mktemp("kueue-root")
+    res = gpufleet(
+        root, "sandbox", "up", "--kubernetes", "--stack", STACK, "--nodes", str(NODES), "--timeout", "240"
+    )
+    state: KubeSandboxState | None = None
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        state = read_kube_state(STACK, root)
+        yield state
+    finally:
+        if state is None and kube_state_path(STACK, root).exists():
+            state = read_kube_state(STACK, root)
+        down = gpufleet(root, "sandbox", "down", "--kubernetes", "--stack", STACK)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+@pytest.fixture(scope="module")
+def admin(sandbox: KubeSandboxState) -> Iterator[KubeApi]:
+    assert sandbox.admin_kubeconfig is not None
+    with api_from_kubeconfig(Path(sandbox.admin_kubeconfig)) as api:
+        yield api
+
+
+def _job(admin: KubeApi, name: str) -> dict[str, Any]:
+    job: dict[str, Any] = admin.get(object_path("Job", name, NS))
+    return job
+
+
+def _workload(admin: KubeApi, job: dict[str, Any]) -> dict[str, Any] | None:
+    return kueue.workload_of_job(admin.list("Workload", NS), job["metadata"]["uid"])
+
+
+def _admitted(admin: KubeApi, job: dict[str, Any]) -> dict[str, Any] | None:
+    wl = _workload(admin, job)
+    return wl if wl is not None and kueue.admitted(wl) else None
+
+
+def _pods(admin: KubeApi, job: str) -> list[dict[str, Any]]:
+    return admin.list("Pod", NS, labelSelector=f"job-name={job}")
+
+
+def _running(admin: KubeApi, job: str, want: int) -> list[dict[str, Any]] | None:
+    pods = [p for p in _pods(admin, job) if p["status"].get("phase") == "Running"]
+    return pods if len(pods) == want else None
+
+
+def test_kueue_runs_as_its_own_service_account(sandbox: KubeSandboxState) -> None:
+    assert "kueue" in [p.name for p in sandbox.processes]
+    kubeconfig = Path(sandbox.base_dir) / "kubeconfigs" / "kueue.kubeconfig"
+    with api_from_kubeconfig(kubeconfig) as as_kueue:
+        # Its generated ClusterRole lets it read Workloads everywhere, and nothing makes it admin:
+        assert isinstance(as_kueue.list("Workload"), list)
+        resp = as_kueue.request("GET", object_path("Node", "gpu-0"))
+        assert resp.status_code == 403, resp.text
+
+
+def test_training_job_admitted_as_one_workload(sandbox: KubeSandboxState, admin: KubeApi) -> None:
+    queue = kueue.queue_name(load_named_stack(STACK, REPO / "stacks"))
+    job = _job(admin, workload.JOB_NAME)
+    assert job["metadata"]["labels"][workload.QUEUE_LABEL] == queue
+    wl = wait_until("the training Job's Workload admitted", lambda: _admitted(admin, job), 60)
+    assert wl["status"]["admission"]["clusterQueue"] == queue
+    (podset,) = wl["spec"]["podSets"]
+    assert podset["count"] == 2  # both pods in one admission: the gang
+    (assignment,) = wl["status"]["admission"]["podSetAssignments"]
+    assert assignment["flavors"] == {"nvidia.com/gpu": "gpu"}
+    assert assignment["resourceUsage"]["nvidia.com/gpu"] == "16"
+    job = _job(admin, workload.JOB_NAME)
+    assert job["spec"]["suspend"] is False
+    # Kueue injected the flavor's node labels into the pod template when it admitted the Job.
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"gpufleet.io/pool": "gpu"}
+    pods = wait_until("2 training pods Running", lambda: _running(admin, workload.JOB_NAME, 2), 60)
+    key, value = NODE_SELECTOR.split("=")
+    for pod in pods:
+        node = admin.get(object_path("Node", pod["spec"]["nodeName"]))
+        assert node["metadata"]["annotations"][key] == value  # a kwok node
+    cq = admin.get(object_path("ClusterQueue", queue))
+    assert cq["status"]["admittedWorkloads"] == 1
+    (usage,) = cq["status"]["flavorsUsage"]
+    assert {r["name"]: r["total"] for r in usage["resources"]} == {"nvidia.com/gpu": "16"}
+
+
+@pytest.mark.parametrize(
+    ("name", "replicas", "why"),
+    [
+        ("too-big-for-the-quota", 4, "32 GPUs > the queue's 24"),
+        ("gang-that-fits-in-part", 2, "16 GPUs, 8 left: one pod would fit, the gang does not"),
+    ],
+)
+def test_job_beyond_the_free_quota_stays_pending(
+    sandbox: KubeSandboxState, admin: KubeApi, name: str, replicas: int, why: str
+) -> None:
+    spec = load_named_stack(STACK, REPO / "stacks")
+    queue = kueue.queue_name(spec)
+    wait_until("the training Job admitted", lambda: _admitted(admin, _job(admin, workload.JOB_NAME)), 60)
+    plan = workload.training_plan(spec, 2)
+    plan = type(plan)(replicas=replicas, resource=plan.resource, gpus=plan.gpus, pool=plan.pool)
+    admin.create(workload.training_job(spec, plan, queue, name=name))
+    try:
+        job = _job(admin, name)
+
+        def pending() -> dict[str, Any] | None:
+            wl = _workload(admin, job)
+            cond = kueue.condition(wl, "QuotaReserved") if wl else None
+            return cond if cond and cond["status"] == "False" and "insufficient" in cond["message"] else None
+
+        cond = wait_until(f"Kueue to hold {name} back ({why})", pending, 60)
+        assert cond["reason"] == "Pending"
+        time.sleep(5)  # Kueue's scheduler has had more cycles: still nothing
+        wl = _workload(admin, job)
+        assert wl is not None and not kueue.admitted(wl)
+        assert _job(admin, name)["spec"]["suspend"] is True
+        assert _pods(admin, name) == []
+        # The training Job keeps its admission.
+        assert _admitted(admin, _job(admin, workload.JOB_NAME))
+    finally:
+        admin.request("DELETE", object_path("Job", name, NS), {"propagationPolicy": "Background"})
+
+
+def test_restart_training_replaces_the_job_through_kueue(sandbox: KubeSandboxState, admin: KubeApi) -> None:
+    """The game-day's fresh training Job between experiments (restart_training): a new Job object
+    (the Job controller's back-off memory is per Job), same size and queue, admitted again."""
+    spec = load_named_stack(STACK, REPO / "stacks")
+    before = _job(admin, workload.JOB_NAME)
+    old_pod = _pods(admin, workload.JOB_NAME)[0]["metadata"]["name"]
+    admin.delete("Pod", old_pod, NS)  # a failure in the old Job's history
+    restart_training(sandbox, spec, timeout_s=120)
+    after = _job(admin, workload.JOB_NAME)
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    assert after["spec"]["parallelism"] == before["spec"]["parallelism"] == 2
+    assert after["metadata"]["labels"][workload.QUEUE_LABEL] == kueue.queue_name(spec)
+    assert _admitted(admin, after) is not None
+    assert _running(admin, workload.JOB_NAME, 2) is not None
+    assert old_pod not in {p["metadata"]["name"] for p in _pods(admin, workload.JOB_NAME)}
+    # Kueue dropped the old Job's Workload with it.
+    assert _workload(admin, before) is None
