@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Build the game-day CronJob's image with buildah, from Debian packages and PyPI, and smoke-test it.
+
+    python3 tools/image/gameday.py [--tag gpufleet/gameday:0.1.0] [--smoke]
+    python3 tools/image/gameday.py --check        # can this machine build it? (exit 3 and why if not)
+
+No container registry is needed: the base is a Debian root filesystem that debootstrap makes from
+Debian's archive (cached by its inputs in ${GPUFLEET_IMAGE_CACHE:-~/.cache/gpufleet/images}, so a
+second build reuses it), and images/gameday/Containerfile starts FROM scratch with it. The context
+also gets gpufleet's wheel, the Python packages of this environment as constraints (the image runs
+what the tests ran) and experiments/. buildah runs the Containerfile's RUN steps with chroot
+isolation (no OCI runtime or daemon: none runs on these machines) and keeps the image in its local
+storage (`buildah images`); push it with `buildah push <tag> <registry>/...` where one is reachable.
+
+The smoke test runs, in a container of the image, as the image's user: `gpufleet --version`, and
+`gpufleet chaos validate` of the experiments tagged for the kubernetes backend against the stacks
+mounted read-only at /etc/gpufleet/stacks, where the CronJob mounts its stack's ConfigMap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CONTAINERFILE = REPO / "images" / "gameday" / "Containerfile"
+DEFAULT_TAG = "localhost/gpufleet/gameday:0.1.0"
+SUITE = "bookworm"  # Debian 12, as these machines; its python3 is 3.11 (pyproject: >=3.11)
+MIRROR = "http://deb.debian.org/debian"
+PACKAGES = ("python3", "python3-venv", "ca-certificates")  # beyond debootstrap's minbase
+WORKDIR = "/etc/gpufleet"  # gpufleet.infra.gameday.WORKDIR: where the CronJob runs
+BUILDAH_ISOLATION = "chroot"  # RUN steps without an OCI runtime
+
+
+class ImageError(RuntimeError):
+    """A step failed; the message says which."""
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("GPUFLEET_IMAGE_CACHE", "")
+    return Path(configured) if configured else Path.home() / ".cache" / "gpufleet" / "images"
+
+
+def run(argv: Sequence[str], what: str, cwd: Path | None = None, capture: bool = False) -> str:
+    proc = subprocess.run(list(argv), cwd=cwd, text=True, check=False,
+                          stdout=subprocess.PIPE if capture else None,
+                          stderr=subprocess.PIPE if capture else None)
+    if proc.returncode != 0:
+        tail = (proc.stderr or "").strip().splitlines()[-5:] if capture else []
+        raise ImageError(f"{what} failed (exit {proc.returncode}): {' '.join(argv)}"
+                         + ("\n  | " + "\n  | ".join(tail) if tail else ""))
+    return proc.stdout or ""
+
+
+def builder_problem() -> str | None:
+    """Why this machine cannot build the image (None: it can): buildah and debootstrap installed,
+    run as root (debootstrap and buildah's chroot isolation need it), buildah's storage usable."""
+    missing = [p for p in ("buildah", "debootstrap") if shutil.which(p) is None]
+    if missing:
+        return (f"no {' and no '.join(missing)} on PATH (Debian: apt-get install buildah debootstrap); "
+                "docker here is only a client and no engine runs")
+    if os.geteuid() != 0:
+        return "not root: debootstrap and buildah's chroot isolation need root"
+    proc = subprocess.run(["buildah", "info"], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return f"`buildah info` failed: {(proc.stderr or proc.stdout).strip()[:300]}"
+    return None
+
+
+def rootfs_tar() -> Path:
+    """The Debian root filesystem as a tar file, made once per (suite, mirror, packages)."""
+    key = hashlib.sha256(json.dumps([SUITE, MIRROR, sorted(PACKAGES)]).encode()).hexdigest()[:12]
+    out = cache_dir() / f"rootfs-{SUITE}-{key}.tar"
+    if out.is_file():
+        print(f"gameday-image: {out.name} cached", flush=True)
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".rootfs.") as tmp:
+        root = Path(tmp) / "rootfs"
+        t = time.monotonic()
+        run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), MIRROR],
+            "debootstrap")
+        # Nothing the image needs: the package lists and downloaded archives.
+        for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for p in (root / sub).glob("*"):
+                if p.is_file():
+                    p.unlink()
+        partial = Path(tmp) / "rootfs.tar"
+        run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], "tar of the rootfs")
+        partial.replace(out)
+        print(f"gameday-image: debootstrap {SUITE} in {time.monotonic() - t:.0f} s -> {out}", flush=True)
+    return out
+
+
+def constraints() -> str:
+    """This environment's packages (what the tests ran), less gpufleet itself."""
+    text = run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], "pip freeze", capture=True)
+    keep = [line for line in text.splitlines() if line and not line.lower().startswith("gpufleet")]
+    return "".join(line + "\n" for line in keep)
+
+
+def prepare_context(ctx: Path) -> None:
+    shutil.copy(CONTAINERFILE, ctx / "Containerfile")
+    base = rootfs_tar()
+    if _same_fs(base.parent, ctx):
+        os.link(base, ctx / "rootfs.tar")  # the context is in the cache's folder: no copy
+    else:
+        shutil.copy(base, ctx / "rootfs.tar")
+    wheels = ctx / "wheels"
+    wheels.mkdir()
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(REPO)],
+        "building gpufleet's wheel")
+    (wheels / "constraints.txt").write_text(constraints())
+    shutil.copytree(REPO / "experiments", ctx / "experiments")
+
+
+def _same_fs(a: Path, b: Path) -> bool:
+    return a.exists() and b.exists() and a.stat().st_dev == b.stat().st_dev
+
+
+def build(tag: str) -> float:
+    """Build the image into buildah's storage; returns the seconds it took."""
+    t = time.monotonic()
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".context.") as tmp:
+        ctx = Path(tmp)
+        prepare_context(ctx)
+        run(["buildah", "bud", f"--isolation={BUILDAH_ISOLATION}", "--layers=false", "-f",
+             str(ctx / "Containerfile"), "-t", tag, str(ctx)], "buildah bud")
+    return time.monotonic() - t
+
+
+def kubernetes_experiments() -> list[str]:
+    """Experiments tagged for the kubernetes backend: what the CronJob runs."""
+    out = []
+    for p in sorted((REPO / "experiments").glob("*.json")):
+        if "kubernetes" in (json.loads(p.read_text()).get("tags") or []):
+            out.append(f"experiments/{p.name}")
+    return out
+
+
+def smoke(tag: str) -> list[str]:
+    """Run the smoke commands in a container of the image; returns their outputs."""
+    ctr = run(["buildah", "from", "--pull-never", tag], "buildah from", capture=True).strip().splitlines()[-1]
+    try:
+        outputs = []
+        mount = f"{REPO / 'stacks'}:{WORKDIR}/stacks:ro"
+        for argv in (["gpufleet", "--version"], ["gpufleet", "chaos", "validate", *kubernetes_experiments()]):
+            out = run(["buildah", "run", f"--isolation={BUILDAH_ISOLATION}", "-v", mount, ctr, "--", *argv],
+                      f"in the image: {' '.join(argv)}", capture=True)
+            print(f"gameday-image: $ {' '.join(argv)}\n{out.rstrip()}", flush=True)
+            outputs.append(out)
+        return outputs
+    finally:
+        subprocess.run(["buildah", "rm", ctr], capture_output=True, check=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tag", default=DEFAULT_TAG, help=f"image name (default {DEFAULT_TAG})")
+    parser.add_argument("--smoke", action="store_true", help="after building, run the smoke test")
+    parser.add_argument("--smoke-only", action="store_true", help="only the smoke test (image built before)")
+    parser.add_argument("--check", action="store_true", help="only say whether this machine can build it")
+    args = parser.parse_args(argv)
+    why = builder_problem()
+    if why is not None:
+        print(f"gameday-image: cannot build here: {why}", file=sys.stderr)
+        return 3
+    if args.check:
+        print("gameday-image: buildah and debootstrap usable")
+        return 0
+    try:
+        if not args.smoke_only:
+            seconds = build(args.tag)
+            print(f"gameday-image: built {args.tag} in {seconds:.0f} s", flush=True)
+        if args.smoke or args.smoke_only:
+            smoke(args.tag)
+    except ImageError as e:
+        print(f"gameday-image: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
