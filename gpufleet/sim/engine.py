@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from gpufleet.core.breaker import breaker_threshold
 from gpufleet.core.taxonomy import FaultClass, LadderAction
 from gpufleet.sim.params import SimParams
 
@@ -182,6 +183,8 @@ class Replication:
         self.breaker_trips = 0
         self.events = 0
         self.breaker_log: deque[tuple[float, int]] = deque()
+        # as NVSentinel rounds it: ceil(nodes x whole percent / 100) (gpufleet.core.breaker)
+        self.breaker_threshold = breaker_threshold(p.breaker_max_share, p.total_nodes)
         # job state. Recovery waits for EVERY pending deadline: the detect+isolate of each fault
         # that hit the job since it stopped (`ready_at`), the store or cluster coming back
         # (`blocked_until`) and the boot of every cold spare taken (`boot_until`); the restart itself
@@ -362,13 +365,14 @@ class Replication:
         return float(3600.0 * lo * (hi / lo) ** self.rng_repair.random())
 
     def _breaker_refuses(self, count: int) -> bool:
-        """NVSentinel-style breaker: refuse to quarantine past a share of the fleet in a window."""
+        """NVSentinel's breaker: refuse to quarantine once the nodes quarantined within the window
+        would pass its threshold (a leaf's nodes are one decision: all of them or none)."""
         now = self.env.now
         log = self.breaker_log
         while log and log[0][0] <= now - self.p.breaker_window_seconds:
             log.popleft()
         current = sum(c for _, c in log)
-        if current + count > self.p.breaker_max_share * self.p.total_nodes:
+        if current + count > self.breaker_threshold:
             self.breaker_trips += 1
             return True
         log.append((now, count))

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import threading
@@ -51,6 +50,7 @@ from typing import Any
 
 from gpufleet.catalog import Catalog, XidRule, load_catalog, xid_policy
 from gpufleet.catalog.policy import parse_overrides
+from gpufleet.core.breaker import breaker_threshold
 from gpufleet.core.node_health import (
     CONDITION,
     OUT_OF_SERVICE_TAINT,
@@ -146,8 +146,7 @@ class Policy:
         computes it (breaker/slidingWindowBreaker: ceil(nodes x percentage / 100), tripped when the
         nodes cordoned within the window reach it) from the percentage the Pulumi program gives it
         (infra.self_healing: the share as a whole percent, rounded up, at least 1)."""
-        percentage = max(1, math.ceil(self.max_quarantined_share * 100))
-        return math.ceil(total_nodes * percentage / 100)
+        return breaker_threshold(self.max_quarantined_share, total_nodes)
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,21 @@ def test_in_cordon_mode_a_human_starts_the_repair() -> None:
     assert not resolve(spec, cat, days=1).manual_remediation
 
 
+def test_the_breaker_threshold_is_rounded_as_nvsentinel_rounds_it() -> None:
+    # 6 nodes at 5%: ceil(6 x 5 / 100) = 1 quarantine per window (gpufleet.core.breaker). Node 0
+    # at t=1000 is quarantined by the remediator: back at 1000 + 10 + 60 + 300 (reset) = 1370.
+    # Node 1 at t=1100, within the 5-minute window, is refused: a human isolates it (3,600 s),
+    # back at 1100 + 10 + 3600 + 300 = 5010.
+    from gpufleet.sim.engine import Replication
+
+    p = _isolate(_fleet(), FaultClass.GPU_DEGRADED, 60.0).with_changes(breaker_max_share=0.05)
+    m = Replication(p, SEED)
+    assert m.breaker_threshold == 1
+    m.inject([ScriptedFault(1000.0, "reset", 0), ScriptedFault(1100.0, "reset", 1)])
+    m.env.run(until=1101.0)
+    assert (m.return_at[0], m.return_at[1], m.breaker_trips) == (1370.0, 5010.0, 1)
+
+
 def _ladder_after(p: SimParams, times_h: list[float]) -> list[str]:
     from gpufleet.sim.engine import Replication
 
