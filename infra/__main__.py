@@ -8,6 +8,7 @@ decrypted; the components wrap them again as Pulumi secrets, so they stay encryp
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -15,9 +16,11 @@ from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
 
 from gpufleet.config import StackSpec, parse_stack
 from gpufleet.config.load import NAMESPACE
-from gpufleet.config.model import decrypted_by_pulumi
+from gpufleet.config.model import ChartSource, decrypted_by_pulumi
 from gpufleet.core.errors import InputError
 from gpufleet.infra import Platform, PlatformArgs
+from gpufleet.infra.charts import CHARTS, local_archives
+from gpufleet.infra.discovery import DiscoveryError, read_served_kinds
 
 
 def configured_keys() -> set[str]:
@@ -59,7 +62,19 @@ def main() -> None:
             f"{', '.join(p.node_names()[0] for p in spec.node_pools)}... (a small dev cluster such as kind)"
         )
     context = pulumi.Config("kubernetes").get("context")
-    platform = Platform(stack, PlatformArgs(spec, stack, context))
+    missing = sorted(a for a in local_archives(spec.charts, sorted(CHARTS)).values() if not Path(a).is_file())
+    if missing:
+        raise pulumi.RunError(
+            f"{file}: charts.localDir: {len(missing)} chart archive(s) missing: " + ", ".join(missing)
+        )
+    served = None
+    if spec.charts.source is ChartSource.DISABLED:
+        # No chart installs a CRD: ask the cluster which custom resources it can take.
+        try:
+            served = read_served_kinds(context)
+        except DiscoveryError as e:
+            raise pulumi.RunError(str(e)) from None
+    platform = Platform(stack, PlatformArgs(spec, stack, context, served))
     for name, value in platform.outputs.items():
         pulumi.export(name, value)
 

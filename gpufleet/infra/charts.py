@@ -9,12 +9,17 @@ version.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+
+from gpufleet.config.model import ChartSource, ChartsSpec
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,67 @@ def namespace_labels(key: str) -> dict[str, str]:
     return labels
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """Something the program did not declare, and why (stack output `leftOut`)."""
+
+    what: str  # "helm release gpu-operator v25.3.0" or "NicClusterPolicy nic-cluster-policy"
+    component: str  # the Pulumi resource name it would have had
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"what": self.what, "resource": self.component, "reason": self.reason}
+
+
+@dataclass
+class ChartPlan:
+    """How the Platform being built gets its charts and custom resources.
+
+    `served`: the (apiVersion, kind) pairs the target cluster serves, read once by the entry point
+    when the charts are disabled (nothing of ours installs a CRD then); None = not checked (charts on:
+    the CRDs come with the charts, which the custom resources depend on)."""
+
+    charts: ChartsSpec = field(default_factory=ChartsSpec)
+    served: frozenset[tuple[str, str]] | None = None
+    left_out: list[LeftOut] = field(default_factory=list)
+
+
+# The plan of the Platform being built. Components are plain constructors called inside
+# Platform.__init__ (synchronously), so a context variable set around that call reaches every
+# helm_release/custom_resource below without threading the stack's chart setting through each
+# component's Args; outside a Platform the default (repositories, nothing checked) applies.
+_PLAN: ContextVar[ChartPlan | None] = ContextVar("gpufleet_chart_plan", default=None)
+
+
+@contextmanager
+def chart_plan(plan: ChartPlan) -> Iterator[ChartPlan]:
+    token = _PLAN.set(plan)
+    try:
+        yield plan
+    finally:
+        _PLAN.reset(token)
+
+
+def current_plan() -> ChartPlan:
+    plan = _PLAN.get()
+    return plan if plan is not None else ChartPlan()
+
+
+def local_archive(ref: ChartRef, local_dir: str) -> str:
+    """The archive `helm package` writes for the chart: `<name>-<version>.tgz` (an OCI chart's name
+    is the last part of its reference)."""
+    name = PurePosixPath(ref.chart).name if ref.is_oci else ref.chart
+    return str(PurePosixPath(local_dir) / f"{name}-{ref.version}.tgz")
+
+
+def local_archives(charts: ChartsSpec, keys: list[str]) -> dict[str, str]:
+    """Chart key -> the archive it is installed from, for `source: local`; {} otherwise."""
+    if charts.source is not ChartSource.LOCAL:
+        return {}
+    assert charts.local_dir is not None  # the model requires it for `local`
+    return {k: local_archive(CHARTS[k], charts.local_dir) for k in keys}
+
+
 def chart_namespace(resource_name: str, key: str, parent: pulumi.Resource) -> k8s.core.v1.Namespace | None:
     """The namespace of chart `key` as a resource of ours (so it carries Pod Security labels and
     exists before any Secret the chart reads); None for kube-system, which the cluster owns."""
@@ -151,7 +217,23 @@ def chart_namespace(resource_name: str, key: str, parent: pulumi.Resource) -> k8
     )
 
 
-def helm_release(
+@dataclass(frozen=True)
+class ChartInstall:
+    """A chart's release (None when the stack's charts are disabled) and the namespace declared for it."""
+
+    release: k8s.helm.v3.Release | None
+    namespace: k8s.core.v1.Namespace | None
+
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        """What an object of the chart's operator must wait for: the release (its CRDs and
+        webhooks) or, without one, the namespace it lives in."""
+        if self.release is not None:
+            return [self.release]
+        return [self.namespace] if self.namespace is not None else []
+
+
+def chart_install(
     resource_name: str,
     key: str,
     values: Mapping[str, Any],
@@ -159,20 +241,34 @@ def helm_release(
     depends_on: list[pulumi.Resource] | None = None,
     namespace: k8s.core.v1.Namespace | None = None,
     protect: bool = False,
-) -> k8s.helm.v3.Release:
-    """A Helm release of the pinned chart `key` (a key of CHARTS), named after the chart so that
-    `helm list` shows what users expect, in a namespace the program declares (created here unless
-    given). Operators in RETAINED survive `pulumi destroy`; `protect` refuses their deletion."""
+) -> ChartInstall:
+    """The namespace of chart `key` (created here unless given) and, unless the stack's charts are
+    disabled, a Helm release of the pinned chart, named after the chart so that `helm list` shows what
+    users expect. Operators in RETAINED survive `pulumi destroy`; `protect` refuses their deletion.
+    With `source: local` the chart comes from `<localDir>/<name>-<version>.tgz`."""
     ref = CHARTS[key]
+    plan = current_plan()
     ns = namespace if namespace is not None else chart_namespace(resource_name, key, parent)
-    return k8s.helm.v3.Release(
+    if plan.charts.source is ChartSource.DISABLED:
+        plan.left_out.append(
+            LeftOut(
+                f"helm release {key} {ref.version}",
+                resource_name,
+                "gpufleet:charts.source is disabled (no chart repository reachable): install it otherwise",
+            )
+        )
+        return ChartInstall(None, ns)
+    local = local_archives(plan.charts, [key]).get(key)
+    release = k8s.helm.v3.Release(
         resource_name,
-        chart=ref.chart,
+        chart=local if local is not None else ref.chart,
         version=ref.version,
         name=key,
         namespace=ref.namespace,
         create_namespace=False,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=ref.repo) if ref.repo else None,
+        repository_opts=(
+            k8s.helm.v3.RepositoryOptsArgs(repo=ref.repo) if ref.repo and local is None else None
+        ),
         values=dict(values),
         # Wait for the chart's workloads so CRs applied after it find their CRDs and webhooks.
         skip_await=False,
@@ -182,4 +278,44 @@ def helm_release(
             retain_on_delete=key in RETAINED,
             protect=protect,
         ),
+    )
+    return ChartInstall(release, ns)
+
+
+def helm_release(
+    resource_name: str,
+    key: str,
+    values: Mapping[str, Any],
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None = None,
+    namespace: k8s.core.v1.Namespace | None = None,
+    protect: bool = False,
+) -> k8s.helm.v3.Release | None:
+    """chart_install's release: None when the stack's charts are disabled."""
+    return chart_install(resource_name, key, values, parent, depends_on, namespace, protect).release
+
+
+def custom_resource(
+    resource_name: str,
+    api_version: str,
+    kind: str,
+    metadata: Mapping[str, Any],
+    spec: Any,
+    opts: pulumi.ResourceOptions,
+) -> k8s.apiextensions.CustomResource | None:
+    """A custom resource, or None (recorded in `leftOut`) when the cluster was checked and does not
+    serve its kind: `pulumi up` would fail on it, and what is missing is a CRD nothing here
+    installs. Its `opts` must make it wait for what installs its CRD (ordering)."""
+    plan = current_plan()
+    if plan.served is not None and (api_version, kind) not in plan.served:
+        plan.left_out.append(
+            LeftOut(
+                f"{kind} {metadata.get('name')}",
+                resource_name,
+                f"the cluster serves no {kind} ({api_version}): its CRD is not installed",
+            )
+        )
+        return None
+    return k8s.apiextensions.CustomResource(
+        resource_name, api_version=api_version, kind=kind, metadata=dict(metadata), spec=spec, opts=opts
     )

@@ -27,6 +27,8 @@ from gpufleet.infra.charts import (
     RDMA_SHARED_DEVICE_PLUGIN,
     SRIOV_DEVICE_PLUGIN,
     WHEREABOUTS,
+    chart_install,
+    custom_resource,
     helm_release,
     image_fields,
 )
@@ -172,7 +174,7 @@ class Fabric(pulumi.ComponentResource):
         fabric = args.fabric
         self.nic_cluster_policy: k8s.apiextensions.CustomResource | None = None
         if connectx_fabric(fabric, args.vendors):
-            self.network_operator = helm_release(
+            operator = chart_install(
                 f"{name}-network-operator",
                 "network-operator",
                 {
@@ -182,22 +184,23 @@ class Fabric(pulumi.ComponentResource):
                 },
                 self,
             )
-            self.nic_cluster_policy = k8s.apiextensions.CustomResource(
+            self.network_operator = operator.release
+            self.nic_cluster_policy = custom_resource(
                 f"{name}-nic-cluster-policy",
-                api_version="mellanox.com/v1alpha1",
-                kind="NicClusterPolicy",
-                metadata={"name": NIC_POLICY_NAME, "labels": MANAGED_BY},
-                spec=nic_cluster_policy_spec(fabric),
-                opts=child(self, [self.network_operator]),
+                "mellanox.com/v1alpha1",
+                "NicClusterPolicy",
+                {"name": NIC_POLICY_NAME, "labels": MANAGED_BY},
+                nic_cluster_policy_spec(fabric),
+                child(self, operator.ready),
             )
             for kind, cr_name, spec in network_crs(fabric):
-                k8s.apiextensions.CustomResource(
+                custom_resource(
                     f"{name}-{cr_name}",
-                    api_version="mellanox.com/v1alpha1",
-                    kind=kind,
-                    metadata={"name": cr_name, "labels": MANAGED_BY},
-                    spec=spec,
-                    opts=child(self, [self.nic_cluster_policy]),
+                    "mellanox.com/v1alpha1",
+                    kind,
+                    {"name": cr_name, "labels": MANAGED_BY},
+                    spec,
+                    child(self, [self.nic_cluster_policy] if self.nic_cluster_policy else operator.ready),
                 )
         elif fabric.kind is FabricKind.EFA:
             self.efa_plugin = helm_release(

@@ -32,7 +32,8 @@ from gpufleet.infra.charts import (
     ASCEND_DEVICE_PLUGIN_IMAGE,
     CHARTS,
     NVIDIA_DRIVER_VERSION,
-    helm_release,
+    chart_install,
+    custom_resource,
 )
 from gpufleet.infra.common import MANAGED_BY, child
 
@@ -70,6 +71,35 @@ def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
         "cdi": {"enabled": True},
         "daemonsets": {"tolerations": args.tolerations},
         "nfd": {"enabled": False},  # the cluster's single NFD is installed separately
+    }
+
+
+CLUSTER_POLICY_NAME = "cluster-policy"  # the name the GPU Operator chart gives its ClusterPolicy
+
+
+def cluster_policy_spec(args: GpuSoftwareArgs) -> dict[str, Any]:
+    """The GPU Operator's ClusterPolicy for an operator installed without the chart (e.g. through
+    OLM, which leaves the ClusterPolicy to the user): the same decisions as gpu_operator_values.
+    The CRD (api/nvidia/v1 at the commit tagged v25.3.4, generated in the sandbox) requires
+    operator.defaultRuntime and the daemonsets, dcgm, dcgmExporter, devicePlugin, driver, gfd,
+    nodeStatusExporter and toolkit sections; component images are left to the operator's
+    defaults (its deployment's *_IMAGE environment, `imagePath` in clusterpolicy_types.go).
+    Switches not in gpu_operator_values take the chart's defaults (values.yaml at that commit):
+    toolkit, device plugin and GFD on, standalone DCGM and the node status exporter off."""
+    values = gpu_operator_values(args)
+    return {
+        "operator": {"defaultRuntime": "containerd"},
+        "daemonsets": {"tolerations": values["daemonsets"]["tolerations"]},
+        "driver": values["driver"],
+        "toolkit": {"enabled": True},
+        "devicePlugin": {"enabled": True},
+        "dcgm": {"enabled": False},
+        "dcgmExporter": values["dcgmExporter"],
+        "gfd": {"enabled": True},
+        "nodeStatusExporter": {"enabled": False},
+        "mig": values["mig"],
+        "gdrcopy": values["gdrcopy"],
+        "cdi": values["cdi"],
     }
 
 
@@ -155,24 +185,35 @@ class GpuSoftware(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuSoftwareArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:gpu:GpuSoftware", name, None, opts)
         installed: list[str] = []
+        self.cluster_policy: k8s.apiextensions.CustomResource | None = None
         if Vendor.NVIDIA in args.vendors:
-            self.gpu_operator = helm_release(
-                f"{name}-gpu-operator", "gpu-operator", gpu_operator_values(args), self
-            )
-            installed.append("gpu-operator")
+            gpu = chart_install(f"{name}-gpu-operator", "gpu-operator", gpu_operator_values(args), self)
+            self.gpu_operator = gpu.release
+            if gpu.release is None:
+                # No chart, so no ClusterPolicy from it: declared here, as for an OLM install.
+                self.cluster_policy = custom_resource(
+                    f"{name}-cluster-policy",
+                    "nvidia.com/v1",
+                    "ClusterPolicy",
+                    {"name": CLUSTER_POLICY_NAME, "labels": MANAGED_BY},
+                    cluster_policy_spec(args),
+                    child(self, gpu.ready),
+                )
+            else:
+                installed.append("gpu-operator")
         if Vendor.AMD in args.vendors:
-            self.amd_operator = helm_release(
-                f"{name}-amd-gpu-operator", "amd-gpu-operator", amd_operator_values(), self
-            )
-            self.device_config = k8s.apiextensions.CustomResource(
+            amd = chart_install(f"{name}-amd-gpu-operator", "amd-gpu-operator", amd_operator_values(), self)
+            self.amd_operator = amd.release
+            self.device_config = custom_resource(
                 f"{name}-amd-deviceconfig",
-                api_version="amd.com/v1alpha1",
-                kind="DeviceConfig",
-                metadata={"name": "gpufleet", "namespace": CHARTS["amd-gpu-operator"].namespace},
-                spec=amd_device_config_spec(args.tolerations),
-                opts=child(self, [self.amd_operator]),
+                "amd.com/v1alpha1",
+                "DeviceConfig",
+                {"name": "gpufleet", "namespace": CHARTS["amd-gpu-operator"].namespace},
+                amd_device_config_spec(args.tolerations),
+                child(self, amd.ready),
             )
-            installed.append("amd-gpu-operator")
+            if amd.release is not None:
+                installed.append("amd-gpu-operator")
         if Vendor.HUAWEI in args.vendors:
             sa = k8s.core.v1.ServiceAccount(
                 f"{name}-ascend-sa",

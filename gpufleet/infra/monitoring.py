@@ -22,7 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpufleet.config.model import MonitoringSpec
-from gpufleet.infra.charts import CHARTS, chart_namespace, helm_release
+from gpufleet.infra.charts import CHARTS, chart_install, chart_namespace, custom_resource
 from gpufleet.infra.common import MANAGED_BY, child, secret_input
 
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
@@ -141,7 +141,7 @@ class Monitoring(pulumi.ComponentResource):
                     ),
                 )
             )
-        self.prometheus_stack = helm_release(
+        stack = chart_install(
             f"{name}-kube-prometheus-stack",
             RELEASE,
             prometheus_stack_values(mon),
@@ -149,19 +149,24 @@ class Monitoring(pulumi.ComponentResource):
             deps,
             namespace=namespace,
         )
-        # Derived from the release as deployed (its name and namespace outputs).
-        self.endpoints: pulumi.Output[dict[str, str]] = pulumi.Output.all(
-            self.prometheus_stack.name, self.prometheus_stack.namespace
-        ).apply(lambda a: service_endpoints(str(a[0]), str(a[1]), grafana_enabled(mon)))
+        self.prometheus_stack = stack.release
+        # Derived from the release as deployed (its name and namespace outputs); none without it.
+        self.endpoints: pulumi.Output[dict[str, str]] = (
+            pulumi.Output.all(stack.release.name, stack.release.namespace).apply(
+                lambda a: service_endpoints(str(a[0]), str(a[1]), grafana_enabled(mon))
+            )
+            if stack.release is not None
+            else pulumi.Output.from_input({})
+        )
         for group in args.rule_groups:
             obj = rule_resource_name(str(group["name"]))
-            k8s.apiextensions.CustomResource(
+            custom_resource(
                 f"{name}-{obj}",
-                api_version="monitoring.coreos.com/v1",
-                kind="PrometheusRule",
-                metadata={"name": obj, "namespace": ns, "labels": {**MANAGED_BY, "role": "alert-rules"}},
-                spec={"groups": [group]},
-                opts=child(self, [self.prometheus_stack]),
+                "monitoring.coreos.com/v1",
+                "PrometheusRule",
+                {"name": obj, "namespace": ns, "labels": {**MANAGED_BY, "role": "alert-rules"}},
+                {"groups": [group]},
+                child(self, stack.ready),
             )
         if args.dashboard is not None and grafana_enabled(mon):
             k8s.core.v1.ConfigMap(
@@ -172,7 +177,7 @@ class Monitoring(pulumi.ComponentResource):
                     "labels": {**MANAGED_BY, **DASHBOARD_LABEL},
                 },
                 data={"gpufleet.json": json.dumps(args.dashboard, sort_keys=True)},
-                opts=child(self, [self.prometheus_stack]),
+                opts=child(self, stack.ready),
             )
         self.alerts = alert_count(args.rule_groups)
         self.register_outputs(

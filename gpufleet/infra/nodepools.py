@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 from gpufleet.config import NodePool, accelerator_spec
 from gpufleet.config.model import KarpenterProvisioning
 from gpufleet.config.placement import node_labels, owns_nodes, pool_labels, pool_taints
+from gpufleet.infra.charts import custom_resource
 from gpufleet.infra.common import child
 
 # Node class kinds -> (API group/version). AKS: Karpenter's Azure provider; GCP: its preview
@@ -118,21 +119,21 @@ class GpuNodePool(pulumi.ComponentResource):
                 if (prov.node_class == "EC2NodeClass")
                 else {}
             )
-            self.node_class = k8s.apiextensions.CustomResource(
+            self.node_class = custom_resource(
                 f"{name}-class",
-                api_version=NODE_CLASS_API[prov.node_class],
-                kind=prov.node_class,
-                metadata={"name": class_name},
-                spec=node_class_spec,
-                opts=child(self),
+                NODE_CLASS_API[prov.node_class],
+                prov.node_class,
+                {"name": class_name},
+                node_class_spec,
+                child(self),
             )
-            self.node_pool = k8s.apiextensions.CustomResource(
+            self.node_pool = custom_resource(
                 f"{name}-nodepool",
-                api_version="karpenter.sh/v1",
-                kind="NodePool",
-                metadata={"name": pool.name},
-                spec=karpenter_node_pool_spec(pool, prov, class_name),
-                opts=child(self, [self.node_class]),
+                "karpenter.sh/v1",
+                "NodePool",
+                {"name": pool.name},
+                karpenter_node_pool_spec(pool, prov, class_name),
+                child(self, [self.node_class] if self.node_class is not None else []),
             )
         self.node_count = pulumi.Output.from_input(pool.total_nodes)
         self.gpu_count = pulumi.Output.from_input(pool.total_gpus)

@@ -45,6 +45,9 @@ class DeclaredResource:
     provider: str = ""  # provider reference (`<urn>::<id>`) of a custom resource; "" for the default
     protect: bool = False
     retain_on_delete: bool = False
+    dependencies: tuple[str, ...] = ()  # URNs of its explicit depends_on
+    replace_on_changes: tuple[str, ...] = ()
+    delete_before_replace: bool = False
 
 
 @dataclass
@@ -160,6 +163,9 @@ class _RecordingMonitor(MockMonitor):
                 str(request.provider or ""),
                 bool(request.protect),
                 bool(getattr(request, "retainOnDelete", False)),
+                tuple(request.dependencies),
+                tuple(request.replaceOnChanges),
+                bool(request.deleteBeforeReplace),
             )
             with self.lock:
                 self.declared.append(res)
@@ -176,12 +182,16 @@ def record_program(program: Callable[[], object], stack_name: str) -> list[Decla
     return sorted(monitor.declared, key=lambda r: r.urn)
 
 
-def run_offline(spec: StackSpec, stack_name: str) -> OfflinePreview:
-    """Build the stack's Platform under the mock runtime and record what it declares."""
+def run_offline(
+    spec: StackSpec, stack_name: str, served_kinds: frozenset[tuple[str, str]] | None = None
+) -> OfflinePreview:
+    """Build the stack's Platform under the mock runtime and record what it declares (with
+    `served_kinds`, as if the cluster served only those custom resource kinds)."""
     resolved: list[dict[str, Any]] = []
 
     def program() -> pulumi.Output[None]:
-        platform = Platform(stack_name, PlatformArgs(spec, stack_name, f"{stack_name}-context"))
+        args = PlatformArgs(spec, stack_name, f"{stack_name}-context", served_kinds)
+        platform = Platform(stack_name, args)
         # Outputs derived from resources resolve once the (mock) engine answered their registrations.
         return pulumi.Output.from_input(platform.outputs).apply(lambda v: resolved.append(dict(v)))
 

@@ -26,7 +26,7 @@ from gpufleet.config import (
     collective_environment,
 )
 from gpufleet.config.placement import pool_taints
-from gpufleet.infra.charts import CHARTS, helm_release
+from gpufleet.infra.charts import CHARTS, ChartPlan, chart_plan, helm_release
 from gpufleet.infra.common import MANAGED_BY, SYSTEM_NAMESPACE
 from gpufleet.infra.fabric import (
     TRAINING_NAMESPACE,
@@ -50,6 +50,9 @@ class PlatformArgs:
     spec: StackSpec
     stack_name: str  # the Pulumi stack (the game-day CronJob passes it to `gpufleet gameday`)
     kube_context: str | None = None  # the stack's `kubernetes:context` (None: kubeconfig's current)
+    # The (apiVersion, kind) pairs the cluster serves, when the entry point read them (charts disabled);
+    # None: not checked, every custom resource is declared.
+    served_kinds: frozenset[tuple[str, str]] | None = None
 
 
 @functools.cache
@@ -162,6 +165,17 @@ class Platform(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:platform:Platform", name, None, opts)
+        plan = ChartPlan(args.spec.charts, args.served_kinds)
+        with chart_plan(plan):
+            self._build(name, args)
+        # What was not declared, and why: the charts when they are disabled, custom resources whose
+        # CRD the cluster does not serve. Said in the output, never silently dropped.
+        self.outputs["leftOut"] = [x.as_dict() for x in plan.left_out]
+        for x in plan.left_out:
+            pulumi.log.warn(f"left out: {x.what} ({x.component}): {x.reason}", self)
+        self.register_outputs(self.outputs)
+
+    def _build(self, name: str, args: PlatformArgs) -> None:
         spec = args.spec
         tolerations = gpu_tolerations(spec)
         # One explicit provider per stack: every Kubernetes object of the stack goes to the cluster
@@ -241,7 +255,6 @@ class Platform(pulumi.ComponentResource):
                 f"{TRAINING_NAMESPACE}/{m.name if not isinstance(m, dict) else m['name']}" for m in ms
             ]
         )
-        self.register_outputs(self.outputs)
 
 
 class Singletons(pulumi.ComponentResource):
@@ -257,7 +270,6 @@ class Singletons(pulumi.ComponentResource):
             self.nfd = helm_release(f"{name}-node-feature-discovery", "node-feature-discovery", {}, self)
         self.cert_manager: list[pulumi.Resource] | None = None
         if Vendor.NVIDIA in vs or spec.scheduler.kind is SchedulerKind.SLURM:
-            self.cert_manager = [
-                helm_release(f"{name}-cert-manager", "cert-manager", {"crds": {"enabled": True}}, self)
-            ]
+            release = helm_release(f"{name}-cert-manager", "cert-manager", {"crds": {"enabled": True}}, self)
+            self.cert_manager = [release] if release is not None else None
         self.register_outputs({"nfd": self.nfd is not None, "certManager": self.cert_manager is not None})

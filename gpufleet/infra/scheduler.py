@@ -43,7 +43,7 @@ from gpufleet.config.placement import (
     owns_nodes,
     pool_taints,
 )
-from gpufleet.infra.charts import CHARTS, helm_release
+from gpufleet.infra.charts import CHARTS, chart_install, custom_resource
 from gpufleet.infra.common import MANAGED_BY, child
 
 QUEUE_NAMESPACE = "default"  # where Kueue LocalQueues are offered to jobs
@@ -210,6 +210,19 @@ def resource_flavor_spec(pool: NodePool, topology: bool) -> dict[str, Any]:
     return spec
 
 
+def flavor_options(opts: pulumi.ResourceOptions, with_topology: bool) -> pulumi.ResourceOptions:
+    """A ResourceFlavor with a topologyName is immutable as a whole (Kueue v0.12.3's CRD:
+    `!has(oldSelf.topologyName) || self == oldSelf`, "resourceFlavorSpec are immutable when
+    topologyName is set"), so a changed pool (taints, name) replaces it; delete first, because the
+    replacement has the same name and a server-side apply onto the old one is that same refused
+    update."""
+    if not with_topology:
+        return opts
+    return pulumi.ResourceOptions.merge(
+        opts, pulumi.ResourceOptions(replace_on_changes=["spec"], delete_before_replace=True)
+    )
+
+
 def cluster_queue_spec(queue: Queue, pools: list[NodePool]) -> dict[str, Any]:
     """One resource group per GPU resource name; each pool is a flavor of it. Without a quota the
     queue may use the whole pool."""
@@ -265,38 +278,43 @@ class Scheduler(pulumi.ComponentResource):
         super().__init__("gpufleet:scheduler:Scheduler", name, None, opts)
         spec, pools = args.scheduler, args.pools
         queue_objects: list[pulumi.Output[Any]] = []
+        self.release: k8s.helm.v3.Release | None = None
         if spec.kind is SchedulerKind.VOLCANO:
-            self.release = helm_release(f"{name}-volcano", "volcano", volcano_values(), self)
+            volcano = chart_install(f"{name}-volcano", "volcano", volcano_values(), self)
+            self.release = volcano.release
             resource = gpu_resource(pools)
             for q in spec.queues:
-                vq = k8s.apiextensions.CustomResource(
+                vq = custom_resource(
                     f"{name}-queue-{q.name}",
-                    api_version="scheduling.volcano.sh/v1beta1",
-                    kind="Queue",
-                    metadata={"name": q.name, "labels": MANAGED_BY},
-                    spec=volcano_queue_spec(q, resource),
-                    opts=child(self, [self.release]),
+                    "scheduling.volcano.sh/v1beta1",
+                    "Queue",
+                    {"name": q.name, "labels": MANAGED_BY},
+                    volcano_queue_spec(q, resource),
+                    child(self, volcano.ready),
                 )
-                queue_objects.append(vq.metadata)
+                if vq is not None:
+                    queue_objects.append(vq.metadata)
             for hn, tier, members in hypernodes(pools):
-                k8s.apiextensions.CustomResource(
+                custom_resource(
                     f"{name}-hypernode-{hn}",
-                    api_version="topology.volcano.sh/v1alpha1",
-                    kind="HyperNode",
-                    metadata={"name": hn, "labels": MANAGED_BY},
-                    spec={"tier": tier, "members": members},
-                    opts=child(self, [self.release]),
+                    "topology.volcano.sh/v1alpha1",
+                    "HyperNode",
+                    {"name": hn, "labels": MANAGED_BY},
+                    {"tier": tier, "members": members},
+                    child(self, volcano.ready),
                 )
         elif spec.kind is SchedulerKind.KUEUE:
             topology = any(owns_nodes(p) for p in pools)
-            self.release = helm_release(f"{name}-kueue", "kueue", kueue_values(topology), self)
+            kueue = chart_install(f"{name}-kueue", "kueue", kueue_values(topology), self)
+            self.release = kueue.release
+            flavor_deps: list[pulumi.Resource] = list(kueue.ready)
             if topology:
-                k8s.apiextensions.CustomResource(
+                topo = custom_resource(
                     f"{name}-topology",
-                    api_version="kueue.x-k8s.io/v1alpha1",
-                    kind="Topology",
-                    metadata={"name": TOPOLOGY_NAME, "labels": MANAGED_BY},
-                    spec={
+                    "kueue.x-k8s.io/v1alpha1",
+                    "Topology",
+                    {"name": TOPOLOGY_NAME, "labels": MANAGED_BY},
+                    {
                         "levels": [
                             {"nodeLabel": POOL_LABEL},
                             {"nodeLabel": LEAF_LABEL},
@@ -304,51 +322,60 @@ class Scheduler(pulumi.ComponentResource):
                             {"nodeLabel": "kubernetes.io/hostname"},
                         ]
                     },
-                    opts=child(self, [self.release]),
+                    child(self, kueue.ready),
                 )
+                flavor_deps += [topo] if topo is not None else []
+            flavors: list[pulumi.Resource] = []
             for p in pools:
-                k8s.apiextensions.CustomResource(
+                with_topology = topology and owns_nodes(p)
+                flavor = custom_resource(
                     f"{name}-flavor-{p.name}",
-                    api_version="kueue.x-k8s.io/v1beta1",
-                    kind="ResourceFlavor",
-                    metadata={"name": p.name, "labels": MANAGED_BY},
-                    spec=resource_flavor_spec(p, topology and owns_nodes(p)),
-                    opts=child(self, [self.release]),
+                    "kueue.x-k8s.io/v1beta1",
+                    "ResourceFlavor",
+                    {"name": p.name, "labels": MANAGED_BY},
+                    resource_flavor_spec(p, with_topology),
+                    flavor_options(child(self, flavor_deps), with_topology),
                 )
+                flavors += [flavor] if flavor is not None else []
             for q in spec.queues:
-                cq = k8s.apiextensions.CustomResource(
+                cq = custom_resource(
                     f"{name}-clusterqueue-{q.name}",
-                    api_version="kueue.x-k8s.io/v1beta1",
-                    kind="ClusterQueue",
-                    metadata={"name": q.name, "labels": MANAGED_BY},
-                    spec=cluster_queue_spec(q, pools),
-                    opts=child(self, [self.release]),
+                    "kueue.x-k8s.io/v1beta1",
+                    "ClusterQueue",
+                    {"name": q.name, "labels": MANAGED_BY},
+                    cluster_queue_spec(q, pools),
+                    child(self, [*kueue.ready, *flavors]),  # it names the flavors
                 )
-                lq = k8s.apiextensions.CustomResource(
+                lq = custom_resource(
                     f"{name}-localqueue-{q.name}",
-                    api_version="kueue.x-k8s.io/v1beta1",
-                    kind="LocalQueue",
-                    metadata={"name": q.name, "namespace": QUEUE_NAMESPACE, "labels": MANAGED_BY},
-                    spec={"clusterQueue": q.name},
-                    opts=child(self, [cq]),
+                    "kueue.x-k8s.io/v1beta1",
+                    "LocalQueue",
+                    {"name": q.name, "namespace": QUEUE_NAMESPACE, "labels": MANAGED_BY},
+                    {"clusterQueue": q.name},
+                    child(self, [cq] if cq is not None else kueue.ready),
                 )
-                queue_objects.append(lq.metadata)
+                if lq is not None:
+                    queue_objects.append(lq.metadata)
         else:
-            self.operator = helm_release(
+            operator = chart_install(
                 f"{name}-slurm-operator", "slurm-operator", {}, self, list(args.depends_on)
             )
-            self.release = helm_release(
-                f"{name}-slurm", "slurm", slurm_values(spec, pools), self, [self.operator]
-            )
+            self.operator = operator.release
+            self.release = chart_install(
+                f"{name}-slurm", "slurm", slurm_values(spec, pools), self, operator.ready
+            ).release
         self.kind = spec.kind.value
         if queue_objects:
             self.queue_names: pulumi.Output[list[str]] = pulumi.Output.all(*queue_objects).apply(
                 lambda ms: [object_name(m) for m in ms]
             )
-        else:  # Slurm: the partitions the slurm release renders
+        elif self.release is not None and spec.kind is SchedulerKind.SLURM:
+            # Slurm: the partitions the slurm release renders
             self.queue_names = self.release.values.apply(
                 lambda v: [str(p["name"]) for p in v["compute"]["partitions"]]
             )
+        else:  # nothing declared that serves a queue (charts off, or the kinds not served)
+            self.queue_names = pulumi.Output.from_input([])
         self.register_outputs(
             {
                 "kind": self.kind,

@@ -22,7 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpufleet.config.model import CephSpec, JuiceFsSpec, StorageSpec
-from gpufleet.infra.charts import CEPH_IMAGE, CHARTS, helm_release
+from gpufleet.infra.charts import CEPH_IMAGE, CHARTS, chart_install, custom_resource
 from gpufleet.infra.common import MANAGED_BY, child, secret_input
 
 JUICEFS_PROVISIONER = "csi.juicefs.com"
@@ -138,41 +138,43 @@ class Storage(pulumi.ComponentResource):
                 )
                 for n in st.ceph.storage_nodes
             ]
-            self.rook = helm_release(
-                f"{name}-rook-ceph", "rook-ceph", {"monitoring": {"enabled": True}}, self
-            )
-            self.ceph_cluster = k8s.apiextensions.CustomResource(
+            rook = chart_install(f"{name}-rook-ceph", "rook-ceph", {"monitoring": {"enabled": True}}, self)
+            self.rook = rook.release
+            self.ceph_cluster = custom_resource(
                 f"{name}-ceph-cluster",
-                api_version="ceph.rook.io/v1",
-                kind="CephCluster",
-                metadata={"name": "rook-ceph", "namespace": ns, "labels": MANAGED_BY},
-                spec=ceph_cluster_spec(st.ceph),
-                opts=pulumi.ResourceOptions.merge(keep, child(self, [self.rook, *self.storage_nodes])),
+                "ceph.rook.io/v1",
+                "CephCluster",
+                {"name": "rook-ceph", "namespace": ns, "labels": MANAGED_BY},
+                ceph_cluster_spec(st.ceph),
+                pulumi.ResourceOptions.merge(keep, child(self, [*rook.ready, *self.storage_nodes])),
             )
+            # Pools and the object store belong to the cluster (Rook refuses them without one).
+            after_cluster = [self.ceph_cluster] if self.ceph_cluster is not None else rook.ready
             for pool in st.ceph.pools:
-                k8s.apiextensions.CustomResource(
+                custom_resource(
                     f"{name}-pool-{pool.name}",
-                    api_version="ceph.rook.io/v1",
-                    kind="CephBlockPool",
-                    metadata={"name": pool.name, "namespace": ns, "labels": MANAGED_BY},
-                    spec={"failureDomain": pool.failure_domain, "replicated": {"size": pool.replicas}},
-                    opts=pulumi.ResourceOptions.merge(keep, child(self, [self.ceph_cluster])),
+                    "ceph.rook.io/v1",
+                    "CephBlockPool",
+                    {"name": pool.name, "namespace": ns, "labels": MANAGED_BY},
+                    {"failureDomain": pool.failure_domain, "replicated": {"size": pool.replicas}},
+                    pulumi.ResourceOptions.merge(keep, child(self, after_cluster)),
                 )
             if st.ceph.object_store is not None:
-                k8s.apiextensions.CustomResource(
+                custom_resource(
                     f"{name}-object-store-{st.ceph.object_store}",
-                    api_version="ceph.rook.io/v1",
-                    kind="CephObjectStore",
-                    metadata={"name": st.ceph.object_store, "namespace": ns, "labels": MANAGED_BY},
-                    spec=ceph_object_store_spec(st.ceph),
-                    opts=pulumi.ResourceOptions.merge(keep, child(self, [self.ceph_cluster])),
+                    "ceph.rook.io/v1",
+                    "CephObjectStore",
+                    {"name": st.ceph.object_store, "namespace": ns, "labels": MANAGED_BY},
+                    ceph_object_store_spec(st.ceph),
+                    pulumi.ResourceOptions.merge(keep, child(self, after_cluster)),
                 )
         if st.juicefs is not None:
             js = st.juicefs
             ns = CHARTS["juicefs-csi-driver"].namespace
-            self.juicefs_csi = helm_release(
+            csi = chart_install(
                 f"{name}-juicefs-csi", "juicefs-csi-driver", {"mountMode": js.mount_mode}, self
             )
+            self.juicefs_csi = csi.release
             self.juicefs_secret = k8s.core.v1.Secret(
                 f"{name}-juicefs-secret",
                 metadata={
@@ -192,7 +194,7 @@ class Storage(pulumi.ComponentResource):
                 parameters=juicefs_storage_class_parameters(js, ns),
                 reclaim_policy="Retain",  # deleting a claim must not delete checkpoints
                 mount_options=[f"cache-dir={js.cache_dir}", f"cache-size={js.cache_size_gib * 1024}"],
-                opts=pulumi.ResourceOptions.merge(keep, child(self, [self.juicefs_csi, self.juicefs_secret])),
+                opts=pulumi.ResourceOptions.merge(keep, child(self, [*csi.ready, self.juicefs_secret])),
             )
             classes.append(self.juicefs_class.metadata.apply(lambda m: str(m.name)))
         # Names as the API server holds them (outputs of the StorageClass resources).
