@@ -64,7 +64,7 @@ CLIENT_QPS, CLIENT_BURST = 50, 100  # as the Pulumi program's configuration
 def configuration(health_port: int, webhook_port: int, cert_dir: str) -> dict[str, Any]:
     """Kueue's Configuration file: the Pulumi program's (gang readiness, exclusions, client rate)
     on loopback ports, one instance (no leader election), no metrics server (nothing scrapes it
-    here, and it would need the token review rights), batch/job only."""
+    here, and it would need the token review rights), no visibility server, batch/job only."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
@@ -83,6 +83,9 @@ def configuration(health_port: int, webhook_port: int, cert_dir: str) -> dict[st
         "waitForPodsReady": {"enable": True, "timeout": "10m", "blockAdmission": True},
         "integrations": {"frameworks": list(FRAMEWORKS)},
         "resources": {"excludeResourcePrefixes": list(EXCLUDED_PREFIXES)},
+        # Kueue's on-demand visibility API server (beta, on by default) would listen on 0.0.0.0:8082
+        # and write its certificates to /visibility (pkg/visibility/server.go): off here.
+        "featureGates": {"VisibilityOnDemand": False},
     }
 
 

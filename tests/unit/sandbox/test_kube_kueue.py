@@ -48,6 +48,7 @@ def test_configuration_is_the_pulumi_programs_on_loopback() -> None:
     assert cfg["internalCertManagement"]["enable"] is True
     assert cfg["internalCertManagement"]["webhookSecretName"] == kueue.WEBHOOK_SECRET
     assert cfg["manageJobsWithoutQueueName"] is False
+    assert cfg["featureGates"] == {"VisibilityOnDemand": False}  # it would listen on 0.0.0.0:8082
 
 
 def test_kueue_argv_and_readiness(tmp_path: Path) -> None:
