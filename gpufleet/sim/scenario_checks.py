@@ -101,6 +101,10 @@ def unused_keys(sc: Scenario, r: Resolved) -> list[Problem]:
                                f"this class takes down a whole {r.handling[cls].domain}: every node "
                                "of it is out for detect + isolate + domainOutageHours, whatever the "
                                "action"))
+        elif cls in STORE and ov.action is not None and ov.action.isolates_node:
+            out.append(Problem(f"rates.{cls.value}.action",
+                               "a store fault isolates no node: its action is `none` (the job trains "
+                               "on) or `restart-job` (it stops and waits for the store)"))
         if not ov.has_rate and "source" in ov.model_fields_set:
             out.append(Problem(f"rates.{cls.value}.source", "a source goes with a rate; give one or "
                                                             "drop the key"))

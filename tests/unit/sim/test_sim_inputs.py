@@ -321,6 +321,8 @@ def test_more_keys_that_would_change_nothing_are_refused() -> None:
         "rates.fabric-switch-down.action", "rates.node-crash.source", "isolateSeconds.gpu-contained",
         "detection.mode.storage-degraded", "detection.mode.node-hang", "repair.resetGpuSeconds",
         "repair.rebootNodeSeconds", "attemptCaps.windowHours", "upgrade.startHours"}
+    assert _refused({"rates": {"storage-degraded": {"action": "replace"}}}, cat) == {
+        "rates.storage-degraded.action"}  # a store fault isolates no node
     # Where they do change the model they are accepted: a class that escalates to a reset is
     # isolated, reset and reboot are reached, the caps count them, the wave starts in time.
     esc = Catalog((fault("x13", "gpu-contained", "restart-job", 3.0, "A",
