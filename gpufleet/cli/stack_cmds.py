@@ -61,8 +61,14 @@ def gameday_experiment_problems(stack: StackSpec, experiments_dir: Path) -> list
 
 
 def check_stack_policy(stack: StackSpec, file: str) -> None:
-    """Cross-check a stack's XID overrides against the catalog; raises InputError on conflicts."""
+    """Cross-check a stack's XID overrides against the catalog, and its remediation policy against
+    what the platform deploys carries out (NVSentinel's settings); raises InputError on problems."""
+    from gpufleet.config import Vendor
+    from gpufleet.infra.platform import vendors
+    from gpufleet.infra.self_healing import remediation_problems
+
     _, problems = xid_policy(load_catalog(), stack.remediation.xid_overrides)
+    problems += remediation_problems(stack.remediation, Vendor.NVIDIA in vendors(stack))
     if problems:
         raise InputError(file, problems)
 
