@@ -49,6 +49,19 @@ def _kept_cycles(done: np.ndarray, save_u: np.ndarray | None, fail_prob: float) 
     return kept
 
 
+def save_costs(write: float, fail_prob: float, retries: int) -> tuple[float, float]:
+    """(write seconds per save, probability a save fails in the end) when a save that fails on its
+    own is retried at once up to `retries` times: it fails in the end with q^(k+1), and costs
+    w x (1 + q + ... + q^k) on average. Every save is charged that mean (D), so cycles stay of equal
+    length; the retries' spread is left out (second order while w << the interval)."""
+    if retries <= 0 or fail_prob <= 0.0:
+        return write, fail_prob
+    if fail_prob >= 1.0:
+        return write * (retries + 1), 1.0
+    attempts = -math.expm1((retries + 1) * math.log(fail_prob)) / (1.0 - fail_prob)
+    return write * attempts, fail_prob ** (retries + 1)
+
+
 @dataclass(frozen=True)
 class StoreWindows:
     """The checkpoint store's bad spells: [start, end) with state 0 = down (saves fail), 1 =

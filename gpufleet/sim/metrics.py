@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from gpufleet.sim.accounting import Accounting, StoreWindows, account
+from gpufleet.sim.accounting import Accounting, StoreWindows, account, save_costs
 from gpufleet.sim.engine import ReplicationResult
 from gpufleet.sim.params import SimParams
 from gpufleet.sim.stats import Estimate, mean_ci, proportion_ci
@@ -58,9 +58,9 @@ def account_result(p: SimParams, r: ReplicationResult, interval: float, write: f
     store windows and planned drains."""
     store = (StoreWindows(r.store_start, r.store_end, r.store_state, p.store_degraded_factor)
              if r.store_start.size else None)
-    a = account(r.run_start, r.run_end, r.run_cause, r.down_seconds_by_kind, interval, write,
-                save_u=r.run_save_u if r.run_save_u.size else None,
-                fail_prob=p.checkpoint_failure_probability, store=store)
+    w, q = save_costs(write, p.checkpoint_failure_probability, p.checkpoint_retries)
+    a = account(r.run_start, r.run_end, r.run_cause, r.down_seconds_by_kind, interval, w,
+                save_u=r.run_save_u if r.run_save_u.size else None, fail_prob=q, store=store)
     return dataclasses.replace(a, planned_down=r.planned_down_seconds)
 
 

@@ -106,6 +106,7 @@ class SimParams:
     # checkpoint store (job-wide): faults of the storage classes arrive at the catalog rate times
     # `store_reference_gpus` (the size of the fleet the rate was observed on), whatever our size
     checkpoint_failure_probability: float = 0.0  # each save fails on its own with this probability
+    checkpoint_retries: int = 0  # a save that fails on its own is retried at once, this many times
     store_reference_gpus: int = 16_384
     store_degraded_factor: float = 5.0  # saves and loads take this many times longer when degraded
     upgrade: UpgradeWave | None = None

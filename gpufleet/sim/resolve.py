@@ -258,6 +258,7 @@ def resolve(
                                 if sc.attempt_caps.window_hours is not None else None),
         checkpoint_failure_probability=(ck_fail if ck_fail is not None
                                         else d.CHECKPOINT_FAILURE_PROBABILITY.value),
+        checkpoint_retries=sc.checkpoint.retries or 0,
         store_reference_gpus=(st.reference_gpus if st.reference_gpus is not None
                               else int(d.STORE_REFERENCE_GPUS.value)),
         store_degraded_factor=(st.degraded_factor if st.degraded_factor is not None
@@ -271,7 +272,9 @@ def resolve(
             "store": (f"reference {d.STORE_REFERENCE_GPUS.source}; degraded factor "
                       f"{d.STORE_DEGRADED_FACTOR.source}" if not st.model_fields_set else "scenario storage"),
             "checkpoint_failures": (d.CHECKPOINT_FAILURE_PROBABILITY.source if ck_fail is None
-                                    else "scenario checkpoint.failureProbability"),
+                                    else "scenario checkpoint.failureProbability")
+            + (f"; each retried at once up to {sc.checkpoint.retries} times (scenario checkpoint.retries; "
+               "every save is charged the retries' mean write cost)" if sc.checkpoint.retries else ""),
             "attempt_caps": "stack remediation.attemptCaps"
             + (" within scenario attemptCaps.windowHours" if sc.attempt_caps.window_hours is not None
                else ", counted since the node was new"),

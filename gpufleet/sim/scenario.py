@@ -80,6 +80,7 @@ class CheckpointOverride(_Model):
     write_seconds: NonNegFloat | None = None
     load_seconds: NonNegFloat | None = None
     failure_probability: Annotated[float, Field(ge=0, le=1)] | None = None  # each save, on its own
+    retries: Annotated[int, Field(ge=0, le=100)] | None = None  # a failed save retried at once
 
 
 class StorageOverride(_Model):

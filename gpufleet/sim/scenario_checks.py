@@ -150,6 +150,9 @@ def unused_keys(sc: Scenario, r: Resolved) -> list[Problem]:
             if key in sc.circuit_breaker.model_fields_set:
                 out.append(Problem(f"circuitBreaker.{camel}", "remediation.mode is monitor-only: "
                                                               "the remediator quarantines nothing"))
+    if sc.checkpoint.retries is not None and sc.checkpoint.failure_probability in (None, 0.0):
+        out.append(Problem("checkpoint.retries", "no save fails on its own here "
+                                                 "(checkpoint.failureProbability): nothing to retry"))
     if sc.upgrade is not None and sc.upgrade.start_hours * 3600.0 >= r.days * 86400.0:
         out.append(Problem("upgrade.startHours",
                            f"the upgrade would start at {sc.upgrade.start_hours:g} h, after the "

@@ -239,11 +239,12 @@ def test_new_scenario_keys_reach_the_parameters() -> None:
     cat = Catalog((fault("a", "gpu-fatal", "reset-gpu", 3.0, "A"),
                    fault("sd", "storage-degraded", "none", 1.0, "S")))
     sc = parse_scenario({
-        "checkpoint": {"failureProbability": 0.02}, "storage": {"referenceGpus": 4096, "degradedFactor": 3},
+        "checkpoint": {"failureProbability": 0.02, "retries": 1},
+        "storage": {"referenceGpus": 4096, "degradedFactor": 3},
         "attemptCaps": {"windowHours": 24}, "upgrade": {"startHours": 2, "waveNodes": 4, "waveMinutes": 30},
     }, "s.yaml")
     p = resolve(stack(), cat, sc)
-    assert p.checkpoint_failure_probability == 0.02
+    assert (p.checkpoint_failure_probability, p.checkpoint_retries) == (0.02, 1)
     assert (p.store_reference_gpus, p.store_degraded_factor) == (4096, 3)
     assert p.attempt_window_seconds == 86400
     assert p.upgrade is not None and (p.upgrade.start_seconds, p.upgrade.wave_nodes,
@@ -321,6 +322,8 @@ def test_more_keys_that_would_change_nothing_are_refused() -> None:
         "rates.fabric-switch-down.action", "rates.node-crash.source", "isolateSeconds.gpu-contained",
         "detection.mode.storage-degraded", "detection.mode.node-hang", "repair.resetGpuSeconds",
         "repair.rebootNodeSeconds", "attemptCaps.windowHours", "upgrade.startHours"}
+    assert _refused({"checkpoint": {"retries": 2}}, cat) == {"checkpoint.retries"}  # nothing fails
+    assert _refused({"checkpoint": {"retries": 2, "failureProbability": 0.1}}, cat) == set()
     assert _refused({"rates": {"storage-degraded": {"action": "replace"}}}, cat) == {
         "rates.storage-degraded.action"}  # a store fault isolates no node
     # Where they do change the model they are accepted: a class that escalates to a reset is

@@ -19,6 +19,7 @@ from gpufleet.sim.accounting import (
     account,
     ettr_mixed_handling,
     ettr_renewal,
+    save_costs,
 )
 from gpufleet.sim.engine import ReplicationResult, ScriptedFault, simulate_once
 from gpufleet.sim.metrics import ettr_values
@@ -145,6 +146,19 @@ def test_failed_saves_match_the_geometric_expectation() -> None:
                 1000.0, 0.0, save_u=u, fail_prob=q)
     expected = n * (1.0 + 1000.0 * sum(q**j for j in range(1, d + 1)))
     assert a.lost_work == pytest.approx(expected, rel=5e-3)
+
+
+def test_failed_saves_retried_at_once() -> None:
+    # q = 0.5, 2 retries: a save fails in the end with 0.5^3 = 0.125 and costs on average
+    # 100 x (1 + 0.5 + 0.25) = 175 s. interval 1000: cycles of 1,175 s; 10,000 s of running hold 8
+    # saves. u = 0.1: floor(ln 0.1 / ln 0.125) = floor(1.107) = 1 failed save at the end, so the
+    # last good one is the 7th (8,225 s): useful 7,000, overhead 7 x 175, lost 1,775.
+    w, q = save_costs(100.0, 0.5, 2)
+    assert (w, q) == (pytest.approx(175.0), pytest.approx(0.125))
+    a = _one(10_000.0, 0, u=0.1, q=q, interval=1000.0, write=w)
+    assert (a.useful, a.checkpoint_overhead, a.lost_work) == (
+        7000.0, pytest.approx(1225.0), pytest.approx(1775.0))
+    assert save_costs(100.0, 0.5, 0) == (100.0, 0.5) and save_costs(100.0, 0.0, 3) == (100.0, 0.0)
 
 
 def test_a_save_cut_off_by_a_fault_is_lost_with_its_interval() -> None:
