@@ -9,7 +9,7 @@ because the NPD image has no Python.
 
 Every field of the stack's `remediation:` and the NVSentinel Helm values it becomes (NVIDIA/NVSentinel
 docs/configuration/*.md and data-models/protobufs/health_event.proto, read at the repository head:
-no snapshot at the pinned chart v0.6.0 was reachable here; ADR 0037):
+no snapshot at the pinned chart v0.6.0 was reachable here; ADR 0038):
 
 - `mode` -> `global.dryRun` (monitor-only), `global.faultQuarantine.enabled`,
   `global.nodeDrainer.enabled` and `global.faultRemediation.enabled` (cordon-drain-remediate) —

@@ -1,5 +1,5 @@
 """Every field of a stack's `remediation:` reaches NVSentinel's Helm values, or is refused with its
-path (gpufleet.infra.self_healing, ADR 0037; NVSentinel docs/configuration/*.md and
+path (gpufleet.infra.self_healing, ADR 0038; NVSentinel docs/configuration/*.md and
 data-models/protobufs/health_event.proto)."""
 
 from __future__ import annotations
