@@ -69,6 +69,14 @@ def up_cmd(
     no_training: Annotated[
         bool, typer.Option("--no-training", help="do not submit the training job")
     ] = False,
+    cluster_only: Annotated[
+        bool,
+        typer.Option(
+            "--cluster-only",
+            help="Kubernetes: control plane, CRDs and nodes only, none of the sandbox's platform "
+            "stand-ins (chaos identity, remediation, Kueue, training): for `pulumi up` onto it",
+        ),
+    ] = False,
     timeout: Annotated[
         float | None,
         typer.Option(help="seconds to wait for the sandbox to be ready (default 180; 600 with --kubernetes)"),
@@ -81,6 +89,8 @@ def up_cmd(
     progressing, or with --kubernetes kwok nodes Ready and the training Job's pods Running."""
     if nodes is not None and not kubernetes:
         raise fail("--nodes sizes the Kubernetes sandbox: add --kubernetes", code=2)
+    if cluster_only and not kubernetes:
+        raise fail("--cluster-only is for the Kubernetes sandbox: add --kubernetes", code=2)
     spec = load_named_stack(stack, stacks_dir)
     if storage:
         from gpufleet.cli.storage_cmds import storage_up
@@ -90,7 +100,14 @@ def up_cmd(
     if kubernetes:
         if rules:
             raise fail("--rules is for the Slurm sandbox's Prometheus; the Kubernetes one has none", code=2)
-        _kube_up(stack, spec, nodes, not no_training, 600.0 if timeout is None else timeout)
+        _kube_up(
+            stack,
+            spec,
+            nodes,
+            not (no_training or cluster_only),
+            600.0 if timeout is None else timeout,
+            platform=not cluster_only,
+        )
         return
     timeout = 180.0 if timeout is None else timeout
     try:
@@ -110,7 +127,9 @@ def up_cmd(
     )
 
 
-def _kube_up(stack: str, spec: StackSpec, nodes: int | None, training: bool, timeout: float) -> None:
+def _kube_up(
+    stack: str, spec: StackSpec, nodes: int | None, training: bool, timeout: float, platform: bool = True
+) -> None:
     from gpufleet.sandbox.kube.binaries import KubeBinariesMissing
     from gpufleet.sandbox.kube.cluster import KubeSandboxError, KubeUpOptions, kube_up
 
@@ -118,7 +137,7 @@ def _kube_up(stack: str, spec: StackSpec, nodes: int | None, training: bool, tim
         rec, timings = kube_up(
             stack,
             spec,
-            KubeUpOptions(nodes=nodes, training=training, timeout_s=timeout),
+            KubeUpOptions(nodes=nodes, training=training, timeout_s=timeout, platform=platform),
             say=lambda m: console.print(m, highlight=False),
         )
     except KubeBinariesMissing as e:

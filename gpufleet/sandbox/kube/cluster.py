@@ -88,6 +88,11 @@ class KubeUpOptions:
     timeout_s: float = 300.0  # for the whole bring-up
     training: bool = True
     crds: bool = True
+    # The sandbox's own stand-ins for what the platform deploys: the chaos backend's identity, the
+    # remediation, Kueue and its queues (and so the training Job). False (`--cluster-only`): the
+    # control plane, the CRDs and the nodes only, for the Pulumi program to deploy the platform
+    # onto without meeting objects of the same names the sandbox made (docs/pulumi.md).
+    platform: bool = True
 
 
 
@@ -283,6 +288,9 @@ def kube_up(
             f"run `gpufleet sandbox down --kubernetes --stack {stack}` first"
         )
     nodes = plan_nodes(spec, opts.nodes)  # InputError before anything is made
+    if opts.training and not opts.platform:
+        problem = Problem("training", "the training Job needs the platform: add --no-training")
+        raise InputError("--cluster-only", [problem])
     plan_storage_nodes(spec)  # likewise (a storage node named like a GPU node)
     compute_first_pool = sum(1 for n in nodes if not n.spare and n.pool == spec.node_pools[0].name)
     if opts.training and compute_first_pool == 0:
@@ -385,12 +393,14 @@ def _bring_up(
                 timings.mark("crds")
                 say(f"{len(crds)} CRDs applied and Established")
 
-            _chaos_identity(run, api, spec.gameday.namespace, workload.TRAINING_NAMESPACE)
-            timings.mark("chaos_identity")
-            _remediation(run, api, spec)
-            timings.mark("remediation")
-            say(f"remediation ({spec.remediation.mode}) watching nodes as {rbac.REMEDIATION_SERVICE_ACCOUNT}")
-            if opts.crds:  # Kueue needs its CRDs
+            if opts.platform:
+                _chaos_identity(run, api, spec.gameday.namespace, workload.TRAINING_NAMESPACE)
+                timings.mark("chaos_identity")
+                _remediation(run, api, spec)
+                timings.mark("remediation")
+                who = rbac.REMEDIATION_SERVICE_ACCOUNT
+                say(f"remediation ({spec.remediation.mode}) watching nodes as {who}")
+            if opts.crds and opts.platform:  # Kueue needs its CRDs
                 _start_kueue(run, api)
                 timings.mark("kueue_started")
                 say(f"kueue started as {kueue.NAMESPACE}/{kueue.SERVICE_ACCOUNT}, its certificate mounted")
@@ -418,7 +428,7 @@ def _bring_up(
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
 
             queue: str | None = None
-            if opts.crds:
+            if opts.crds and opts.platform:
                 for obj in kueue.queue_objects(spec, nodes, workload.TRAINING_NAMESPACE):
                     api.apply(obj)
                 run.wait_healthy(KUEUE, probe)

@@ -58,3 +58,24 @@ def test_a_storage_node_named_like_a_gpu_node_is_refused(h200: StackSpec) -> Non
     with pytest.raises(InputError) as e:
         plan_storage_nodes(spec)
     assert "storage.ceph.storageNodes[1].name" in e.value.render()
+
+
+def test_cluster_only_refuses_the_training_job_before_anything_is_made(tmp_path: Path) -> None:
+    """`--cluster-only` (no platform stand-ins: the Pulumi program deploys the platform) has no
+    queue for the training Job; asking for both is an input error, raised before any process."""
+    from gpufleet.sandbox.kube.cluster import KubeUpOptions, kube_up
+
+    spec = load_named_stack("sandbox", STACKS)
+    with pytest.raises(InputError) as e:
+        kube_up("sandbox", spec, KubeUpOptions(training=True, platform=False), root=tmp_path)
+    assert "--no-training" in e.value.render()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cluster_only_needs_kubernetes() -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    result = CliRunner().invoke(app, ["sandbox", "up", "--cluster-only"])
+    assert result.exit_code == 2 and "--kubernetes" in result.output
