@@ -5,6 +5,7 @@ data-models/protobufs/health_event.proto)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,13 @@ def test_validate_refuses_attempt_caps_naming_file_and_path(tmp_path: Path) -> N
     out = " ".join(result.output.split())
     assert f"{bad}" in out and "remediation.attemptCaps: nothing the platform deploys enforces" in out
     assert "Traceback" not in result.output
+
+
+def test_the_program_says_when_nothing_enforces_the_policy(caplog: pytest.LogCaptureFixture) -> None:
+    """Non-NVIDIA stacks get no NVSentinel; explicit attempt caps are not enforced: both warned of
+    (pulumi.log.warn, which the mock engine hands to Python logging)."""
+    caplog.set_level(logging.WARNING)
+    run_offline(variant("mi300x-roce", lambda d: d["remediation"].update(attemptCaps={"resetGpu": 3})), "amd")
+    text = caplog.text
+    assert "no NVIDIA GPUs, so no NVSentinel" in text
+    assert "remediation.attemptCaps: nothing the platform deploys enforces" in text
