@@ -146,10 +146,15 @@ def register(app: typer.Typer) -> None:
         inputs = {"stack": stack_file, "scenario": str(scenario or ""), "report": str(from_report or "")}
         what = f"simulating {runs:,} runs of {params.days:g} days at {params.job_gpus:,} GPUs"
         # The spinner goes to stderr and only on a terminal: stdout stays clean for --output json.
-        with err_console.status(what + (" and searching for the SLOs" if recommend else "")):
+        what += " and searching for the SLOs" if recommend else ""
+        with err_console.status(what) as status:
+
+            def progress(stage: str, done: int, total: int) -> None:  # replications finished, per stage
+                status.update(f"{what}: {stage} {done:,} of {total:,}")
+
             study = run_study(params, seed, runs, workers=workers, ettr_target=spec.slos.ettr,
                               availability_target=spec.slos.availability, inputs=inputs,
-                              do_recommend=recommend)
+                              do_recommend=recommend, progress=progress)
         files = write_study(study, target, plots=plots)
         wrote = f"wrote {', '.join(str(f) for f in files)} ({study.elapsed_seconds:.1f} s)"
         if output is OutputFormat.JSON:

@@ -76,8 +76,8 @@ def summarize(p: SimParams, results: Sequence[ReplicationResult]) -> Metrics:
     acc = accounts(p, results)
     ettr = mean_ci([a.useful / T for a in acc], 0.0, 1.0)
     ints = np.array([r.interruptions for r in results], dtype=float)
-    inter = mean_ci(ints)
-    per_day = mean_ci(ints / p.days)
+    inter = mean_ci(ints, 0.0)
+    per_day = mean_ci(ints / p.days, 0.0)
     hours = T / 3600.0
     # MTBF = horizon / mean interruptions; its interval is the interruptions' interval mapped through.
     mtbf = Estimate(
@@ -89,7 +89,7 @@ def summarize(p: SimParams, results: Sequence[ReplicationResult]) -> Metrics:
     avail = mean_ci([1.0 - r.node_down_seconds / (r.total_nodes * T) for r in results], 0.0, 1.0)
     cap = mean_ci([1.0 - r.wait_for_nodes_seconds / T for r in results], 0.0, 1.0)
     exhausted = proportion_ci(sum(r.spares_exhausted for r in results), len(results))
-    trips = mean_ci([float(r.breaker_trips) for r in results])
+    trips = mean_ci([float(r.breaker_trips) for r in results], 0.0)
     causes = sorted({k.cause for k in p.kinds})
     index = {c: i for i, c in enumerate(causes)}
     kind_to_cause = np.array([index[k.cause] for k in p.kinds], dtype=np.int64)
@@ -98,10 +98,11 @@ def summarize(p: SimParams, results: Sequence[ReplicationResult]) -> Metrics:
     for j, a in enumerate(acc):
         per_cause[j] = np.bincount(kind_to_cause, weights=a.lost_work_by_kind + a.down_by_kind,
                                    minlength=len(causes)) * gpu_h
-    lost = {c: mean_ci(per_cause[:, i]) for c, i in index.items()}
-    lost[CHECKPOINT_CAUSE] = mean_ci([a.checkpoint_overhead * gpu_h for a in acc])
+    # (lost hours are never negative: the intervals are clipped at 0, as shares are at [0, 1])
+    lost = {c: mean_ci(per_cause[:, i], 0.0) for c, i in index.items()}
+    lost[CHECKPOINT_CAUSE] = mean_ci([a.checkpoint_overhead * gpu_h for a in acc], 0.0)
     if p.upgrade is not None:
-        lost[PLANNED_CAUSE] = mean_ci([a.planned_down * gpu_h for a in acc])
+        lost[PLANNED_CAUSE] = mean_ci([a.planned_down * gpu_h for a in acc], 0.0)
     lost = dict(sorted(lost.items(), key=lambda kv: -kv[1].mean))
     return Metrics(ettr, inter, per_day, mtbf, avail, cap, exhausted, trips, lost,
                    float(np.mean([r.events for r in results])))
