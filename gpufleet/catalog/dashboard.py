@@ -21,8 +21,9 @@ _FABRIC_DEV = '(ib|rdma|fab|enp).*'
 # (title, unit, [(expr, legend)]) per row; timeseries panels, two per line.
 _ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
     ("GPU health", [
-        ("XID events (per-XID counter, 10m)", "short", [
-            ("sum by (Hostname, xid) (increase(DCGM_EXP_XID_ERRORS_COUNT[10m])) > 0",
+        # DCGM_EXP_XID_ERRORS_COUNT is a count over the exporter's window, not a counter.
+        ("XID events (in the exporter's window)", "short", [
+            ('sum by (Hostname, xid) (DCGM_EXP_XID_ERRORS_COUNT{xid!=""}) > 0',
              "{{Hostname}} XID {{xid}}"),
         ]),
         ("Last XID per GPU (gauge; repeats invisible)", "short", [

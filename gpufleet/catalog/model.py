@@ -38,6 +38,9 @@ class Alert(Model):
     for_: Annotated[str, Field(alias="for", pattern=_DURATION)]
     summary: str  # static text
     description: str  # may use {{ $labels.x }} / {{ $value }}
+    # A single scrape must not page: `for:` is raised to this many scrape intervals of the stack the
+    # rules are rendered for (gpufleet.catalog.rules.RuleSettings).
+    min_scrapes: Annotated[int, Field(ge=2)] | None = None
 
     @model_validator(mode="after")
     def _static_summary(self) -> Alert:
@@ -46,6 +49,14 @@ class Alert(Model):
         if "{{" not in self.description:
             raise ValueError("description must be templated (name the node/GPU with {{ $labels.x }})")
         return self
+
+
+class Recording(Model):
+    """A recording rule an alert needs (a latch, a per-node count); evaluated before the alerts of
+    its group. It may read its own previous value, which is how a latch holds (ADR 0040)."""
+
+    record: Annotated[str, Field(pattern=r"^gpufleet:[a-z0-9_]+:[a-z0-9_]+$")]
+    expr: str
 
 
 class HealthCheck(Model):
@@ -139,6 +150,7 @@ class Fault(Model):
     xid: Annotated[int, Field(ge=1, le=255)] | None = None
     dcgm_health: Literal["PASS", "WARN", "FAIL"] | None = None
     alert: Alert | None = None
+    records: list[Recording] = Field(default_factory=list)
     exemption: str | None = None  # why there is no alert (must say how it IS detected)
     health_check: HealthCheck | None = None
     action: LadderAction

@@ -11,10 +11,11 @@ from pathlib import Path
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.catalog.exporters import Exporters, load_exporters, series_sources
 from gpufleet.catalog.injection import Capabilities
 from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.model import Fault
-from gpufleet.catalog.rules import domain_of
+from gpufleet.catalog.rules import alert_rule, domain_of, recording_rules
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import load_yaml_model
 from gpufleet.core.taxonomy import LadderAction
@@ -174,9 +175,18 @@ def _env() -> jinja2.Environment:
     )
 
 
-def render_runbook(fault: Fault, domain: str, notes: FaultNotes, capabilities: Capabilities) -> str:
+def render_runbook(fault: Fault, domain: str, notes: FaultNotes, capabilities: Capabilities,
+                   exporters: Exporters | None = None, catalog_records: dict[str, str] | None = None,
+                   ) -> str:
+    """`catalog_records`: every recording rule of the catalog (name -> expression), so the table of
+    sources follows a recorded series to the exporter series it is computed from."""
     if fault.alert is None:
         raise ValueError(f"fault {fault.id} has no alert, so no runbook")
+    rule = alert_rule(fault)
+    records = recording_rules(fault)
+    ex = exporters if exporters is not None else load_exporters()
+    exprs = "\n".join([str(rule["expr"]), *(str(r["expr"]) for r in records)])
+    records_by_name = {**(catalog_records or {}), **{str(r["record"]): str(r["expr"]) for r in records}}
     rate_text = ""
     if fault.rate:
         r = fault.rate
@@ -187,6 +197,7 @@ def render_runbook(fault: Fault, domain: str, notes: FaultNotes, capabilities: C
         rate_text = f"{value:g} {unit} for \"{r.cause}\"{share}"
     text = _env().get_template("runbook.md.j2").render(
         fault=fault, alert=fault.alert, domain=domain, notes=notes, rate_text=rate_text,
+        rule=rule, records=records, sources=series_sources(exprs, ex, records_by_name),
         diagnosis=diagnosis_steps(fault, domain, notes),
         mitigation=mitigation_steps(fault, notes, capabilities),
     )
@@ -199,7 +210,8 @@ def missing_notes(catalog: Catalog, notes: Notes) -> tuple[list[str], list[str]]
     return sorted(alerting - set(notes.faults)), sorted(set(notes.faults) - alerting)
 
 
-def runbook_files(catalog: Catalog, notes: Notes, capabilities: Capabilities) -> dict[str, str]:
+def runbook_files(catalog: Catalog, notes: Notes, capabilities: Capabilities,
+                  exporters: Exporters | None = None) -> dict[str, str]:
     """`runbooks/<AlertName>.md` for every alert plus `runbooks/README.md`, keyed by relative path."""
     no_notes, orphans = missing_notes(catalog, notes)
     problems = [Problem(f"faults.{i}", "no runbook notes for this alerting fault") for i in no_notes]
@@ -207,10 +219,11 @@ def runbook_files(catalog: Catalog, notes: Notes, capabilities: Capabilities) ->
     if problems:
         raise InputError(str(NOTES_FILE), problems)
     out: dict[str, str] = {}
+    records = {str(r["record"]): str(r["expr"]) for f in catalog for r in recording_rules(f)}
     for f in catalog:
         if f.alert is not None:
             out[f"{RUNBOOKS_DIR}/{f.alert.name}.md"] = render_runbook(
-                f, domain_of(f, catalog), notes.faults[f.id], capabilities)
+                f, domain_of(f, catalog), notes.faults[f.id], capabilities, exporters, records)
     out[f"{RUNBOOKS_DIR}/README.md"] = index(catalog)
     return out
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from gpufleet.catalog import INJECTION_MODELS, Catalog, load_catalog, parse_injection
 from gpufleet.catalog.injection import METHODS, XID_FIELD, DcgmInject, LinkFlap, with_overrides
+from gpufleet.catalog.rules import rule_groups
 from gpufleet.core.taxonomy import FaultClass, LadderAction
 
 REQUIRED_XIDS = {13, 31, 43, 45, 48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120}
@@ -147,13 +148,16 @@ def test_xid_injections_inject_their_own_xid(catalog: Catalog) -> None:
                 assert inj.value == xid, f.id
 
 
-def test_fabric_rules_match_the_sandbox_interfaces(catalog: Catalog) -> None:
-    for f in catalog:
-        if f.alert and "node_network_" in f.alert.expr:
-            for regex in re.findall(r'device=~"([^"]+)"', f.alert.expr):
-                for dev in ("fab0", "fab1", "ib0", "enp1s0f0"):
-                    assert re.fullmatch(regex, dev), f"{f.alert.name}: {regex} does not match {dev}"
-                assert not re.fullmatch(regex, "eth0"), f"{f.alert.name}: {regex} matches the management eth0"
+def test_fabric_rules_read_only_the_declared_fabric(catalog: Catalog) -> None:
+    """Rendered with the default settings (the sandbox's), every fabric selector matches the
+    sandbox's fabric interface and never its management interface or an undeclared HCA."""
+    for group in rule_groups(catalog):
+        for r in group["rules"]:
+            for regex in re.findall(r'device=~"([^"]+)"', str(r["expr"])):
+                name = r.get("alert") or r.get("record")
+                assert re.fullmatch(regex, "fab0"), f"{name}: {regex} does not match fab0"
+                for other in ("mgmt0", "eth0", "mlx5_1"):
+                    assert not re.fullmatch(regex, other), f"{name}: {regex} matches {other}"
 
 
 def test_exemptions_say_how_the_fault_is_detected(catalog: Catalog) -> None:

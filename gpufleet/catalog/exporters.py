@@ -1,0 +1,144 @@
+"""Where every series the rules read comes from: the exporters, their labels and the setting that
+makes them export it (`gpufleet/catalog/exporters.yaml`), and the checks and files derived from it.
+
+- `signal_problems`: every metric an alert, recording rule or dashboard panel reads is declared by
+  an exporter (or is a recording rule of the catalog); `gpufleet generate` refuses anything else.
+- `collectors_csv`: dcgm-exporter's collectors file (`DCGM field, Prometheus type, help`), written
+  from the `dcgm-exporter` entry. dcgm-exporter collects only the fields its file lists, and the
+  stock file the GPU Operator uses leaves out several the rules read (ECC volume counters, NVLink
+  error counters, row-remap pending, power violation, the per-XID count): the Pulumi program deploys
+  this file instead, so a rule and the deployed file cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from gpufleet.catalog.model import Model
+from gpufleet.catalog.promql import metric_names
+from gpufleet.core.errors import Problem
+from gpufleet.core.inputs import load_yaml_model
+
+EXPORTERS_FILE = Path(__file__).parent / "exporters.yaml"
+COLLECTORS_FILE = "monitoring/dcgm-exporter/dcgm-metrics.csv"
+DCGM_EXPORTER = "dcgm-exporter"
+RECORDING_PREFIX = "gpufleet:"  # recording rules of the catalog (level:metric:operations)
+
+
+class Series(Model):
+    type: Literal["gauge", "counter"]
+    help: Annotated[str, Field(min_length=1)]
+    unit: str | None = None
+    field_id: Annotated[int, Field(ge=1)] | None = None  # DCGM field id (dcgm_fields.h)
+    stock_default: bool | None = None  # in the stock collectors file of the pinned version
+    extra_labels: list[str] = Field(default_factory=list)
+
+
+class Exporter(Model):
+    vendor: str | None = None
+    version: str
+    deployed_by: str | None  # None: gpufleet does not deploy it; `setting` says what to run
+    source: str
+    labels: list[str]
+    optional_labels: list[str] = Field(default_factory=list)
+    collectors_file: bool = False  # collects only what a file lists (dcgm-exporter)
+    setting: str
+    series: dict[str, Series]
+
+
+class Exporters(Model):
+    exporters: dict[str, Exporter]
+
+    def producer(self, metric: str) -> tuple[str, Exporter] | None:
+        for name, ex in self.exporters.items():
+            if metric in ex.series:
+                return name, ex
+        return None
+
+
+def load_exporters(path: Path = EXPORTERS_FILE) -> Exporters:
+    return load_yaml_model(path, Exporters)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Something that reads series: an alert, a recording rule or a dashboard panel."""
+
+    where: str  # e.g. "alert GpuFallenOffBus" (the problem path)
+    expr: str
+
+
+def signal_problems(readers: Iterable[Reader], exporters: Exporters, recorded: set[str]) -> list[Problem]:
+    """A problem per series read that no exporter declares, naming the reader and the series."""
+    out = []
+    for r in readers:
+        try:
+            names = metric_names(r.expr)
+        except ValueError as e:
+            out.append(Problem(r.where, str(e)))
+            continue
+        for name in sorted(names):
+            if name.startswith(RECORDING_PREFIX):
+                if name not in recorded:
+                    out.append(Problem(r.where, f"reads {name}, which no recording rule records"))
+            elif exporters.producer(name) is None:
+                hint = (f"add it to the {DCGM_EXPORTER} entry (its field id and type) so the deployed "
+                        "collectors file collects it") if name.startswith("DCGM_") else \
+                       "declare the exporter and setting that produce it"
+                out.append(Problem(r.where, f"reads {name}, which no exporter in exporters.yaml "
+                                            f"produces: {hint}"))
+    return out
+
+
+def series_sources(expr: str, exporters: Exporters, records: dict[str, str] | None = None,
+                   ) -> list[tuple[str, str, str]]:
+    """(series, exporter, setting) for every series `expr` reads, sorted by series; a recording
+    rule of the catalog (`records`: name -> expression) is listed and followed to what it reads."""
+    recs = records or {}
+    out: dict[str, tuple[str, str, str]] = {}
+    todo, seen = [expr], set()
+    while todo:
+        for name in metric_names(todo.pop()):
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in recs:
+                out[name] = (name, "Prometheus (recording rule of this catalog)", "the gpufleet rule file")
+                todo.append(recs[name])
+                continue
+            found = exporters.producer(name)
+            if found is not None:
+                ex_name, ex = found
+                setting = ex.setting
+                if ex.series[name].stock_default is False:
+                    setting += " (not in the stock file)"
+                out[name] = (name, ex_name, setting)
+    return [out[k] for k in sorted(out)]
+
+
+def collectors_csv(exporters: Exporters) -> str:
+    """dcgm-exporter's collectors file: one `field, type, help` line per declared series."""
+    ex = exporters.exporters[DCGM_EXPORTER]
+    lines = [
+        "# Generated by `gpufleet generate` from gpufleet/catalog/exporters.yaml. Do not edit.",
+        f"# dcgm-exporter {ex.version} collectors file (format: DCGM field, Prometheus type, help).",
+        "# Deployed by the Pulumi program as the GPU Operator's dcgmExporter.config ConfigMap.",
+    ]
+    for name, s in ex.series.items():
+        lines.append(f"{name}, {s.type}, {s.help.replace(',', ';')}")
+    return "\n".join(lines) + "\n"
+
+
+def collected_fields(csv_text: str) -> set[str]:
+    """The fields a collectors file makes dcgm-exporter collect (comments and blanks skipped)."""
+    out = set()
+    for line in csv_text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.add(line.split(",", 1)[0].strip())
+    return out
