@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from gpufleet.sandbox.pulumi_cli import (
     pulumi_env,
     require_pulumi_paths,
 )
+from gpufleet.sandbox.pulumi_project import policy_pack_copy
 
 pytestmark = pytest.mark.sandbox
 
@@ -92,20 +91,6 @@ class Cli:
         return proc
 
 
-def policy_pack_copy(dest: Path) -> Path:
-    """The project's policy pack as it is, in a folder of its own with the `venv` its PulumiPolicy.yaml
-    names: an empty virtual environment that sees this environment's packages (pulumi,
-    pulumi-policy) through a .pth file, so nothing is downloaded."""
-    pack = dest / "policypack"
-    shutil.copytree(REPO / "policypack", pack, ignore=shutil.ignore_patterns("venv", "__pycache__"))
-    venv = pack / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
-    site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
-    (site / "gpufleet-parent.pth").write_text("".join(f"{p}\n" for p in sorted(ours)))
-    return pack
-
-
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     paths = require_pulumi_paths()  # fails, naming `make pulumi-bins`, when they are not built
@@ -128,7 +113,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     state.mkdir()
     env = pulumi_env(paths, root / "pulumi-home", file_backend(state), os.environ)
     install_plugins(paths, env)
-    yield Cli(paths, env, program, root / "rendered", policy_pack_copy(root), state)
+    yield Cli(paths, env, program, root / "rendered", policy_pack_copy(REPO, root), state)
 
 
 def rendered_objects(folder: Path) -> dict[tuple[str, str], dict[str, object]]:
