@@ -144,13 +144,17 @@ def _handling(
         m = measured.get(cls)
         if m is not None:
             tag = f"game-day report {report_file} (median of {len(m.experiments)})"
+            if m.recovered_first:
+                tag += (f"; recovered before detection or isolation, which count up to the recovery: "
+                        f"{', '.join(m.recovered_first)}")
             if m.detect_seconds is not None:
                 det, det_src = m.detect_seconds, tag
             if m.isolate_seconds is not None and not manual_isolation:  # monitor-only: a human
                 iso, iso_src = m.isolate_seconds - (m.detect_seconds or 0.0), tag
             if m.recover_seconds is not None:
                 before = max(v for v in (m.isolate_seconds, m.detect_seconds, 0.0) if v is not None)
-                floor, floor_src = m.recover_seconds - before, f"{tag}: measured restart, a lower bound"
+                floor = max(0.0, m.recover_seconds - before)  # (medians of separate experiments)
+                floor_src = f"{tag}: measured restart, a lower bound"
             if len(m.samples) > 1:  # draw each fault's times from the experiments, not the median
                 triples = _triples(m, det, iso, floor, _manual_seconds(sc) if manual_isolation else None)
                 det_src = iso_src = f"{tag}; each fault draws one experiment's times"

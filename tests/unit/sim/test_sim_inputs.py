@@ -364,3 +364,27 @@ def test_monitor_only_isolation_is_manual_even_with_one_measured_experiment(tmp_
     p = resolve(spec, llama3_catalog(), measured=m, report_file="r.json")
     assert p.handling[FaultClass.GPU_FATAL].isolate_seconds == p.manual_seconds == 3600.0
     assert p.handling[FaultClass.GPU_FATAL].detect_seconds == 12.0  # detection is still measured
+
+
+def test_a_real_game_day_summary_drives_the_projection() -> None:
+    """The measured times of a sandbox game-day (benchmarks/gameday.py, 20 experiments, the fields
+    the simulator reads kept as written). Its link flap recovered at 3.2 s, before it was detected
+    (7.9 s): accepted, with detection counted up to the recovery, not refused."""
+    from gpufleet.sim import run_study
+
+    f = Path(__file__).parent / "data" / "gameday-summary-sandbox.json"
+    m = load_report(f)
+    flap = m[FaultClass.FABRIC_FLAP]
+    assert flap.recovered_first == ("fabric-link-flap",)
+    assert [flap.detect_seconds, flap.isolate_seconds, flap.recover_seconds] == pytest.approx([3.1629] * 3,
+                                                                                             abs=1e-3)
+    p = resolve(stack(nodes=16, spares=2), llama3_catalog(), measured=m, report_file=str(f), days=5)
+    h = p.handling[FaultClass.FABRIC_FLAP]
+    assert h.restart_floor_seconds == 0.0 and "recovered before detection" in h.detect_source
+    # xid48, xid79 (job node and idle node) and the budget breach: each fault draws one of the four
+    assert len(p.handling[FaultClass.GPU_FATAL].measured) == 4
+    s = run_study(p, seed=1, runs=2, workers=1, sweep_spares=False, do_sensitivity=False)
+    rows = {g["fault_class"]: g for g in s.gameday}
+    assert {"gpu-fatal", "node-crash", "fabric-flap"} <= rows.keys()
+    fatal = rows["gpu-fatal"]
+    assert fatal["projected"]["restart_seconds"] >= fatal["measured"]["restart_seconds"]
