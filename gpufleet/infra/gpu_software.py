@@ -87,6 +87,13 @@ def cluster_policy_spec(args: GpuSoftwareArgs) -> dict[str, Any]:
     Switches not in gpu_operator_values take the chart's defaults (values.yaml at that commit):
     toolkit, device plugin and GFD on, standalone DCGM and the node status exporter off."""
     values = gpu_operator_values(args)
+    exporter = {k: v for k, v in values["dcgmExporter"].items() if k != "config"}
+    config = values["dcgmExporter"].get("config") or {}
+    if config.get("name"):
+        # The CR names the collectors ConfigMap; the chart's `create`/`data` are how its template
+        # makes that ConfigMap (templates/clusterpolicy.yaml, dcgm_exporter_config.yaml), not CR
+        # fields: the API server would prune them. Without the chart, dcgm_metrics_config_map.
+        exporter["config"] = {"name": config["name"]}
     return {
         "operator": {"defaultRuntime": "containerd"},
         "daemonsets": {"tolerations": values["daemonsets"]["tolerations"]},
@@ -94,13 +101,22 @@ def cluster_policy_spec(args: GpuSoftwareArgs) -> dict[str, Any]:
         "toolkit": {"enabled": True},
         "devicePlugin": {"enabled": True},
         "dcgm": {"enabled": False},
-        "dcgmExporter": values["dcgmExporter"],
+        "dcgmExporter": exporter,
         "gfd": {"enabled": True},
         "nodeStatusExporter": {"enabled": False},
         "mig": values["mig"],
         "gdrcopy": values["gdrcopy"],
         "cdi": values["cdi"],
     }
+
+
+def dcgm_metrics_config_map(values: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """(name, data) of the collectors ConfigMap the GPU Operator chart would make from
+    `dcgmExporter.config` (key dcgm-metrics.csv, templates/dcgm_exporter_config.yaml), or None."""
+    config = values["dcgmExporter"].get("config") or {}
+    if not (config.get("create") and config.get("data") and config.get("name")):
+        return None
+    return str(config["name"]), {"dcgm-metrics.csv": str(config["data"])}
 
 
 def amd_operator_values() -> dict[str, Any]:
@@ -190,14 +206,30 @@ class GpuSoftware(pulumi.ComponentResource):
             gpu = chart_install(f"{name}-gpu-operator", "gpu-operator", gpu_operator_values(args), self)
             self.gpu_operator = gpu.release
             if gpu.release is None:
-                # No chart, so no ClusterPolicy from it: declared here, as for an OLM install.
+                # No chart, so no ClusterPolicy and collectors ConfigMap from it: declared here, as
+                # for an OLM install.
+                deps = list(gpu.ready)
+                collectors = dcgm_metrics_config_map(gpu_operator_values(args))
+                if collectors is not None:
+                    deps.append(
+                        k8s.core.v1.ConfigMap(
+                            f"{name}-dcgm-metrics",
+                            metadata={
+                                "name": collectors[0],
+                                "namespace": CHARTS["gpu-operator"].namespace,
+                                "labels": MANAGED_BY,
+                            },
+                            data=collectors[1],
+                            opts=child(self, gpu.ready),
+                        )
+                    )
                 self.cluster_policy = custom_resource(
                     f"{name}-cluster-policy",
                     "nvidia.com/v1",
                     "ClusterPolicy",
                     {"name": CLUSTER_POLICY_NAME, "labels": MANAGED_BY},
                     cluster_policy_spec(args),
-                    child(self, gpu.ready),
+                    child(self, deps),
                 )
             else:
                 installed.append("gpu-operator")

@@ -68,8 +68,11 @@ def test_disabled_keeps_everything_else_and_the_chart_namespaces(
 ) -> None:
     full, off = h200_disabled
     kept = {r.name for r in full.custom() if r.type != RELEASE}
-    # The GPU Operator's ClusterPolicy, which its chart would have rendered, is declared instead.
-    assert {r.name for r in off.custom()} == kept | {"h200-ib-gpu-cluster-policy"}
+    # The GPU Operator's ClusterPolicy (and collectors ConfigMap), which its chart would have
+    # rendered, are declared instead.
+    added = {r.name for r in off.custom()} - kept
+    assert kept <= {r.name for r in off.custom()}
+    assert "h200-ib-gpu-cluster-policy" in added <= {"h200-ib-gpu-cluster-policy", "h200-ib-gpu-dcgm-metrics"}
     assert {str(r.inputs["metadata"]["name"]) for r in off.of_type(NAMESPACE)} >= {
         "monitoring",
         "rook-ceph",
@@ -185,3 +188,28 @@ def test_served_kinds_reads_established_crds_and_served_versions() -> None:
         ]
     )
     assert kinds == frozenset({("kueue.x-k8s.io/v1beta1", "ClusterQueue")})
+
+
+def test_cluster_policy_names_the_collectors_config_map_the_program_declares(
+    h200_disabled: tuple[OfflinePreview, OfflinePreview],
+) -> None:
+    """The chart's dcgmExporter.config.create/data are how its template makes the collectors
+    ConfigMap, not ClusterPolicy fields (the API server would prune them): the CR names the
+    ConfigMap, and without the chart the program declares it."""
+    from gpufleet.config import FabricKind
+    from gpufleet.infra.gpu_software import GpuSoftwareArgs, dcgm_metrics_config_map, gpu_operator_values
+
+    _, off = h200_disabled
+    spec = named(off, "gpu-cluster-policy").inputs["spec"]
+    config = spec["dcgmExporter"].get("config", {})
+    assert set(config) <= {"name"}
+    values = gpu_operator_values(GpuSoftwareArgs(frozenset(), FabricKind.INFINIBAND, "15s"))
+    made = dcgm_metrics_config_map(values)
+    maps = [r for r in off.of_type("kubernetes:core/v1:ConfigMap") if r.name.endswith("-dcgm-metrics")]
+    if made is None:
+        assert maps == [] and config == {}
+    else:
+        assert config == {"name": made[0]}
+        assert [m.inputs["metadata"]["name"] for m in maps] == [made[0]]
+        assert maps[0].inputs["metadata"]["namespace"] == CHARTS["gpu-operator"].namespace
+        assert maps[0].inputs["data"] == made[1]
