@@ -35,7 +35,7 @@ def stack_doc(nodes: int, spares: int, mode: str) -> dict[str, Any]:
     actively, 10-minute checkpoints of 10 s, 60 s load) and the given remediation mode."""
     classes = ("gpu-fatal", "gpu-contained", "gpu-degraded", "node-crash", "node-hang",
                "node-maintenance", "fabric-link-down", "fabric-flap", "fabric-degraded",
-               "fabric-switch-down", "storage-outage", "storage-degraded")
+               "fabric-switch-down", "storage-outage", "storage-degraded", "workload")
     return {
         "cluster": {"name": "bench", "environment": "production"},
         "nodePools": [{

@@ -124,7 +124,10 @@ def sensitivity(p: SimParams, results: list[ReplicationResult], seed: int, runs:
     detection = [{"mode": "as configured", "ettr": base.as_dict()}]
     for i, mode in enumerate(("active", "passive")):
         q = with_detection(p, mode)
-        r = run_replications(q, seed, runs, workers, pool=pool)
+        same = all((q.handling[c].detect_seconds, q.handling[c].measured)
+                   == (p.handling[c].detect_seconds, p.handling[c].measured) for c in p.handling)
+        # (the same times give the same replications: seeds are per replication)
+        r = results[:runs] if same else run_replications(q, seed, runs, workers, pool=pool)
         detection.append({"mode": f"all {mode}", "ettr": mean_ci(ettr_values(q, r), 0.0, 1.0).as_dict()})
         if progress is not None:
             progress("sensitivity", i + 1, 2)

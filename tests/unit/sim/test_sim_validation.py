@@ -20,7 +20,7 @@ from gpufleet.sim.metrics import ettr_values
 ALL_ACTIVE = {c: "active" for c in (
     "gpu-fatal", "gpu-contained", "gpu-degraded", "node-crash", "node-hang", "node-maintenance",
     "fabric-link-down", "fabric-flap", "fabric-degraded", "fabric-switch-down", "storage-outage",
-    "storage-degraded")}
+    "storage-degraded", "workload")}
 
 
 def test_matches_closed_form_with_exponential_failures_and_fixed_costs() -> None:
