@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -21,6 +22,7 @@ from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import check_output_dir, read_json
 from gpufleet.sim import SimParams, Study, load_scenario, parse_report, resolve, run_study, write_study
 from gpufleet.sim.stats import Estimate
+from gpufleet.sim.study import CALIBRATION
 
 # Bounds of the numeric options: a typo (`--days 1e9`) must be refused at once, not run for hours.
 # MAX_DAYS: ten years, more than a GPU server's service life (3-5 years); the catalog's failure rates
@@ -44,6 +46,11 @@ def _load(stack: str, stacks_dir: Path) -> tuple[StackSpec, str]:
 
 def _ci(e: Estimate, fmt: str = "{:.4f}") -> str:
     return f"{fmt.format(e.mean)}  [{fmt.format(e.low)}, {fmt.format(e.high)}]"
+
+
+def _ci_doc(e: dict[str, Any]) -> str:
+    """An estimate as the study document holds it."""
+    return _ci(Estimate(e["mean"], e["ci95_low"], e["ci95_high"], e["runs"]))
 
 
 def check_size(params: SimParams, runs: int, where: str) -> None:
@@ -96,6 +103,21 @@ def print_study(s: Study) -> None:
     for cause, e in list(m.lost_gpu_hours_by_cause.items())[:8]:
         lost.add_row(cause, _ci(e, "{:,.0f}"))
     console.print(lost)
+    if s.sensitivity:
+        # What a projected ETTR depends on besides the rates (the full table: simulate.md).
+        sens = Table(title="ETTR sensitivity (mean, 95% CI)")
+        sens.add_column("parameter")
+        sens.add_column("value", justify="right")
+        sens.add_column("ETTR", justify="right")
+        for row in s.sensitivity["detection"]:
+            sens.add_row("detection", row["mode"], _ci_doc(row["ettr"]))
+        for pt in s.by_interval:
+            if pt.x in (5.0, 10.0, 30.0, 60.0):
+                sens.add_row("checkpoint interval", f"{pt.x:g} min", _ci(pt.ettr))
+        for row in s.sensitivity["checkpoint_write"]:
+            sens.add_row("checkpoint write", f"{row['write_seconds']:g} s", _ci_doc(row["ettr"]))
+        console.print(sens)
+    console.print(f"Calibration: {CALIBRATION}", highlight=False)
     if s.recommended:
         if s.best is None:
             console.print("[red]No checkpoint interval / spare count in the search meets the SLOs.[/]")
