@@ -4,6 +4,13 @@ DeviceConfig, the Ascend device plugin.
 GPU Operator values (its chart's values.yaml, conventions.md): `driver.version` pinned,
 `driver.rdma.enabled` for GPUDirect RDMA when the fabric is InfiniBand/RoCE, an upgrade policy that
 drains one node at a time, `dcgmExporter.serviceMonitor` on so kube-prometheus-stack scrapes DCGM.
+dcgm-exporter collects only the fields its collectors file lists, and the stock file the Operator
+points it at (dcp-metrics-included.csv) lacks fields the catalog's rules read: the program deploys
+the catalog's file instead through the chart's `dcgmExporter.config` (name, create, data: a ConfigMap
+with key dcgm-metrics.csv that the Operator mounts and sets DCGM_EXPORTER_COLLECTORS to; gpu-operator
+v25.3.0 templates/dcgm_exporter_config.yaml, controllers/object_controls.go). Its collect interval
+(DCGM_EXPORTER_INTERVAL, default 30000 ms in dcgm-exporter's pkg/cmd/app.go) is set to the scrape
+interval, so a scrape never reads a value older than one interval.
 AMD: `amd.com/v1alpha1 DeviceConfig` selecting nodes by NFD's `feature.node.kubernetes.io/amd-gpu`.
 Ascend: the MindCluster device plugin as a DaemonSet on nodes labelled `accelerator:
 huawei-Ascend910` (the labels the Ascend tooling uses; there is no published Helm chart for it),
@@ -26,7 +33,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from gpufleet.catalog.exporters import collectors_csv, load_exporters
 from gpufleet.config import FabricKind, Vendor
+from gpufleet.config.model import duration_seconds
 from gpufleet.infra.charts import (
     AMD_DRIVER_VERSION,
     ASCEND_DEVICE_PLUGIN_IMAGE,
@@ -36,6 +45,9 @@ from gpufleet.infra.charts import (
     custom_resource,
 )
 from gpufleet.infra.common import MANAGED_BY, child
+from gpufleet.infra.monitoring import NODE_RELABELING
+
+DCGM_METRICS_CONFIGMAP = "gpufleet-dcgm-metrics"
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,8 @@ class GpuSoftwareArgs:
     dcgm_scrape_interval: str
     tolerations: list[dict[str, str]] = field(default_factory=list)  # the GPU pools' taints
     mig_strategy: str = "single"
+    # dcgm-exporter's collectors file; None: the catalog's (monitoring/dcgm-exporter/dcgm-metrics.csv).
+    dcgm_collectors: str | None = None
 
 
 def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
@@ -65,7 +79,24 @@ def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
         "mig": {"strategy": args.mig_strategy},
         "dcgmExporter": {
             "enabled": True,
-            "serviceMonitor": {"enabled": True, "interval": args.dcgm_scrape_interval},
+            # A list value replaces the chart's whole default env: its LISTEN and KUBERNETES stay.
+            "env": [
+                {"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"},
+                {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+                {"name": "DCGM_EXPORTER_INTERVAL",
+                 "value": str(round(duration_seconds(args.dcgm_scrape_interval) * 1000))},
+            ],
+            "config": {
+                "name": DCGM_METRICS_CONFIGMAP,
+                "create": True,
+                "data": args.dcgm_collectors if args.dcgm_collectors is not None
+                else collectors_csv(load_exporters()),
+            },
+            "serviceMonitor": {
+                "enabled": True,
+                "interval": args.dcgm_scrape_interval,
+                "relabelings": NODE_RELABELING,
+            },
         },
         "gdrcopy": {"enabled": rdma},
         "cdi": {"enabled": True},

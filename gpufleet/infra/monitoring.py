@@ -5,6 +5,11 @@ The `*SelectorNilUsesHelmValues: false` switches make Prometheus pick up every P
 ServiceMonitor in the cluster (the GPU Operator's DCGM ServiceMonitor included), not only those
 labelled with this release (kube-prometheus-stack values.yaml).
 
+Every ServiceMonitor the rules join across (node-exporter here, dcgm-exporter in gpu_software) adds
+the scraped pod's node name as label `node` (`NODE_RELABELING`): the one host label GPU, node and
+fabric rules share (ADR 0040). The rules are rendered for the stack (`rule_settings`): its declared
+HCAs, rails and link speed, and its slowest scrape interval for the alerts one scrape must not page.
+
 Grafana's admin login comes from a Secret the program declares (`grafana.admin.existingSecret`,
 `userKey`, `passwordKey` of the grafana subchart), never the chart's default `prom-operator`
 (`grafana.adminPassword` in kube-prometheus-stack values.yaml); a stack without a password gets no
@@ -21,13 +26,40 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.config.model import MonitoringSpec
+from gpufleet.catalog.rules import RuleSettings
+from gpufleet.config.model import MonitoringSpec, StackSpec, duration_seconds
 from gpufleet.infra.charts import CHARTS, chart_install, chart_namespace, custom_resource
 from gpufleet.infra.common import MANAGED_BY, child, secret_input
 
+# prometheus-operator RelabelConfig: the target pod's node name into `node` (kube-prometheus-stack
+# 72.6.2 values.yaml shows the same source label under prometheus-node-exporter.prometheus.monitor).
+NODE_RELABELING: list[dict[str, Any]] = [
+    {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+]
+# The sandbox names its fabric links fab<rail> (gpufleet.sandbox.layout); a unit test holds the two equal.
+SANDBOX_FABRIC_PREFIX = "fab"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 GRAFANA_SECRET = "grafana-admin"
 RELEASE = "kube-prometheus-stack"
+
+
+def rule_settings(spec: StackSpec) -> RuleSettings:
+    """What the catalog's rules need to know about this stack. On a sandbox the fabric ports are
+    its veth links fab<rail>, also seen as netdevs; on a cluster the declared HCAs (`fabric.hcas`,
+    else mlx5_<rail>), whose netdev names the stack does not declare. The debounce interval is the
+    slowest scrape interval of what the rules read (dcgm-exporter's collect interval is set to its
+    scrape interval, gpu_software)."""
+    sandbox = spec.cluster.environment.value == "sandbox"
+    rails = spec.fabric.rails_per_node
+    devices = [f"{SANDBOX_FABRIC_PREFIX}{i}" for i in range(rails)] if sandbox else spec.fabric.hca_names()
+    mon = spec.monitoring
+    slowest = max(duration_seconds(mon.scrape_interval), duration_seconds(mon.dcgm_scrape_interval))
+    return RuleSettings(
+        scrape_interval_s=slowest,
+        fabric_devices=tuple(devices),
+        fabric_netdevs=f"{SANDBOX_FABRIC_PREFIX}[0-9]+" if sandbox else None,
+        link_speed_gbps=float(spec.fabric.link_speed_gbps),
+    )
 
 
 def grafana_enabled(mon: MonitoringSpec) -> bool:
@@ -92,6 +124,7 @@ def prometheus_stack_values(mon: MonitoringSpec) -> dict[str, Any]:
             }
         },
         "alertmanager": {"config": alertmanager_config(mon)},
+        "prometheus-node-exporter": {"prometheus": {"monitor": {"relabelings": NODE_RELABELING}}},
         "grafana": {
             "enabled": grafana_enabled(mon),
             "admin": {

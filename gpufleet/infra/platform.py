@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 
 from gpufleet.catalog import XidRule, load_catalog, xid_policy
 from gpufleet.catalog.dashboard import dashboard
-from gpufleet.catalog.rules import rule_groups
+from gpufleet.catalog.rules import RuleSettings, rule_groups
 from gpufleet.config import (
     FabricMode,
     NodePool,
@@ -38,7 +38,7 @@ from gpufleet.infra.fabric import (
 )
 from gpufleet.infra.gameday import GamedayArgs, GamedaySchedule
 from gpufleet.infra.gpu_software import GpuSoftware, GpuSoftwareArgs
-from gpufleet.infra.monitoring import Monitoring, MonitoringArgs, alert_count
+from gpufleet.infra.monitoring import Monitoring, MonitoringArgs, alert_count, rule_settings
 from gpufleet.infra.nodepools import GpuNodePool, GpuNodePoolArgs
 from gpufleet.infra.scheduler import QUEUE_LABEL, Scheduler, SchedulerArgs
 from gpufleet.infra.self_healing import SelfHealing, SelfHealingArgs
@@ -56,11 +56,12 @@ class PlatformArgs:
 
 
 @functools.cache
-def catalog_outputs() -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The alert rule groups and the dashboard generated from the fault catalog. The catalog is
-    package data, fixed for the life of the process, so it is parsed once per process."""
+def catalog_outputs(settings: RuleSettings | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The alert rule groups (rendered for the stack's `settings`) and the dashboard generated from
+    the fault catalog. The catalog is package data, fixed for the life of the process, so it is
+    parsed once per process and settings."""
     catalog = load_catalog()
-    return rule_groups(catalog), dashboard(catalog)
+    return rule_groups(catalog, settings), dashboard(catalog)
 
 
 def xid_table(spec: StackSpec) -> dict[int, XidRule]:
@@ -213,7 +214,7 @@ class Platform(pulumi.ComponentResource):
         )
         sandbox = spec.cluster.environment.value == "sandbox"
         self.storage = Storage(f"{name}-storage", StorageArgs(spec.storage, protect=not sandbox), sub)
-        groups, board = catalog_outputs()
+        groups, board = catalog_outputs(rule_settings(spec))
         self.monitoring = Monitoring(
             f"{name}-monitoring",
             MonitoringArgs(spec.monitoring, groups, board),
