@@ -121,7 +121,7 @@ def main() -> None:
                       f"{e['ci95_high']:.4f}]  interruptions/day {r['interruptions_per_day']['mean']:.1f}  "
                       f"P(spares exhausted) {r['p_spares_exhausted']['mean']:.2f}")
     out = {"gpus": a.gpus, "days": a.days, "runs": a.runs, "seed": a.seed, "baseline": a.baseline,
-           "rows": rows}
+           "load_average_at_end": os.getloadavg(), "rows": rows}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {a.out}")

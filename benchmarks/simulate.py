@@ -78,6 +78,7 @@ def main() -> None:
         "host": {"cpus": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
                  "python": platform.python_version(), "machine": platform.machine()},
         "repeats": a.repeats, "workers": a.workers,
+        "load_average_at_start": os.getloadavg(),
     }
 
     p_year = params(16_384, 365)
@@ -147,6 +148,7 @@ def main() -> None:
                                   "workers": a.workers, "repeats": studies}
         print(f"study median {med:.1f} s  target <= 60 s")
 
+    out["load_average_before_out_of_sample"] = os.getloadavg()
     rows = out_of_sample(seed=1, runs=20)
     out["out_of_sample"] = [r.as_dict() for r in rows]
     print(table_markdown(rows))
