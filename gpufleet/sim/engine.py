@@ -535,19 +535,21 @@ class Replication:
         p = self.p
         self.events += 1
         while True:
-            t = max(self.ready_at, self.blocked_until, self.boot_until)
+            t = max(self.ready_at, self.blocked_until)
             if t > env.now:
                 yield env.timeout(t - env.now)
                 continue
-            if self.job_size >= p.job_nodes:
-                break
-            if self.warm:
-                n = self.warm.pop()
-            elif self.cold:
-                n = self.cold.pop()
-                self._arm_all([n])  # powered on: it can fail from now
-                self.boot_until = max(self.boot_until, env.now + p.cold_start_seconds)
-            else:
+            # Every replacement at once: cold spares boot side by side, not one after another.
+            while self.job_size < p.job_nodes and (self.warm or self.cold):
+                if self.warm:
+                    n = self.warm.pop()
+                else:
+                    n = self.cold.pop()
+                    self._arm_all([n])  # powered on: it can fail from now
+                    self.boot_until = max(self.boot_until, env.now + p.cold_start_seconds)
+                self.status[n] = JOB
+                self.job_size += 1
+            if self.job_size < p.job_nodes:  # no spare left: wait for a repaired node
                 self.exhausted = True
                 self.waiting = env.event()
                 self.wait_since = env.now
@@ -557,8 +559,10 @@ class Replication:
                     self.wait_nodes += env.now - self.wait_since
                     self.waiting = None
                 continue
-            self.status[n] = JOB
-            self.job_size += 1
+            if self.boot_until > env.now:  # the last cold spare taken is still booting
+                yield env.timeout(self.boot_until - env.now)
+                continue
+            break
         restart = self.pending_restart
         if self._store_state(env.now) == STORE_DEGRADED:
             restart += p.checkpoint_load_seconds * (p.store_degraded_factor - 1.0)

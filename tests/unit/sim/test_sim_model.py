@@ -118,6 +118,16 @@ def test_overlapping_faults_match_the_busy_period_closed_form() -> None:
         ettr_renewal(nodes, rate, 150.0, 600.0, 10.0))
 
 
+def test_cold_spares_boot_side_by_side() -> None:
+    # Nodes 0 and 1 crash at t=1000 (isolate 60 each): ready at 1062, both cold spares are powered
+    # on at once and boot until 2262; restart 100: running at 2362 (one after the other would be
+    # 1062 + 2 x 1200 + 100 = 3562).
+    p = _isolate(_fleet(mode="cold"), FaultClass.NODE_CRASH, 60.0).with_changes(
+        cold_start_seconds=1200.0)
+    r = simulate_once(p, SEED, [ScriptedFault(1000.0, "slow", 0), ScriptedFault(1000.0, "slow", 1)])
+    assert r.run_start.tolist() == [0.0, 2362.0]
+
+
 # ---------------------------------------------------------------- checkpoint saves
 
 def _one(length: float, cause: int, u: float | None = None, q: float = 0.0,
