@@ -154,6 +154,49 @@ class StorageSlow(InjectionModel):
     rate_mbit: Annotated[float, Field(gt=0)]
 
 
+class OsdKill(InjectionModel):
+    """SIGKILL one Ceph OSD daemon (a crashed OSD: Ceph marks it down, its PGs degrade, and after
+    mon_osd_down_out_interval it is marked out and its data re-replicated)."""
+
+    needs_node: ClassVar[bool] = False
+    method: Literal["osd-kill"] = "osd-kill"
+    osd: Annotated[int, Field(ge=0)]
+
+
+class OsdHang(InjectionModel):
+    """SIGSTOP one Ceph OSD daemon (a hung OSD: its peers report it down after the heartbeat
+    grace, client I/O to its PGs stalls until then)."""
+
+    needs_node: ClassVar[bool] = False
+    method: Literal["osd-hang"] = "osd-hang"
+    osd: Annotated[int, Field(ge=0)]
+
+
+class OsdNearFull(InjectionModel):
+    """The cluster's OSDs reported near full (`full`: full, so writes stop while reads go on), by
+    lowering Ceph's own nearfull (and backfillfull/full) ratios below their use: the monitor raises
+    OSD_NEARFULL / OSD_FULL exactly as for a disk that filled up, with no disk filled."""
+
+    needs_node: ClassVar[bool] = False
+    method: Literal["osd-near-full"] = "osd-near-full"
+    full: bool = False
+
+
+class ObjectStoreOutage(InjectionModel):
+    """The S3 endpoint (radosgw) is gone: its process killed; Ceph itself stays healthy."""
+
+    needs_node: ClassVar[bool] = False
+    method: Literal["object-store-outage"] = "object-store-outage"
+
+
+class BucketLoss(InjectionModel):
+    """The checkpoint bucket is deleted with every object in it (an operator's mistake, a bad
+    lifecycle rule, a compromised credential): only the backups remain."""
+
+    needs_node: ClassVar[bool] = False
+    method: Literal["bucket-loss"] = "bucket-loss"
+
+
 class KillRank(InjectionModel):
     """SIGKILL the training process of one rank (a software crash)."""
 
@@ -197,12 +240,14 @@ class NicRemove(InjectionModel):
 
 AnyInjection = (
     DcgmInject | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap | LinkDegrade | StorageOutage
-    | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove
+    | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove | OsdKill | OsdHang | OsdNearFull
+    | ObjectStoreOutage | BucketLoss
 )
 Injection = Annotated[AnyInjection, Field(discriminator="method")]
 INJECTION_MODELS: tuple[type[InjectionModel], ...] = (
     DcgmInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade, StorageOutage,
-    StorageSlow, KillRank, HostSignal, SwitchDown, NicRemove,
+    StorageSlow, KillRank, HostSignal, SwitchDown, NicRemove, OsdKill, OsdHang, OsdNearFull,
+    ObjectStoreOutage, BucketLoss,
 )
 METHODS: dict[str, type[InjectionModel]] = {
     str(m.model_fields["method"].default): m for m in INJECTION_MODELS

@@ -150,6 +150,12 @@ class Context:
             if not s.stack:
                 raise InvalidActivity("the sandbox backend needs configuration gpufleet_stack")
             return SandboxBackend(s.stack, s.sandbox_root)
+        if self.backend_name == "storage":
+            from gpufleet.chaos.backends.storage import StorageBackend
+
+            if not s.stack:
+                raise InvalidActivity("the storage backend needs configuration gpufleet_stack")
+            return StorageBackend(s.stack, s.sandbox_root, self.ledger)
         if self.backend_name == "slurm":
             from gpufleet.chaos.backends.slurm import SlurmBackend
 

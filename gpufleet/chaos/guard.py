@@ -76,3 +76,27 @@ def production_gate(environment: str | None, allow_production: bool) -> str | No
             "gpufleet_allow_production: true to inject faults into it"
         )
     return None
+
+
+def osd_blast_radius(already_down: Iterable[int], target: int, osds: int, pool_size: int,
+                     pool_min_size: int) -> list[str]:
+    """Reasons to refuse taking OSD `target` down; empty means allowed.
+
+    A placement group keeps serving I/O while at least `pool_min_size` of its `pool_size` copies are
+    up (Ceph "Pools": min_size). With every OSD on one host and replicas spread by OSD, any two OSDs
+    may hold copies of the same PG, so at most `pool_size - pool_min_size` OSDs may be down at once
+    before some PG stops; never all of them. (Ceph's own OSD thrasher keeps a max-dead limit for the
+    same reason.)"""
+    down = set(already_down)
+    after = down | {target}
+    limit = pool_size - pool_min_size
+    reasons = []
+    if not 0 <= target < osds:
+        reasons.append(f"there is no osd.{target}: the cluster has osd.0 to osd.{osds - 1}")
+    if len(after) > limit:
+        names = ", ".join(f"osd.{o}" for o in sorted(after))
+        reasons.append(
+            f"{len(after)} OSD(s) down ({names}) with pools of size {pool_size} and min_size "
+            f"{pool_min_size}: more than {limit} down stops I/O to some placement groups"
+        )
+    return reasons

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.chaos.backends import kubernetes as k8s
-from gpufleet.chaos.backends import sandbox_undo, slurm
+from gpufleet.chaos.backends import sandbox_undo, slurm, storage_undo
 from gpufleet.chaos.ledger import RollbackFn
 
 
@@ -26,6 +26,10 @@ ROLLBACKS: dict[str, RollbackFn] = {
     "sandbox.links-up": sandbox_undo.rb_links_up,
     "sandbox.nic-restore": sandbox_undo.rb_nic_restore,
     "slurm.ssh": slurm.rb_ssh,
+    "storage.restart-daemon": storage_undo.rb_restart_daemon,
+    "storage.continue-daemon": storage_undo.rb_continue_daemon,
+    "storage.full-ratios": storage_undo.rb_full_ratios,
+    "storage.restore-bucket": storage_undo.rb_restore_bucket,
     "kubernetes.uncordon": k8s.rb_uncordon,
     "kubernetes.untaint": k8s.rb_untaint,
     "kubernetes.pod-undo": k8s.rb_run_pod_and_cleanup,

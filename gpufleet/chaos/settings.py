@@ -17,11 +17,11 @@ from chaoslib.exceptions import InvalidActivity
 from gpufleet.slo import parse_budget_override
 
 DEFAULT_LEDGER = "/var/lib/gpufleet/ledger/faults.jsonl"
-BACKENDS = ("sandbox", "slurm", "kubernetes")
+BACKENDS = ("sandbox", "slurm", "kubernetes", "storage")
 # Every configuration key the extension reads, with what it means: `chaos discover gpufleet` lists
 # them (extension.configuration) and `gpufleet chaos validate` rejects other gpufleet_* keys.
 CONFIG_KEYS: dict[str, str] = {
-    "gpufleet_backend": "sandbox | slurm | kubernetes (default: the stack's gameday.backend)",
+    "gpufleet_backend": "sandbox | slurm | kubernetes | storage (default: the stack's gameday.backend)",
     "gpufleet_stack": "stack name, read from <gpufleet_stacks_dir>/Pulumi.<stack>.yaml",
     "gpufleet_stacks_dir": "folder of the stack files (default: stacks, relative to the working directory)",
     "gpufleet_fault_class": "the fault class whose budget in the stack judges this experiment",

@@ -9,6 +9,7 @@ import typer
 from gpufleet.cli import (
     catalog_cmds,
     chaos_cmds,
+    drill_cmds,
     gameday_cmds,
     generate_cmds,
     health_cmds,
@@ -55,6 +56,7 @@ for module in (
     sandbox_cmds,
     chaos_cmds,
     gameday_cmds,
+    drill_cmds,
     sim_cmds,
 ):
     module.register(app)

@@ -22,6 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpufleet.core.sandbox_contract import SandboxProcess, state_root
 
 STORAGE_STATE_DIR = "storage"
+# In the backup bucket: checkpoint copies under BACKUP_PREFIX, the evidence of each verified copy
+# under EVIDENCE_PREFIX (gpufleet.sandbox.storage.backup writes them; restores and drills read them).
+BACKUP_PREFIX = "checkpoints/"
+EVIDENCE_PREFIX = "evidence/"
+# Beside the run's files: the events (JSON lines) of the checkpoint writer, the backup job and restores.
+WORKLOAD_DIR = "workload"
 
 
 def storage_state_path(stack: str, root: Path | None = None) -> Path:
@@ -81,6 +87,10 @@ class StorageSandboxState(_M):
         if self.ceph_conf is None:
             raise RuntimeError("this storage sandbox has no Ceph configuration yet")
         return ["ceph", "-c", self.ceph_conf, "--connect-timeout", "10", "--format", "json", *args]
+
+    def events_file(self, name: str) -> Path:
+        """The events file (JSON lines) of `checkpoint-writer`, `backup` or `restore`."""
+        return Path(self.base_dir) / WORKLOAD_DIR / f"{name}.jsonl"
 
     def credentials(self) -> S3Credentials:
         if self.s3_credentials is None:

@@ -21,6 +21,7 @@ from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
 from gpufleet.catalog.injection import (
     AnyInjection,
+    BucketLoss,
     DcgmInject,
     HostSignal,
     InjectionModel,
@@ -32,6 +33,10 @@ from gpufleet.catalog.injection import (
     NodeCrash,
     NodeHang,
     NodeReboot,
+    ObjectStoreOutage,
+    OsdHang,
+    OsdKill,
+    OsdNearFull,
     StorageOutage,
     StorageSlow,
     SwitchDown,
@@ -176,6 +181,16 @@ class Backend:
                 return self.plan_switch_down(node, injection)
             case NicRemove():
                 return self.plan_nic_remove(node, injection)
+            case OsdKill():
+                return self.plan_osd_kill(injection)
+            case OsdHang():
+                return self.plan_osd_hang(injection)
+            case OsdNearFull():
+                return self.plan_osd_near_full(injection)
+            case ObjectStoreOutage():
+                return self.plan_object_store_outage()
+            case BucketLoss():
+                return self.plan_bucket_loss()
             case _:
                 assert_never(injection)
 
@@ -222,6 +237,21 @@ class Backend:
 
     def plan_nic_remove(self, node: str, inj: NicRemove) -> Plan:
         raise self._unsupported("nic-remove")
+
+    def plan_osd_kill(self, inj: OsdKill) -> Plan:
+        raise self._unsupported("osd-kill")
+
+    def plan_osd_hang(self, inj: OsdHang) -> Plan:
+        raise self._unsupported("osd-hang")
+
+    def plan_osd_near_full(self, inj: OsdNearFull) -> Plan:
+        raise self._unsupported("osd-near-full")
+
+    def plan_object_store_outage(self) -> Plan:
+        raise self._unsupported("object-store-outage")
+
+    def plan_bucket_loss(self) -> Plan:
+        raise self._unsupported("bucket-loss")
 
 
 def tbf_argv(ifname: str, rate_mbit: float) -> list[str]:

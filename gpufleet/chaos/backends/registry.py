@@ -7,11 +7,13 @@ from gpufleet.chaos.backends.base import Backend
 from gpufleet.chaos.backends.kubernetes import KubernetesBackend
 from gpufleet.chaos.backends.sandbox import SandboxBackend
 from gpufleet.chaos.backends.slurm import SlurmBackend
+from gpufleet.chaos.backends.storage import StorageBackend
 
 BACKEND_CLASSES: dict[str, type[Backend]] = {
     "sandbox": SandboxBackend,
     "slurm": SlurmBackend,
     "kubernetes": KubernetesBackend,
+    "storage": StorageBackend,
 }
 
 

@@ -1,4 +1,5 @@
-"""Checkpoint store fault actions."""
+"""Storage fault actions: the checkpoint store of the Slurm sandbox, and the storage sandbox's real
+Ceph cluster (backend `storage`: OSDs, radosgw, the checkpoint bucket; docs/storage.md)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,31 @@ from typing import Any
 
 from chaoslib.types import Configuration, Secrets
 
-from gpufleet.catalog.injection import StorageOutage, StorageSlow
+from gpufleet.catalog.injection import (
+    BucketLoss,
+    ObjectStoreOutage,
+    OsdHang,
+    OsdKill,
+    OsdNearFull,
+    StorageOutage,
+    StorageSlow,
+)
 from gpufleet.chaos import engine
 
-__all__ = ["checkpoint_store_outage", "restore_checkpoint_store", "slow_checkpoint_store"]
+__all__ = [
+    "checkpoint_bucket_loss",
+    "checkpoint_store_outage",
+    "object_store_outage",
+    "osd_hang",
+    "osd_kill",
+    "osd_near_full",
+    "restore_checkpoint_store",
+    "restore_storage",
+    "slow_checkpoint_store",
+]
 
 STORAGE_KINDS = {"storage-outage", "storage-slow"}
+CEPH_KINDS = {"osd-kill", "osd-hang", "osd-near-full", "object-store-outage", "bucket-loss"}
 
 
 def checkpoint_store_outage(
@@ -37,3 +57,39 @@ def slow_checkpoint_store(
 def restore_checkpoint_store(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
     """Undo every storage fault still in the ledger."""
     return engine.revert_summary(engine.revert(configuration, STORAGE_KINDS))
+
+
+def osd_kill(osd: int, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """SIGKILL Ceph's osd.<osd> (refused when it would leave fewer than min_size copies of some
+    placement group up). Rollback: start it again from its recorded Launch recipe."""
+    return engine.inject(configuration, engine.build_injection(OsdKill, osd=osd), None)
+
+
+def osd_hang(osd: int, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """SIGSTOP Ceph's osd.<osd> (same guard as osd_kill). Rollback: SIGCONT."""
+    return engine.inject(configuration, engine.build_injection(OsdHang, osd=osd), None)
+
+
+def osd_near_full(
+    full: bool = False, configuration: Configuration = None, secrets: Secrets = None
+) -> dict[str, Any]:
+    """Ceph's OSDs reported near full (`full`: full, writes stop) by lowering its full ratios below
+    their use. Rollback: Ceph's default ratios."""
+    return engine.inject(configuration, engine.build_injection(OsdNearFull, full=full), None)
+
+
+def object_store_outage(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """Kill radosgw: the S3 endpoint stops answering. Rollback: start it again from its recipe."""
+    return engine.inject(configuration, ObjectStoreOutage(), None)
+
+
+def checkpoint_bucket_loss(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """Delete the checkpoint bucket and every object in it. Rollback (and the drill's restore):
+    recreate it and restore every backed-up checkpoint, each verified against its manifest."""
+    return engine.inject(configuration, BucketLoss(), None)
+
+
+def restore_storage(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """Undo every Ceph fault still in the ledger (restart daemons, thaw, ratios back, restore the
+    checkpoint bucket from its backups)."""
+    return engine.revert_summary(engine.revert(configuration, CEPH_KINDS))

@@ -1,16 +1,36 @@
-"""Checkpoint store probes."""
+"""Storage probes: the Slurm sandbox's checkpoint directory, and the storage sandbox's Ceph cluster
+(health, the S3 endpoint, checkpoint integrity by sha256, a drill's RPO/RTO verdict)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 from chaoslib.types import Configuration, Secrets
 
 from gpufleet.chaos import engine
+from gpufleet.core.ceph_admin import CephCommandError, ceph_json
+from gpufleet.core.checkpoint_manifest import stem
+from gpufleet.core.s3_checkpoints import store_for
+from gpufleet.core.storage_contract import BACKUP_PREFIX, StorageSandboxState
+from gpufleet.slo.dr import DrillInputs, DrTargets, RestoredCheckpoint, judge_drill
 
-__all__ = ["checkpoint_store_writable"]
+logger = logging.getLogger("chaostoolkit")
+
+__all__ = [
+    "ceph_health",
+    "checkpoint_store_writable",
+    "checkpoints_intact",
+    "drill_within_targets",
+    "object_store_available",
+]
 
 
 def checkpoint_store_writable(configuration: Configuration = None, secrets: Secrets = None) -> bool:
@@ -37,3 +57,184 @@ def checkpoint_store_writable(configuration: Configuration = None, secrets: Secr
         os.close(fd)
         os.unlink(probe)
     return True
+
+
+def _storage(configuration: Configuration) -> StorageSandboxState:
+    ctx = engine.context(configuration)
+    if ctx.backend_name != "storage":
+        raise ActivityFailed("this probe reads the storage sandbox: set gpufleet_backend to storage")
+    from gpufleet.chaos.backends.storage import StorageBackend
+
+    b = ctx.backend()
+    assert isinstance(b, StorageBackend)
+    return b.state
+
+
+def ceph_health(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """Ceph's health and placement groups: {"status", "checks", "pgs", "degraded_objects",
+    "clean"} where clean means HEALTH_OK with every PG active+clean (recovery done). A cluster that
+    does not answer is an ActivityFailed, never a healthy answer."""
+    state = _storage(configuration)
+    try:
+        health = ceph_json(state, "health", timeout_s=30)
+        pg = ceph_json(state, "pg", "stat", timeout_s=30)
+    except CephCommandError as e:
+        raise ActivityFailed(str(e)) from None
+    summary = pg.get("pg_summary", pg)
+    by_state = {s["name"]: int(s["num"]) for s in summary.get("num_pg_by_state", [])}
+    pgs = int(summary.get("num_pgs", 0))
+    return {
+        "status": health.get("status"),
+        "checks": sorted((health.get("checks") or {}).keys()),
+        "pgs": by_state,
+        "degraded_objects": int(summary.get("degraded_objects", 0) or 0),
+        "clean": health.get("status") == "HEALTH_OK" and by_state.get("active+clean", 0) == pgs > 0,
+    }
+
+
+def object_store_available(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """A real round trip on the S3 endpoint: PUT an object, GET it back and compare its sha256,
+    DELETE it. {"status": "available" | "unavailable", "seconds", "error"}; tolerate with
+    `{"type": "regex", "target": "status", "pattern": "^available$"}`."""
+    state = _storage(configuration)
+    assert state.checkpoint_bucket is not None
+    store = store_for(state, state.checkpoint_bucket, attempts=1)
+    data = os.urandom(4096)
+    key = f"probe/{uuid.uuid4().hex}"
+    t0 = time.monotonic()
+    try:
+        store.client.put_object(Bucket=store.bucket, Key=key, Body=data)
+        got = store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read()
+        store.client.delete_object(Bucket=store.bucket, Key=key)
+    except Exception as e:  # any S3 or connection error is "unavailable", said with its reason
+        return {
+            "status": "unavailable",
+            "seconds": round(time.monotonic() - t0, 3),
+            "error": f"{type(e).__name__}: {e}",
+        }
+    same = hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+    return {
+        "status": "available" if same else "unavailable",
+        "seconds": round(time.monotonic() - t0, 3),
+        "error": None if same else "the object read back differs from the one written",
+    }
+
+
+def checkpoints_intact(
+    which: str = "checkpoint", configuration: Configuration = None, secrets: Secrets = None
+) -> dict[str, Any]:
+    """Every complete checkpoint of the checkpoint (or backup) bucket verified by sha256 against its
+    manifest: {"status": "intact" | "corrupt", "complete", "verified", "corrupt": [...],
+    "incomplete": [...]}; tolerate with `{"type": "regex", "target": "status", "pattern": "^intact$"}`
+    (incomplete checkpoints, saves cut off, are reported and not counted as corrupt)."""
+    state = _storage(configuration)
+    if which not in ("checkpoint", "backup"):
+        raise ActivityFailed(f"which must be checkpoint or backup, not {which!r}")
+    bucket = state.checkpoint_bucket if which == "checkpoint" else state.backup_bucket
+    assert bucket is not None
+    store = store_for(state, bucket, "" if which == "checkpoint" else BACKUP_PREFIX)
+    corrupt, incomplete, verified, complete = [], [], 0, 0
+    for c in store.candidates():
+        if c.manifest is None:
+            incomplete.append(stem(c.key))
+            continue
+        complete += 1
+        problems = store.verify(c.manifest)
+        if problems:
+            corrupt.append({"checkpoint": stem(c.key), "problems": problems})
+        else:
+            verified += 1
+    return {
+        "bucket": bucket,
+        "complete": complete,
+        "verified": verified,
+        "status": "corrupt" if corrupt else "intact",
+        "corrupt": corrupt,
+        "incomplete": incomplete,
+    }
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for raw in path.read_text().splitlines():
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
+
+
+def drill_within_targets(
+    drill: str = "checkpoint-bucket-lost",
+    resume_timeout_seconds: float = 30.0,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """The drill's verdict (gpufleet.slo.dr.judge_drill) against the stack's `dr` targets, from this
+    run's bucket-loss fault in the ledger (when it failed), the restore's record (what came back,
+    when it was verified), the checkpoint bucket verified again now, and the checkpoint writer's
+    events (what it had saved before, when it resumed). Declare it with tolerance
+    `{"type": "regex", "target": "outcome", "pattern": "^PASS$"}`. Before the fault (the hypothesis
+    before the method) there is nothing to judge: outcome PASS, said in the output."""
+    ctx = engine.context(configuration)
+    state = _storage(configuration)
+    faults = [r for r in ctx.ledger.records() if r.run_id == ctx.run.run_id and r.kind == "bucket-loss"]
+    if not faults:
+        return {"outcome": "PASS", "before_fault": True, "notes": ["no bucket-loss fault of this run yet"]}
+    failed_at = faults[-1].at
+    problems: list[str] = []
+    restores = [e for e in _events(state.events_file("restore")) if float(e.get("t", 0)) >= failed_at]
+    restore = restores[-1] if restores else None
+    if restore is None:
+        problems.append("no restore was recorded after the fault")
+    writer = state.events_file("checkpoint-writer")
+    deadline = time.monotonic() + resume_timeout_seconds
+    resumed_at = None
+    while restore is not None and resumed_at is None and time.monotonic() < deadline:
+        resumed = [e for e in _events(writer) if e.get("event") == "resume" and float(e["t"]) > failed_at]
+        resumed_at = float(resumed[0]["t"]) if resumed else None
+        if resumed_at is None:
+            time.sleep(0.5)
+    assert state.checkpoint_bucket is not None
+    primary = store_for(state, state.checkpoint_bucket)
+    came_back = (restore or {}).get("restored", [])
+    restored = None
+    corrupt = len((restore or {}).get("failed", []))
+    for r in came_back:
+        # The oracle: each restored checkpoint as the bucket holds it now, every file by sha256.
+        key = (int(r["key"][0]), int(r["key"][1]), int(r["key"][2]))
+        m = primary.manifest(key)
+        why = m if isinstance(m, str) else ("manifest missing" if m is None else "; ".join(primary.verify(m)))
+        if why:
+            corrupt += 1
+        if restored is None or key[2] > restored.step:
+            restored = RestoredCheckpoint(stem(key), key[2], float(r["written_at"]), not why, why or None)
+    before = [e for e in _events(writer) if e.get("event") == "checkpoint" and float(e["t"]) < failed_at]
+    newest_before = None
+    if before:
+        b = max(before, key=lambda e: int(e["step"]))
+        newest_before = RestoredCheckpoint(f"step {b['step']}", int(b["step"]), float(b["written_at"]), True)
+    dr = ctx.stack.dr if ctx.stack is not None else None
+    verdict = judge_drill(
+        DrillInputs(
+            drill=drill,
+            targets=DrTargets(dr.rpo_seconds, dr.rto_seconds) if dr is not None else None,
+            failed_at=failed_at,
+            restore_verified_at=float(restore["t"])
+            if restore is not None and not restore.get("failed")
+            else None,
+            restored=restored,
+            newest_before_failure=newest_before,
+            checkpoints_restored=len(came_back),
+            checkpoints_corrupt=corrupt,
+            workload_resumed_at=resumed_at,
+            problems=tuple(problems),
+        )
+    )
+    doc = verdict.to_doc()
+    logger.info("gpufleet drill verdict: %s", json.dumps(doc, default=str))
+    return doc

@@ -15,11 +15,11 @@ OSD block files included.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from gpufleet.config.model import StackSpec
-from gpufleet.core import procs, s3
+from gpufleet.core import ceph_admin, procs, s3
 from gpufleet.core.sandbox_contract import Launch, SandboxProcess
 from gpufleet.core.storage_contract import (
     OsdRecord,
@@ -77,6 +77,8 @@ class StorageSandboxError(RuntimeError):
 @dataclass
 class StorageUpOptions:
     timeout_s: float = 180.0
+    workload: bool = True  # the checkpoint writer and the backup job (writer.py, backup.py)
+    python: str = sys.executable
 
 
 class StorageRecorder:
@@ -251,7 +253,10 @@ def storage_up(
         root,
     )
     try:
-        _bring_up(plan, rec, CephPaths(base), time.monotonic() + opts.timeout_s, timings, say)
+        run = _bring_up(plan, rec, CephPaths(base), time.monotonic() + opts.timeout_s, timings, say)
+        if opts.workload:
+            _workload(run, spec, opts.python, say)
+            timings.mark("workload")
     except BaseException:
         rec.update(phase="failed")
         raise
@@ -286,7 +291,7 @@ def _bring_up(
     deadline: float,
     timings: Timings,
     say: Callable[[str], None],
-) -> None:
+) -> _Run:
     state = rec.state
     fsid = str(uuid.uuid4())
     for d in ("run", "log", "mon", "mgr", "osd", "rgw"):
@@ -407,15 +412,70 @@ def _bring_up(
 
     run.wait("HEALTH_OK", healthy, 1.0)
     timings.mark("health_ok")
+    return run
+
+
+WRITER = "checkpoint-writer"
+BACKUP = "backup"
+
+
+def workload_events(state: StorageSandboxState, name: str) -> Path:
+    return state.events_file(name)
+
+
+def _workload(run: _Run, spec: StackSpec, python: str, say: Callable[[str], None]) -> None:
+    """The checkpoint writer (every storage.checkpoint.intervalMinutes) and the backup job (every
+    dr.backupIntervalSeconds), each from a recorded Launch recipe; waits for a first checkpoint."""
+    state = run.rec.state
+    state_file = str(run.rec.path)
+    every = spec.storage.checkpoint.interval_minutes * 60
+    backup_every = spec.dr.backup_interval_seconds if spec.dr is not None else 60.0
+    run.start(
+        WRITER,
+        [
+            python,
+            "-m",
+            "gpufleet.sandbox.storage.writer",
+            "--state-file",
+            state_file,
+            "--events",
+            str(workload_events(state, WRITER)),
+            "--interval",
+            f"{every:g}",
+        ],
+    )
+    run.start(
+        BACKUP,
+        [
+            python,
+            "-m",
+            "gpufleet.sandbox.storage.backup",
+            "--state-file",
+            state_file,
+            "--events",
+            str(workload_events(state, BACKUP)),
+            "--interval",
+            f"{backup_every:g}",
+        ],
+    )
+    from gpufleet.sandbox.storage.writer import read_events
+
+    def saved() -> bool:
+        return any(e.get("event") == "checkpoint" for e in read_events(workload_events(state, WRITER)))
+
+    run.wait(f"a first checkpoint in {state.checkpoint_bucket}", saved, 0.5)
+    say(
+        f"checkpoint writer: every {every:g} s to {state.checkpoint_bucket}; "
+        f"backups every {backup_every:g} s to {state.backup_bucket}"
+    )
 
 
 def ceph_json(state: StorageSandboxState, *args: str, timeout_s: float = COMMAND_TIMEOUT_S) -> dict[str, Any]:
-    """A `ceph ... --format json` admin command's answer."""
-    out = run_command(state.ceph_command(*args), timeout_s=timeout_s, what=f"ceph {' '.join(args)}")
-    doc = json.loads(out) if out.strip() else {}
-    if not isinstance(doc, dict):
-        raise StorageSandboxError(f"ceph {' '.join(args)}: not a JSON object: {out[:200]}")
-    return doc
+    """A `ceph ... --format json` admin command's answer (StorageSandboxError when it fails)."""
+    try:
+        return ceph_admin.ceph_json(state, *args, timeout_s=timeout_s)
+    except ceph_admin.CephCommandError as e:
+        raise StorageSandboxError(str(e)) from None
 
 
 # ----------------------------------------------------------------------------- down
@@ -434,10 +494,11 @@ class StorageDownReport:
 
 
 def _stop(recorded: Iterable[SandboxProcess], base_dir: str, grace_s: float) -> tuple[int, list[int]]:
-    """radosgw first, then the OSDs, the manager, the monitor last (the others talk to it)."""
+    """The S3 clients first, then radosgw, the OSDs, the manager, the monitor last (the others talk
+    to it)."""
     recorded = list(recorded)
     live = {p.pid: p.start_time for p in recorded if processes.alive(p)}
-    order = ("radosgw", "ceph-osd.", "ceph-mgr.", "ceph-mon.")
+    order = (WRITER, BACKUP, "radosgw", "ceph-osd.", "ceph-mgr.", "ceph-mon.")
     left: list[int] = []
     for prefix in order:
         tier = {p.pid: p.start_time for p in recorded if p.name.startswith(prefix) and p.pid in live}

@@ -91,7 +91,7 @@ def test_every_rate_names_its_source(catalog: Catalog) -> None:
 
 def test_the_vocabulary_is_one_union_of_strict_models() -> None:
     # One model per method, each rejecting unknown keys: the catalog loader is the validator.
-    assert len(METHODS) == len(INJECTION_MODELS) == 13
+    assert len(METHODS) == len(INJECTION_MODELS) == 18
     for method, model in METHODS.items():
         assert model.model_config.get("extra") == "forbid", method
         assert parse_injection({"method": method, **_minimal(method)}).method == method
@@ -104,7 +104,7 @@ def _minimal(method: str) -> dict[str, object]:
         "link-degrade": {"rail": 0, "lossPercent": 1},
         "storage-slow": {"rateMbit": 10}, "kill-rank": {"rank": 0},
         "host-signal": {"signal": "psu-state", "value": 2}, "switch-down": {"rail": 0},
-        "nic-remove": {"rail": 0},
+        "nic-remove": {"rail": 0}, "osd-kill": {"osd": 0}, "osd-hang": {"osd": 0},
     }.get(method, {})
 
 

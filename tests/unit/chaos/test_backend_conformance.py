@@ -35,6 +35,7 @@ from gpufleet.chaos.backends.kubernetes import KubernetesBackend, connection
 from gpufleet.chaos.backends.registry import BACKEND_CLASSES
 from gpufleet.chaos.backends.sandbox import SandboxBackend
 from gpufleet.chaos.backends.slurm import SlurmBackend
+from gpufleet.chaos.backends.storage import StorageBackend
 from gpufleet.chaos.guard import takes_node_down
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.chaos.rollbacks import ROLLBACKS
@@ -66,6 +67,26 @@ def _node(name: str, i: int, root: Path) -> SandboxNode:
         fabric=[FabricLink(rail=r, ifname=f"fab{r}", peer=f"t1-f{i}{r}", address=f"10.1.{r}.{i}/24")
                 for r in (0, 1)],
     )
+
+
+def write_storage_state(root: Path) -> None:
+    """A storage sandbox whose daemons are this test process (alive, never signalled: plans only)."""
+    import os
+
+    from gpufleet.core.procs import start_time
+    from gpufleet.core.sandbox_contract import Launch, SandboxProcess
+    from gpufleet.core.storage_contract import OsdRecord, StorageSandboxState, write_storage_state
+
+    me = SandboxProcess(name="x", pid=os.getpid(), start_time=start_time(os.getpid()) or 0,
+                        launch=Launch(program=["true"], log=str(root / "log")))
+    write_storage_state(StorageSandboxState(
+        stack="sandbox", run_id="abcdef", phase="up", base_dir=str(root / "storage-run"), created_at=0,
+        ceph_conf=str(root / "ceph.conf"), pool_size=2, pool_min_size=1, checkpoint_bucket="ckpt",
+        backup_bucket="ckpt-backup",
+        osds=[OsdRecord(id=i, uuid=f"u{i}", data_dir="d", block="b", block_bytes=1) for i in range(3)],
+        processes=[me.model_copy(update={"name": n}) for n in ("ceph-osd.0", "ceph-osd.1", "ceph-osd.2",
+                                                                  "radosgw")],
+    ), root)
 
 
 def write_sandbox_state(root: Path, **changes: Any) -> None:
@@ -112,12 +133,14 @@ def k8s_node(name: str, simulated: bool = False) -> dict[str, Any]:
 @pytest.fixture
 def backends(tmp_path: Path, no_host: None, api_server: Any) -> Iterator[dict[str, Backend]]:
     write_sandbox_state(tmp_path)
+    write_storage_state(tmp_path)
     api_server.responses[("GET", f"/api/v1/nodes/{NODE}")] = (200, k8s_node(NODE))
     yield {
         "sandbox": SandboxBackend("sandbox", tmp_path),
         "slurm": SlurmBackend(("ssh",), "ib{rail}", None),
         "kubernetes": KubernetesBackend(connection(api_server.url, None, None), "chaos", "img:test",
                                         "ib{rail}", None),
+        "storage": StorageBackend("sandbox", tmp_path, Ledger(tmp_path / "faults.jsonl")),
     }
 
 
@@ -167,6 +190,7 @@ def _minimal(model: type[InjectionModel]) -> AnyInjection:
         "link-degrade": {"rail": 1, "lossPercent": 5, "rateMbit": 50}, "storage-slow": {"rateMbit": 10},
         "kill-rank": {"rank": 0}, "host-signal": {"signal": "cpu-state", "value": 2, "effect": "crash"},
         "switch-down": {"rail": 1}, "nic-remove": {"rail": 1}, "node-reboot": {"downSeconds": 1},
+        "osd-kill": {"osd": 1}, "osd-hang": {"osd": 1}, "osd-near-full": {"full": True},
     }
     return parse_injection({"method": method, **params.get(method, {})})
 

@@ -1,0 +1,146 @@
+"""Rollbacks of the storage backend's faults, replayable from the fault ledger alone.
+
+Each takes the JSON arguments its plan recorded: the Launch recipe of a daemon to start again, a
+process to thaw, Ceph's previous full ratios, or the stack whose checkpoint bucket to restore from
+its backups. Each tolerates a fault that is already gone (idempotent), as `gpufleet chaos revert`
+may replay it after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+from chaoslib.exceptions import ActivityFailed
+
+from gpufleet.core.ceph_admin import CephCommandError, ceph_run
+from gpufleet.core.checkpoint_manifest import stem
+from gpufleet.core.procs import alive, launch, start_time
+from gpufleet.core.s3_checkpoints import store_for
+from gpufleet.core.sandbox_contract import Launch
+from gpufleet.core.storage_contract import (
+    BACKUP_PREFIX,
+    StorageSandboxState,
+    read_storage_state,
+    write_storage_state,
+)
+
+logger = logging.getLogger("chaostoolkit")
+RESTORE_EVENTS = "restore"
+
+
+def _state(args: dict[str, Any]) -> StorageSandboxState | None:
+    root = args.get("state_root")
+    try:
+        return read_storage_state(str(args["stack"]), Path(root) if root else None)
+    except (OSError, ValueError) as e:
+        logger.warning("storage sandbox of %s unreadable (%s): nothing to undo", args.get("stack"), e)
+        return None
+
+
+def _running(program: list[str]) -> int | None:
+    """The PID of a process whose command line is exactly `program`, if one runs."""
+    want = "\0".join(program).encode() + b"\0"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes() == want and start_time(int(entry.name)) is not None:
+                    return int(entry.name)
+            except OSError:
+                continue
+    return None
+
+
+def rb_restart_daemon(args: dict[str, Any]) -> None:
+    """Start a killed daemon again from its recorded Launch recipe (unless it already runs), and
+    keep the storage state naming the new process."""
+    state = _state(args)
+    if state is None or state.phase not in ("up", "creating"):
+        return
+    recipe = Launch.model_validate(args["launch"])
+    if _running(recipe.program) is not None:
+        return
+    popen, st = launch(recipe)
+    if st is None:
+        raise ActivityFailed(f"restarting {args['name']} failed at once ({popen.wait(5)}); see {recipe.log}")
+    procs = [
+        p.model_copy(update={"pid": popen.pid, "start_time": st}) if p.name == args["name"] else p
+        for p in state.processes
+    ]
+    root = args.get("state_root")
+    write_storage_state(state.model_copy(update={"processes": procs}), Path(root) if root else None)
+
+
+def rb_continue_daemon(args: dict[str, Any]) -> None:
+    """SIGCONT a stopped daemon (if it is still the process that was stopped)."""
+    pid, st = int(args["pid"]), int(args["start_time"])
+    if alive(pid, st):
+        os.kill(pid, signal.SIGCONT)
+
+
+def rb_full_ratios(args: dict[str, Any]) -> None:
+    """Put Ceph's full, backfillfull and nearfull ratios back (widest first, so they never cross)."""
+    state = _state(args)
+    if state is None:
+        return
+    for cmd, key in (
+        ("set-full-ratio", "full_ratio"),
+        ("set-backfillfull-ratio", "backfillfull_ratio"),
+        ("set-nearfull-ratio", "nearfull_ratio"),
+    ):
+        try:
+            ceph_run(state, "osd", cmd, str(args[key]))
+        except CephCommandError as e:
+            raise ActivityFailed(str(e)) from None
+
+
+def rb_restore_bucket(args: dict[str, Any]) -> None:
+    """Recreate the checkpoint bucket if it is gone and restore every backed-up checkpoint that
+    verifies into it (each copy read back and checked against its manifest); the result is a line
+    of the storage sandbox's `restore` events, which the drill's probe reads."""
+    state = _state(args)
+    if state is None or state.checkpoint_bucket is None or state.backup_bucket is None:
+        return
+    started = time.time()
+    primary = store_for(state, state.checkpoint_bucket)
+    try:
+        primary.client.head_bucket(Bucket=state.checkpoint_bucket)
+    except ClientError:
+        primary.client.create_bucket(Bucket=state.checkpoint_bucket)
+    backup = store_for(state, state.backup_bucket, BACKUP_PREFIX)
+    have = {(m.job, m.restart, m.step) for m in primary.complete()}
+    restored: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for m in backup.complete():
+        key = (m.job, m.restart, m.step)
+        if key in have:
+            continue
+        problems = backup.copy_to(m, primary)
+        (failed if problems else restored).append(
+            {
+                "checkpoint": stem(key),
+                "key": list(key),
+                "step": m.step,
+                "written_at": m.written_at,
+                "problems": problems,
+            }
+        )
+    event = {
+        "t": time.time(),
+        "event": "restore",
+        "started_at": started,
+        "restored": restored,
+        "failed": failed,
+    }
+    path = state.events_file(RESTORE_EVENTS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(event, sort_keys=True) + "\n")
+    if failed:
+        raise ActivityFailed(f"{len(failed)} backed-up checkpoint(s) did not restore verified: {failed}")

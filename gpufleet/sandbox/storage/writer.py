@@ -1,0 +1,142 @@
+"""The storage sandbox's checkpoint writer: a stand-in for a training job's checkpointing.
+
+It counts steps (one every `--step-seconds`), saves a checkpoint every `--interval` seconds to the
+checkpoint bucket through boto3 (shards of seeded random bytes, metadata, manifest last:
+core.s3_checkpoints), keeps the newest `--keep` complete ones, and when a save fails (bucket gone,
+radosgw down, OSDs full) it stops counting, as a job whose store is gone does, and resumes from the
+newest checkpoint that verifies once the store answers again. Every save, failure and resume is a
+line of its events file (JSON), which drills read. It is not PyTorch: the Slurm sandbox's training
+job checkpoints to its own directory (docs/storage.md says what is and is not connected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from gpufleet.core.checkpoint_manifest import stem
+from gpufleet.core.s3_checkpoints import store_for
+from gpufleet.core.storage_contract import StorageSandboxState
+
+JOB = 1  # the writer is one job, generation (1, 0)
+
+
+class Events:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"t": time.time(), "event": event, **fields}, sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for raw in path.read_text().splitlines():
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue  # a line torn by a kill
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
+
+
+def _shards(step: int, count: int, size: int) -> dict[str, bytes]:
+    rng = random.Random(step)
+    return {f"shard-{i:02d}.bin": rng.randbytes(size) for i in range(count)}
+
+
+def run(args: argparse.Namespace) -> None:
+    state = StorageSandboxState.model_validate_json(Path(args.state_file).read_text())
+    assert state.checkpoint_bucket is not None
+    store = store_for(state, state.checkpoint_bucket)
+    events = Events(Path(args.events))
+    stop = False
+
+    def _term(_s: int, _f: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _term)
+    step = 0
+    interrupted = True  # at start: resume from what the store holds
+    last_step_at = time.monotonic()
+    next_save = time.monotonic() + args.interval
+    while not stop:
+        now = time.monotonic()
+        if interrupted:
+            try:
+                choice = store.newest_verified()
+            except Exception as e:  # the store still does not answer: try again shortly
+                events.emit("resume_failed", error=f"{type(e).__name__}: {e}"[:300])
+                time.sleep(min(args.interval, 1.0))
+                continue
+            step = choice.chosen.key[2] if choice.chosen else 0
+            events.emit(
+                "resume",
+                step=step,
+                checkpoint=stem(choice.chosen.key) if choice.chosen else None,
+                skipped=[f"{stem(k)}: {why}" for k, why in choice.skipped],
+            )
+            interrupted = False
+            last_step_at = time.monotonic()
+            next_save = last_step_at + args.interval
+            continue
+        while now - last_step_at >= args.step_seconds:
+            step += 1
+            last_step_at += args.step_seconds
+        if now >= next_save:
+            t0 = time.monotonic()
+            try:
+                m = store.put(
+                    (JOB, 0, step),
+                    _shards(step, args.shards, args.shard_bytes),
+                    json.dumps({"step": step}).encode(),
+                    time.time(),
+                )
+                events.emit(
+                    "checkpoint",
+                    step=step,
+                    bytes=m.total_bytes(),
+                    seconds=round(time.monotonic() - t0, 4),
+                    written_at=m.written_at,
+                )
+                complete = store.complete()
+                for old in complete[: max(len(complete) - args.keep, 0)]:
+                    store.delete((old.job, old.restart, old.step))
+            except Exception as e:  # the store failed: this job stops until it can resume
+                events.emit("checkpoint_failed", step=step, error=f"{type(e).__name__}: {e}"[:300])
+                interrupted = True
+            next_save = time.monotonic() + args.interval
+        time.sleep(min(args.step_seconds, 0.05))
+    events.emit("stopped", step=step)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="gpufleet-checkpoint-writer", description=__doc__)
+    p.add_argument("--state-file", required=True, help="the storage sandbox's state file")
+    p.add_argument("--events", required=True)
+    p.add_argument("--interval", type=float, required=True, help="seconds between checkpoints")
+    p.add_argument("--step-seconds", type=float, default=0.1)
+    p.add_argument("--shards", type=int, default=2)
+    p.add_argument("--shard-bytes", type=int, default=1 << 20)
+    p.add_argument("--keep", type=int, default=5)
+    run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
