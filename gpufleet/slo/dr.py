@@ -12,7 +12,7 @@ RPO = failed_at - restored.written_at: the work a failure loses, as the age at t
 newest checkpoint that could be brought back verified. RTO = restore_verified_at - failed_at.
 A check whose measurement is missing is UNKNOWN; a restored checkpoint that does not verify, or
 none at all, FAILS the integrity check; the drill PASSES only when every check passes (the same
-rule as `judge_run`'s, with the same Check and Outcome, ADR 0031/0037).
+rule as `judge_run`'s, with the same Check and Outcome, ADR 0031/0042).
 """
 
 from __future__ import annotations

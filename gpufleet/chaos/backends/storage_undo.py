@@ -33,6 +33,7 @@ from gpufleet.core.storage_contract import (
 
 logger = logging.getLogger("chaostoolkit")
 RESTORE_EVENTS = "restore"
+RESTORE_NEWEST = 5  # checkpoints brought back by a restore (the checkpoint writer keeps 5)
 
 
 def _state(args: dict[str, Any]) -> StorageSandboxState | None:
@@ -117,7 +118,10 @@ def rb_restore_bucket(args: dict[str, Any]) -> None:
     have = {(m.job, m.restart, m.step) for m in primary.complete()}
     restored: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
-    for m in backup.complete():
+    # Newest first, at most RESTORE_NEWEST verified: what a job resumes from, and the RTO's cost.
+    for m in sorted(backup.complete(), key=lambda m: (m.job, m.restart, m.step), reverse=True):
+        if len(restored) >= RESTORE_NEWEST:
+            break
         key = (m.job, m.restart, m.step)
         if key in have:
             continue

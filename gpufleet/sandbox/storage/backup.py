@@ -22,8 +22,10 @@ from gpufleet.core.storage_contract import BACKUP_PREFIX, EVIDENCE_PREFIX, Stora
 from gpufleet.sandbox.storage.writer import Events
 
 
-def backup_once(state: StorageSandboxState, events: Events) -> int:
-    """Copy what is not backed up yet; the number of checkpoints copied and verified."""
+def backup_once(state: StorageSandboxState, events: Events, keep: int = 20) -> int:
+    """Copy what is not backed up yet; the number of checkpoints copied and verified. Only the newest
+    `keep` backups stay current (older ones are deleted, and stay restorable as noncurrent versions
+    in the versioned bucket)."""
     assert state.checkpoint_bucket is not None and state.backup_bucket is not None
     src = store_for(state, state.checkpoint_bucket)
     dst = store_for(state, state.backup_bucket, BACKUP_PREFIX)
@@ -54,6 +56,9 @@ def backup_once(state: StorageSandboxState, events: Events) -> int:
             )
             copied += 1
         events.emit("backup" if not problems else "backup_failed", **evidence)
+    complete = dst.complete()
+    for old in complete[: max(len(complete) - keep, 0)]:
+        dst.delete((old.job, old.restart, old.step))
     return copied
 
 
