@@ -24,7 +24,8 @@ from gpufleet.core.checkpoint_manifest import stem
 from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.core.storage_contract import StorageSandboxState
 
-JOB = 1  # the writer is one job, generation (1, 0)
+JOB = 1  # the writer is one job; its generation is (JOB, restart)
+EMPTY_GRACE_S = 60.0  # after the store came back empty, how long to wait for a restore
 
 
 class Events:
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> None:
 
     signal.signal(signal.SIGTERM, _term)
     step = 0
+    restart = -1  # the first resume makes it 0 (or one more than the store's newest)
+    saved_any = False
+    empty_until = 0.0
     interrupted = True  # at start: resume from what the store holds
     last_step_at = time.monotonic()
     next_save = time.monotonic() + args.interval
@@ -83,12 +87,23 @@ def run(args: argparse.Namespace) -> None:
                 choice = store.newest_verified()
             except Exception as e:  # the store still does not answer: try again shortly
                 events.emit("resume_failed", error=f"{type(e).__name__}: {e}"[:300])
+                empty_until = time.monotonic() + EMPTY_GRACE_S
+                time.sleep(min(args.interval, 1.0))
+                continue
+            if choice.chosen is None and saved_any and time.monotonic() < empty_until:
+                # The store answers but holds no checkpoint although this job saved some: a restore
+                # may be under way (its bucket is recreated before its checkpoints are copied back).
+                # Starting from step 0 now would throw the restore away; wait a while for it first.
                 time.sleep(min(args.interval, 1.0))
                 continue
             step = choice.chosen.key[2] if choice.chosen else 0
+            # Each resume is a new generation (as a requeued job's restart count): its checkpoints
+            # never reuse the name of one saved before the failure that a backup may still hold.
+            restart = max(restart + 1, choice.chosen.key[1] + 1 if choice.chosen else 0)
             events.emit(
                 "resume",
                 step=step,
+                restart=restart,
                 checkpoint=stem(choice.chosen.key) if choice.chosen else None,
                 skipped=[f"{stem(k)}: {why}" for k, why in choice.skipped],
             )
@@ -103,7 +118,7 @@ def run(args: argparse.Namespace) -> None:
             t0 = time.monotonic()
             try:
                 m = store.put(
-                    (JOB, 0, step),
+                    (JOB, restart, step),
                     _shards(step, args.shards, args.shard_bytes),
                     json.dumps({"step": step}).encode(),
                     time.time(),
@@ -115,12 +130,14 @@ def run(args: argparse.Namespace) -> None:
                     seconds=round(time.monotonic() - t0, 4),
                     written_at=m.written_at,
                 )
+                saved_any = True
                 complete = store.complete()
                 for old in complete[: max(len(complete) - args.keep, 0)]:
                     store.delete((old.job, old.restart, old.step))
             except Exception as e:  # the store failed: this job stops until it can resume
                 events.emit("checkpoint_failed", step=step, error=f"{type(e).__name__}: {e}"[:300])
                 interrupted = True
+                empty_until = time.monotonic() + EMPTY_GRACE_S
             next_save = time.monotonic() + args.interval
         time.sleep(min(args.step_seconds, 0.05))
     events.emit("stopped", step=step)
