@@ -211,7 +211,7 @@ def drill_within_targets(
         why = m if isinstance(m, str) else ("manifest missing" if m is None else "; ".join(primary.verify(m)))
         if why:
             corrupt += 1
-        if restored is None or key[2] > restored.step:
+        if restored is None or stem(key) > restored.name:  # stems sort as (job, restart, step)
             restored = RestoredCheckpoint(stem(key), key[2], float(r["written_at"]), not why, why or None)
     before = [e for e in _events(writer) if e.get("event") == "checkpoint" and float(e["t"]) < failed_at]
     newest_before = None
