@@ -148,6 +148,9 @@ class Fault(Model):
     severity: Severity
     title: str
     xid: Annotated[int, Field(ge=1, le=255)] | None = None
+    # Whose accelerator the fault is about (its exporter and tools); None: not vendor-specific.
+    # XIDs and DCGM fields are NVIDIA's.
+    vendor: Literal["nvidia", "amd", "huawei"] | None = None
     dcgm_health: Literal["PASS", "WARN", "FAIL"] | None = None
     alert: Alert | None = None
     records: list[Recording] = Field(default_factory=list)

@@ -120,9 +120,49 @@ _ACTION_STEPS: dict[LadderAction, list[str]] = {
 }
 
 
+# Other vendors' accelerators: their own tools replace nvidia-smi / dcgmi (AMD: rocm-smi and amd-smi
+# of ROCm; Huawei Ascend: npu-smi and hccn_tool of the Ascend driver).
+_VENDOR_DIAGNOSIS: dict[str, list[Step]] = {
+    "amd": [
+        Step(run="amd-smi list", why="the GPUs the driver enumerates (compare with the node's peers)"),
+        Step(run="rocm-smi --showrasinfo all", why="RAS (ECC) error counts per block"),
+        Step(run="journalctl -k --since '-1 hour' | grep -i amdgpu", why="what the amdgpu driver logged"),
+    ],
+    "huawei": [
+        Step(run="npu-smi info", why="every NPU's health and the chip error codes"),
+        Step(run="npu-smi info -t health -i <id>",
+             why="the health and error code of the NPU named by the alert's `id`"),
+        Step(run="hccn_tool -i <id> -link -g", why="the NPU's RoCE port link state"),
+    ],
+}
+_VENDOR_RESET: dict[str, str] = {
+    "amd": "Reset the GPU once no process uses it: `rocm-smi --gpureset -d <gpu_id>`.",
+    "huawei": "Reset the NPU once no process uses it: `npu-smi set -t reset -i <id> -c 0`.",
+}
+_VENDOR_VERIFY: dict[str, str] = {
+    "amd": "Verify with the ROCm validation suite (`rvs`) and `amd-smi list`, then return the node: "
+           "`scontrol update nodename=<node> state=resume` or `kubectl uncordon <node>`.",
+    "huawei": "Verify that `npu-smi info` shows the NPU healthy, then return the node: "
+              "`scontrol update nodename=<node> state=resume` or `kubectl uncordon <node>`.",
+}
+
+
 def diagnosis_steps(fault: Fault, domain: str, notes: FaultNotes) -> list[Step]:
     scheduler = [] if domain in ("storage", "workload") else _SCHEDULER
-    return [*notes.diagnosis, *_DOMAIN_DIAGNOSIS.get(domain, []), *scheduler]
+    own = _DOMAIN_DIAGNOSIS.get(domain, [])
+    if fault.vendor in _VENDOR_DIAGNOSIS:
+        own = _VENDOR_DIAGNOSIS[fault.vendor]  # its own tools, for its chips and its ports
+    return [*notes.diagnosis, *own, *scheduler]
+
+
+def _ladder(fault: Fault) -> list[str]:
+    """The standard steps of the fault's action, in its vendor's tools."""
+    steps = list(_ACTION_STEPS[fault.action])
+    if fault.vendor in _VENDOR_RESET:
+        vendor = fault.vendor
+        steps = [_VENDOR_RESET[vendor] if s.startswith("Reset the GPU") else
+                 _VENDOR_VERIFY[vendor] if s == _RESUME else s for s in steps]
+    return steps
 
 
 def rehearsal_step(fault: Fault, capabilities: Capabilities) -> str | None:
@@ -146,7 +186,7 @@ def rehearsal_step(fault: Fault, capabilities: Capabilities) -> str | None:
 
 def mitigation_steps(fault: Fault, notes: FaultNotes, capabilities: Capabilities) -> list[str]:
     assert fault.alert is not None
-    ladder = _ACTION_STEPS[fault.action] if notes.ladder_steps else []
+    ladder = _ladder(fault) if notes.ladder_steps else []
     steps = [*notes.mitigation, *(s.format(alert=fault.alert.name) for s in ladder)]
     if fault.escalation:
         e = fault.escalation

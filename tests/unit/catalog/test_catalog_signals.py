@@ -107,7 +107,9 @@ def test_sources_follow_recording_rules_to_exporters() -> None:
     rows = series_sources("gpufleet:node_gpus:count < 8", load_exporters(), records)
     assert [(n, e) for n, e, _ in rows] == [
         ("DCGM_FI_DEV_GPU_TEMP", DCGM_EXPORTER),
+        ("gpu_junction_temperature", "amd-device-metrics-exporter"),
         ("gpufleet:node_gpus:count", "Prometheus (recording rule of this catalog)"),
+        ("npu_chip_info_temperature", "npu-exporter"),
     ]
     assert recorded_names(catalog) >= {"gpufleet:node_gpus:count", "gpufleet:gpu_xid79:latched"}
 

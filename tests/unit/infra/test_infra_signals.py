@@ -17,6 +17,7 @@ from gpufleet.catalog.rules import RuleSettings
 from gpufleet.config import load_stack
 from gpufleet.infra.gpu_software import DCGM_METRICS_CONFIGMAP
 from gpufleet.infra.monitoring import NODE_RELABELING, rule_settings
+from gpufleet.infra.platform import vendors
 from gpufleet.sandbox.layout import fabric_ifname
 
 ROOT = default_root()
@@ -65,22 +66,26 @@ def test_rules_deployed_for_a_stack_read_its_declared_fabric() -> None:
 
 
 # Alerts whose series no exporter the stack deploys produces, and why: checked both ways, so a
-# stack that starts (or stops) feeding an alert fails here until this table says so.
+# stack that starts (or stops) feeding an alert fails here until this table says so. Series of
+# another vendor's exporter are absent by design (an `or` arm for the vendor the stack lacks); an
+# alert that reads only those is not for the stack and is left out.
 _BMC = {"NodePowerSupplyFailure", "NodeCpuFailure"}  # ipmi_exporter: the operator's
 _DISK = {"NodeLocalDiskFailure"}  # smartctl_exporter: the operator's
 _PROBES = {"StorageObjectStoreDown", "StorageMetadataEngineDown"}  # blackbox probes: the sandbox's
-
-
-def _gpu_alerts() -> set[str]:
-    return {f.alert.name for f in load_catalog() if f.alert and f.fault_class.value.startswith("gpu-")}
+_AMD = {"AmdGpuUnhealthy", "AmdGpuUncorrectableEcc", "AmdGpuCorrectableEccRate", "AmdGpuPcieReplayRate"}
+_ASCEND = {"AscendNpuUnhealthy", "AscendHbmUncorrectableEcc", "AscendNpuLinkDown",
+           "AscendNpuNetworkUnhealthy"}
 
 
 def _expected_gaps(stack: str) -> set[str]:
     gaps = _BMC | _DISK | _PROBES
-    if stack in ("mi300x-roce", "ascend-910b-roce"):
-        # No NVIDIA GPUs: no dcgm-exporter, so no GPU alert, and FabricNicMissing's second arm (a GPU
-        # node with no HCA at all) has no GPU count; its first arm still reads node-exporter.
-        gaps |= _gpu_alerts() | {"FabricNicMissing"}
+    if stack == "mi300x-roce":
+        # The AMD operator runs its exporter, but gpufleet declares no ServiceMonitor for it yet;
+        # GpuMissing and FabricNicMissing read the GPU count, which needs it.
+        gaps |= _AMD | {"GpuMissing", "FabricNicMissing"}
+    if stack == "ascend-910b-roce":
+        # No npu-exporter is deployed.
+        gaps |= _ASCEND | {"GpuMissing", "FabricNicMissing"}
     if stack in ("scale-10k", "ascend-910b-roce", "sandbox"):
         gaps |= {"StorageCephOsdDown"}  # no Rook on these stacks
     return gaps
@@ -101,19 +106,53 @@ def _produced(view: Any) -> set[str]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_alert_reads_series_the_stack_deploys_an_exporter_for(stack: str) -> None:
-    _, view = shipped(stack)
+    spec, view = shipped(stack)
     rules = _rules(view)
     records = {r["record"]: str(r["expr"]) for r in rules if "record" in r}
     produced = _produced(view)
+    exporters = load_exporters()
+    ours = {v.value for v in vendors(spec)}
 
-    def fed(expr: str, seen: frozenset[str] = frozenset()) -> bool:
-        # Strict: every series the alert reads (through its recording rules too; a latch reads
-        # itself) is produced.
-        return all(n in seen or fed(records[n], seen | {n}) if n in records else n in produced
-                   for n in metric_names(expr))
+    def leaves(expr: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        out: set[str] = set()
+        for n in metric_names(expr):
+            if n in records:
+                out |= set() if n in seen else leaves(records[n], seen | {n})
+            else:
+                out.add(n)
+        return out
 
-    gaps = {r["alert"] for r in rules if "alert" in r and not fed(str(r["expr"]))}
+    def vendor_of(name: str) -> str | None:
+        found = exporters.producer(name)
+        return found[1].vendor if found is not None else None
+
+    gaps, not_ours = set(), set()
+    for r in rules:
+        if "alert" not in r:
+            continue
+        names = leaves(str(r["expr"]))
+        vendored = {n for n in names if vendor_of(n) is not None}
+        if vendored and all(vendor_of(n) not in ours for n in vendored):
+            not_ours.add(r["alert"])
+        elif not {n for n in names if vendor_of(n) in (None, *ours)} <= produced:
+            gaps.add(r["alert"])
     assert gaps == _expected_gaps(stack)
+    by_vendor = _vendor_alerts()
+    assert not_ours == set().union(*(by_vendor[v] for v in ("nvidia", "amd", "huawei") if v not in ours))
+
+
+def _vendor_alerts() -> dict[str, set[str]]:
+    """Alerts about one vendor's accelerators, from the catalog: the NVIDIA ones are the GPU faults
+    without a vendor (XIDs and DCGM fields), except GpuMissing, which counts every vendor's."""
+    out: dict[str, set[str]] = {"nvidia": set(), "amd": set(), "huawei": set()}
+    for f in load_catalog():
+        if f.alert is None or f.id == "gpu-missing":
+            continue
+        if f.vendor is not None:
+            out[f.vendor].add(f.alert.name)
+        elif f.fault_class.value.startswith("gpu-"):
+            out["nvidia"].add(f.alert.name)
+    return out
 
 
 def test_collectors_file_matches_the_catalog() -> None:
