@@ -48,6 +48,7 @@ from gpufleet.infra.common import MANAGED_BY, child
 from gpufleet.infra.monitoring import NODE_RELABELING
 
 DCGM_METRICS_CONFIGMAP = "gpufleet-dcgm-metrics"
+AMD_EXPORTER_PORT = 5000  # the DeviceConfig's metricsExporter port (the Monitoring's PodMonitor scrapes it)
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,9 @@ def amd_device_config_spec(tolerations: list[dict[str, str]] | None = None) -> d
             "devicePluginTolerations": tol,
             "nodeLabellerTolerations": tol,
         },
-        "metricsExporter": {"enable": True, "serviceType": "ClusterIP", "port": 5000, "tolerations": tol},
+        "metricsExporter": {
+            "enable": True, "serviceType": "ClusterIP", "port": AMD_EXPORTER_PORT, "tolerations": tol,
+        },
         "selector": {"feature.node.kubernetes.io/amd-gpu": "true"},
     }
 

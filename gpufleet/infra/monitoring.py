@@ -83,6 +83,27 @@ class MonitoringArgs:
     monitoring: MonitoringSpec
     rule_groups: list[dict[str, Any]]  # Prometheus rule groups ({name, rules}) generated from the catalog
     dashboard: dict[str, Any] | None  # Grafana dashboard JSON model generated from the catalog
+    # The port of AMD's device-metrics-exporter when the stack runs it (AMD GPU Operator), else None.
+    amd_exporter_port: int | None = None
+
+
+# AMD's DeviceConfig (operator v1.2.0) has no ServiceMonitor switch: a PodMonitor selects the exporter's
+# pods by the label the operator's docs list them with (docs/metrics/exporter.md at v1.2.0).
+AMD_EXPORTER_POD_LABELS = {"app.kubernetes.io/name": "metrics-exporter"}
+AMD_EXPORTER_NAMESPACE = CHARTS["amd-gpu-operator"].namespace
+
+
+def amd_exporter_pod_monitor_spec(port: int, scrape_interval: str) -> dict[str, Any]:
+    """prometheus-operator PodMonitor for AMD's device-metrics-exporter (plain HTTP on the
+    DeviceConfig's port: no kube-rbac-proxy is configured), with the `node` label the rules join on."""
+    return {
+        "selector": {"matchLabels": AMD_EXPORTER_POD_LABELS},
+        "namespaceSelector": {"matchNames": [AMD_EXPORTER_NAMESPACE]},
+        "podMetricsEndpoints": [
+            {"portNumber": port, "path": "/metrics", "interval": scrape_interval,
+             "relabelings": NODE_RELABELING}
+        ],
+    }
 
 
 def alert_count(groups: list[dict[str, Any]]) -> int:
@@ -199,6 +220,15 @@ class Monitoring(pulumi.ComponentResource):
                 "PrometheusRule",
                 {"name": obj, "namespace": ns, "labels": {**MANAGED_BY, "role": "alert-rules"}},
                 {"groups": [group]},
+                child(self, stack.ready),
+            )
+        if args.amd_exporter_port is not None:
+            custom_resource(
+                f"{name}-amd-metrics-exporter",
+                "monitoring.coreos.com/v1",
+                "PodMonitor",
+                {"name": "amd-metrics-exporter", "namespace": AMD_EXPORTER_NAMESPACE, "labels": MANAGED_BY},
+                amd_exporter_pod_monitor_spec(args.amd_exporter_port, mon.dcgm_scrape_interval),
                 child(self, stack.ready),
             )
         if args.dashboard is not None and grafana_enabled(mon):

@@ -37,7 +37,7 @@ from gpufleet.infra.fabric import (
     rdma_resource,
 )
 from gpufleet.infra.gameday import GamedayArgs, GamedaySchedule
-from gpufleet.infra.gpu_software import GpuSoftware, GpuSoftwareArgs
+from gpufleet.infra.gpu_software import AMD_EXPORTER_PORT, GpuSoftware, GpuSoftwareArgs
 from gpufleet.infra.monitoring import Monitoring, MonitoringArgs, alert_count, rule_settings
 from gpufleet.infra.nodepools import GpuNodePool, GpuNodePoolArgs
 from gpufleet.infra.scheduler import QUEUE_LABEL, Scheduler, SchedulerArgs
@@ -217,7 +217,8 @@ class Platform(pulumi.ComponentResource):
         groups, board = catalog_outputs(rule_settings(spec))
         self.monitoring = Monitoring(
             f"{name}-monitoring",
-            MonitoringArgs(spec.monitoring, groups, board),
+            MonitoringArgs(spec.monitoring, groups, board,
+                           AMD_EXPORTER_PORT if Vendor.AMD in vendors(spec) else None),
             sub,
         )
         certs = tuple(hub.cert_manager) if hub.cert_manager is not None else ()

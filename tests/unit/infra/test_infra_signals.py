@@ -79,10 +79,6 @@ _ASCEND = {"AscendNpuUnhealthy", "AscendHbmUncorrectableEcc", "AscendNpuLinkDown
 
 def _expected_gaps(stack: str) -> set[str]:
     gaps = _BMC | _DISK | _PROBES
-    if stack == "mi300x-roce":
-        # The AMD operator runs its exporter, but gpufleet declares no ServiceMonitor for it yet;
-        # GpuMissing and FabricNicMissing read the GPU count, which needs it.
-        gaps |= _AMD | {"GpuMissing", "FabricNicMissing"}
     if stack == "ascend-910b-roce":
         # No npu-exporter is deployed.
         gaps |= _ASCEND | {"GpuMissing", "FabricNicMissing"}
@@ -101,6 +97,17 @@ def _produced(view: Any) -> set[str]:
         out |= collected_fields(gpu["dcgmExporter"]["config"]["data"])
     if _release(view, "rook-ceph") is not None:
         out |= set(ex["ceph-mgr"].series)
+    monitors = {r.inputs["metadata"]["name"]: r.inputs["spec"]
+                for r in view.of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")}
+    amd = [r for r in view.of_type("kubernetes:amd.com/v1alpha1:DeviceConfig")
+           if r.inputs["spec"]["metricsExporter"]["enable"]]
+    if amd and "amd-metrics-exporter" in monitors:
+        # Every field is exported when the DeviceConfig names no field list (its config is unset).
+        assert "config" not in amd[0].inputs["spec"]["metricsExporter"]
+        endpoint = monitors["amd-metrics-exporter"]["podMetricsEndpoints"][0]
+        assert endpoint["portNumber"] == amd[0].inputs["spec"]["metricsExporter"]["port"]
+        assert endpoint["relabelings"] == NODE_RELABELING
+        out |= set(ex["amd-device-metrics-exporter"].series)
     return out
 
 
