@@ -68,16 +68,17 @@ _ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
         ]),
     ]),
     ("Recovery", [
-        ("Training step", "short", [("max by (job) (gpufleet_training_step)", "{{job}}")]),
+        ("Training step", "short", [("max by (job_name) (gpufleet_training_step)", "{{job_name}}")]),
         ("Samples per second", "short", [
-            ("sum by (job) (gpufleet_training_samples_per_second)", "{{job}}"),
+            ("sum by (job_name) (gpufleet_training_samples_per_second)", "{{job_name}}"),
         ]),
         ("Steps since last checkpoint", "short", [
-            ("max by (job) (gpufleet_training_step) - max by (job) (gpufleet_training_last_checkpoint_step)",
-             "{{job}}"),
+            ("max by (job_name) (gpufleet_training_step)"
+             " - max by (job_name) (gpufleet_training_last_checkpoint_step)",
+             "{{job_name}}"),
         ]),
         ("Restarts (1h)", "short", [
-            ("max by (job) (increase(gpufleet_training_restarts_total[1h]))", "{{job}}"),
+            ("max by (job_name) (increase(gpufleet_training_restarts_total[1h]))", "{{job_name}}"),
         ]),
     ]),
 ]

@@ -448,6 +448,9 @@ class MonitoringSpec(Model):
     scrape_interval: Annotated[str, Field(pattern=_DURATION)] = "30s"
     evaluation_interval: Annotated[str, Field(pattern=_DURATION)] = "30s"
     dcgm_scrape_interval: Annotated[str, Field(pattern=_DURATION)] = "15s"
+    # Where the alerts' runbook_url points (a fork's or an air-gapped cluster's copy of runbooks/);
+    # None: the project's published runbooks.
+    runbook_base_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
     alert_routes: list[AlertRoute] = Field(default_factory=list)
     grafana: bool = True
     grafana_admin_password: Secret | None = None  # required wherever Grafana runs outside a sandbox

@@ -26,7 +26,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.catalog.rules import RuleSettings
+from gpufleet.catalog.rules import RUNBOOK_BASE, RuleSettings
 from gpufleet.config.model import MonitoringSpec, StackSpec, duration_seconds
 from gpufleet.infra.charts import CHARTS, chart_install, chart_namespace, custom_resource
 from gpufleet.infra.common import MANAGED_BY, child, secret_input
@@ -55,6 +55,7 @@ def rule_settings(spec: StackSpec) -> RuleSettings:
     mon = spec.monitoring
     slowest = max(duration_seconds(mon.scrape_interval), duration_seconds(mon.dcgm_scrape_interval))
     return RuleSettings(
+        runbook_base=mon.runbook_base_url if mon.runbook_base_url is not None else RUNBOOK_BASE,
         scrape_interval_s=slowest,
         fabric_devices=tuple(devices),
         fabric_netdevs=f"{SANDBOX_FABRIC_PREFIX}[0-9]+" if sandbox else None,
@@ -110,15 +111,30 @@ def alert_count(groups: list[dict[str, Any]]) -> int:
     return sum(1 for g in groups for r in g.get("rules", []) if "alert" in r)
 
 
+# A cause silences its echoes on the same host or rail (Alertmanager inhibit_rules): a node that
+# stopped answering explains its GPU and fabric alerts; a switch down explains its ports down; an
+# XID 79 explains the GPU missing afterwards.
+INHIBIT_RULES: list[dict[str, Any]] = [
+    {"source_matchers": ['alertname="NodeDown"'], "target_matchers": ['alertname!="NodeDown"'],
+     "equal": ["node"]},
+    {"source_matchers": ['alertname="FabricSwitchDown"'], "target_matchers": ['alertname="FabricPortDown"'],
+     "equal": ["device"]},
+    {"source_matchers": ['alertname="GpuFallenOffBus"'], "target_matchers": ['alertname="GpuMissing"'],
+     "equal": ["node"]},
+]
+
+
 def alertmanager_config(mon: MonitoringSpec) -> dict[str, Any]:
-    """Routes by severity to the declared receivers. Receivers are declared by name only: their
-    integrations (PagerDuty keys, Slack webhooks) are credentials the operator adds as an
-    AlertmanagerConfig, never stack values."""
+    """Routes by severity to the declared receivers, grouped per alert and host (`node`, the label
+    every host-level rule carries). Receivers are declared by name only: their integrations
+    (PagerDuty keys, Slack webhooks) are credentials the operator adds as an AlertmanagerConfig,
+    never stack values."""
     receivers = sorted({r.receiver for r in mon.alert_routes})
     return {
+        "inhibit_rules": INHIBIT_RULES,
         "route": {
             "receiver": "null",
-            "group_by": ["alertname", "Hostname"],
+            "group_by": ["alertname", "node"],
             "routes": [
                 {
                     "receiver": r.receiver,

@@ -4,6 +4,7 @@ the rules rendered for the stack, and per stack the alerts no deployed exporter 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.catalog.exporters import COLLECTORS_FILE, collected_fields, collectors_csv, load_exporters
 from gpufleet.catalog.generate import default_root
 from gpufleet.catalog.promql import metric_names
-from gpufleet.catalog.rules import RuleSettings
+from gpufleet.catalog.rules import RuleSettings, rule_groups
 from gpufleet.config import load_stack
 from gpufleet.infra.gpu_software import DCGM_METRICS_CONFIGMAP
 from gpufleet.infra.monitoring import NODE_RELABELING, rule_settings
@@ -164,3 +165,35 @@ def _vendor_alerts() -> dict[str, set[str]]:
 
 def test_collectors_file_matches_the_catalog() -> None:
     assert collectors_csv(load_exporters()) == (ROOT / COLLECTORS_FILE).read_text()
+
+
+def test_inhibit_rules_name_catalog_alerts_that_carry_the_equal_labels() -> None:
+    """Each inhibit rule's source and named targets are alerts of the catalog whose promtool
+    fixtures (the labels the expression yields on real series) carry the labels it matches on."""
+    from gpufleet.catalog.promtests import load_fixtures
+    from gpufleet.config.model import MonitoringSpec
+    from gpufleet.infra.monitoring import INHIBIT_RULES, alertmanager_config
+
+    fixtures = load_fixtures().alerts
+    named = re.compile(r'^alertname="([A-Za-z0-9]+)"$')
+    for rule in INHIBIT_RULES:
+        for matcher in [*rule["source_matchers"], *rule["target_matchers"]]:
+            m = named.match(matcher)
+            if m:
+                assert m.group(1) in fixtures, f"{matcher}: no such alert"
+                assert set(rule["equal"]) <= set(fixtures[m.group(1)].labels), (rule, m.group(1))
+    # NodeDown silences every other alert of the node: GPU and fabric alerts carry `node`.
+    for name in ("GpuFallenOffBus", "GpuOverTemperature", "FabricPortDown", "FabricLinkDegraded"):
+        assert "node" in fixtures[name].labels, name
+    assert alertmanager_config(MonitoringSpec())["route"]["group_by"] == ["alertname", "node"]
+
+
+def test_the_stack_sets_the_runbook_base() -> None:
+    from infra_testdata import variant
+
+    spec = variant("h200-ib", lambda d: d["monitoring"].update(
+        runbookBaseUrl="https://git.internal.example/ops/gpufleet/-/blob/main/runbooks"))
+    rules = rule_groups(load_catalog(), rule_settings(spec))
+    urls = {r["annotations"]["runbook_url"] for g in rules for r in g["rules"] if "alert" in r}
+    assert "https://git.internal.example/ops/gpufleet/-/blob/main/runbooks/GpuFallenOffBus.md" in urls
+    assert all(u.startswith("https://git.internal.example/") for u in urls)
