@@ -36,6 +36,13 @@ from gpufleet.infra.common import MANAGED_BY, child, secret_input
 NODE_RELABELING: list[dict[str, Any]] = [
     {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
 ]
+# The node's leaf group (gpufleet.config.placement.LEAF_LABEL, gpufleet.io/leaf) as label `leaf`, from
+# the node metadata a monitor attaches (`attachMetadata.node`, Prometheus' attach_metadata; its
+# label name sanitised as Prometheus does): FabricSwitchDown groups by it.
+LEAF_RELABELING: list[dict[str, Any]] = [
+    {"sourceLabels": ["__meta_kubernetes_node_label_gpufleet_io_leaf"], "targetLabel": "leaf",
+     "action": "replace"}
+]
 # The sandbox names its fabric links fab<rail> (gpufleet.sandbox.layout); a unit test holds the two equal.
 SANDBOX_FABRIC_PREFIX = "fab"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
@@ -118,7 +125,7 @@ INHIBIT_RULES: list[dict[str, Any]] = [
     {"source_matchers": ['alertname="NodeDown"'], "target_matchers": ['alertname!="NodeDown"'],
      "equal": ["node"]},
     {"source_matchers": ['alertname="FabricSwitchDown"'], "target_matchers": ['alertname="FabricPortDown"'],
-     "equal": ["device"]},
+     "equal": ["leaf", "device"]},
     {"source_matchers": ['alertname="GpuFallenOffBus"'], "target_matchers": ['alertname="GpuMissing"'],
      "equal": ["node"]},
 ]
@@ -161,7 +168,14 @@ def prometheus_stack_values(mon: MonitoringSpec) -> dict[str, Any]:
             }
         },
         "alertmanager": {"config": alertmanager_config(mon)},
-        "prometheus-node-exporter": {"prometheus": {"monitor": {"relabelings": NODE_RELABELING}}},
+        "prometheus-node-exporter": {
+            "prometheus": {
+                "monitor": {
+                    "relabelings": NODE_RELABELING + LEAF_RELABELING,
+                    "attachMetadata": {"node": True},
+                }
+            }
+        },
         "grafana": {
             "enabled": grafana_enabled(mon),
             "admin": {

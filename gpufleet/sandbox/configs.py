@@ -88,7 +88,9 @@ def prometheus_config(layout: Layout, rule_files: list[Path]) -> dict[str, Any]:
     agents = [
         {
             "targets": [f"{n.mgmt_ip}:{AGENT_PORT}"],
-            "labels": {"node": n.name, "Hostname": n.name, "role": n.role},
+            # `leaf`: the node's leaf group, which the catalog's FabricSwitchDown groups by (ADR 0040).
+            "labels": {"node": n.name, "Hostname": n.name, "role": n.role,
+                       **({"leaf": n.leaf} if n.leaf else {})},
         }
         for n in layout.nodes
     ]

@@ -16,8 +16,9 @@ from gpufleet.catalog.generate import default_root
 from gpufleet.catalog.promql import metric_names
 from gpufleet.catalog.rules import RuleSettings, rule_groups
 from gpufleet.config import load_stack
+from gpufleet.config.placement import LEAF_LABEL
 from gpufleet.infra.gpu_software import DCGM_METRICS_CONFIGMAP
-from gpufleet.infra.monitoring import NODE_RELABELING, rule_settings
+from gpufleet.infra.monitoring import LEAF_RELABELING, NODE_RELABELING, rule_settings
 from gpufleet.infra.platform import vendors
 from gpufleet.sandbox.layout import fabric_ifname
 
@@ -54,7 +55,12 @@ def test_gpu_operator_deploys_the_catalog_collectors_file_and_the_node_label() -
     assert env["DCGM_EXPORTER_KUBERNETES"] == "true" and env["DCGM_EXPORTER_LISTEN"] == ":9400"
     prom = _release(view, "kube-prometheus-stack")
     assert prom is not None
-    assert prom["prometheus-node-exporter"]["prometheus"]["monitor"]["relabelings"] == NODE_RELABELING
+    monitor = prom["prometheus-node-exporter"]["prometheus"]["monitor"]
+    assert monitor["relabelings"] == NODE_RELABELING + LEAF_RELABELING
+    assert monitor["attachMetadata"] == {"node": True}  # the node's labels, for `leaf`
+    # Prometheus sanitises a node label's name into its meta label: gpufleet.io/leaf.
+    assert LEAF_RELABELING[0]["sourceLabels"] == [
+        "__meta_kubernetes_node_label_" + re.sub(r"[^A-Za-z0-9_]", "_", LEAF_LABEL)]
 
 
 def test_rules_deployed_for_a_stack_read_its_declared_fabric() -> None:

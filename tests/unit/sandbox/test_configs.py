@@ -113,7 +113,8 @@ def test_prometheus_config_scrapes_every_agent_and_the_training_job(layout: Layo
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
     targets = jobs["dcgm"]["static_configs"]
     assert [t["targets"] for t in targets] == [[f"10.77.0.{10 + i}:9400"] for i in range(5)]
-    assert targets[3]["labels"] == {"node": "gpu-3", "Hostname": "gpu-3", "role": "compute"}
+    assert targets[3]["labels"] == {
+        "node": "gpu-3", "Hostname": "gpu-3", "role": "compute", "leaf": "gpu-leaf-001"}
     assert jobs["training"]["file_sd_configs"][0]["files"] == [
         "/run/gf/sandbox/run-abc123/prometheus/file_sd/*.json"
     ]
