@@ -4,9 +4,12 @@ ratio to the floor the configured intervals set (gpufleet.slo.floor_seconds, doc
 suite: green or not (N of N is the repeatability figure), wall time (the first includes sandbox
 bring-up); and every healing event the runner needed to restore the steady state.
 
-    sudo .venv/bin/python benchmarks/gameday.py [--runs 3] [--experiments a,b] [--stack sandbox]
+    .venv/bin/python benchmarks/gameday.py [--runs 3] [--experiments a,b] [--stack sandbox]  # as root
+    .venv/bin/python benchmarks/gameday.py --from-reports reports/bench-gameday  # no run
 
-Prints a table and writes benchmarks/results/gameday.json. Figures, not asserts: the issue's
+Prints a table and writes benchmarks/results/gameday.json. The figures are read from each suite's
+summary.json (gpufleet.core.gameday_summary), so --from-reports aggregates the suites of an
+earlier run again without running them. Figures, not asserts: the issue's
 targets are printed next to the numbers (fatal GPU fault drained <= 15 s and resumed <= 60 s,
 node crash resumed <= 60 s, link down detected <= 15 s, each recovery within 1.5x of its floor,
 suite with bring-up <= 15 min on 2 cores).
@@ -24,9 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.catalog import load_catalog
+from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.config import StackSpec, duration_seconds, load_named_stack
-from gpufleet.gameday import GamedayOptions, SuiteRun, run_gameday, summary_dict, write_report
+from gpufleet.core.gameday_summary import SummaryDoc
+from gpufleet.gameday import GamedayOptions, run_gameday, write_report
 from gpufleet.gameday.runner import Listener, teardown_sandbox
 from gpufleet.slo import Floor, Intervals, floor_seconds
 
@@ -46,9 +50,8 @@ class Printer(Listener):
         print(f"  {result.name}: {result.result.value} ({result.wall_seconds:.0f} s)", flush=True)
 
 
-def intervals_for(stack: StackSpec, fault_id: str | None) -> Intervals:
+def intervals_for(stack: StackSpec, catalog: Catalog, fault_id: str | None) -> Intervals:
     """The configured intervals that bound one fault's detection and recovery."""
-    catalog = load_catalog()
     fault = None
     if fault_id:
         try:
@@ -97,21 +100,21 @@ def _ratio(measured: float | None, floor: float | None) -> float | None:
     return measured / floor
 
 
-def aggregate(runs: list[SuiteRun], stack: StackSpec) -> list[dict[str, Any]]:
-    names = list(dict.fromkeys(r.name for run in runs for r in run.results))
+def aggregate(runs: list[SummaryDoc], stack: StackSpec, catalog: Catalog) -> list[dict[str, Any]]:
+    names = list(dict.fromkeys(e.name for run in runs for e in run.experiments))
     out = []
     for name in names:
-        results = [r for run in runs for r in run.results if r.name == name]
-        fault_class = next((r.fault_class for r in results if r.fault_class), None)
-        fault_id = next((r.fault_id for r in results if r.fault_id), None)
-        per = {
-            key: [getattr(r.measurement, attr) if r.measurement else None for r in results]
-            for key, attr in (("detect", "time_to_detect"), ("isolate", "time_to_isolate"),
-                              ("recover", "time_to_recover"))
+        results = [e for run in runs for e in run.experiments if e.name == name]
+        fault_class = next((e.fault_class for e in results if e.fault_class), None)
+        fault_id = next((e.fault_id for e in results if e.fault_id), None)
+        per: dict[str, list[float | None]] = {
+            "detect": [e.measured.detect_seconds for e in results],
+            "isolate": [e.measured.isolate_seconds for e in results],
+            "recover": [e.measured.recover_seconds for e in results],
         }
         med = {k: _median(v) for k, v in per.items()}
-        met = sum(1 for r in results if r.result.value == "met")
-        iv = intervals_for(stack, fault_id)
+        met = sum(1 for e in results if e.result == "met")
+        iv = intervals_for(stack, catalog, fault_id)
         floor: Floor | None = floor_seconds(fault_class, iv) if fault_class else None
         fl = {"detect": floor.detect, "isolate": floor.isolate, "recover": floor.recover} if floor else {}
         out.append({
@@ -119,7 +122,7 @@ def aggregate(runs: list[SuiteRun], stack: StackSpec) -> list[dict[str, Any]]:
             "fault_id": fault_id,
             "fault_class": fault_class,
             "runs": len(results),
-            "results": [r.result.value for r in results],
+            "results": [e.result for e in results],
             "pass_rate": met / len(results) if results else None,
             "samples_seconds": per,
             "median_seconds": med,
@@ -170,14 +173,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-dir", type=Path, default=REPO / "reports" / "bench-gameday")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gameday.json")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per experiment")
+    ap.add_argument("--from-reports", type=Path, default=None, metavar="DIR",
+                    help="run nothing: aggregate DIR/run-N/summary.json of an earlier run")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0:
+    # Every input before the work: a catalog or stack that does not load must not end an hour of
+    # suites with a traceback and no figures.
+    stack = load_named_stack(args.stack, REPO / "stacks")
+    catalog = load_catalog()
+    t = time.monotonic()
+    if args.from_reports is not None:
+        runs = read_suites(args.from_reports)
+    elif os.geteuid() != 0:
         print("the sandbox game-day needs root", file=sys.stderr)
         return 2
-    stack = load_named_stack(args.stack, REPO / "stacks")
+    else:
+        runs = run_suites(args, stack)
+    return report(args, runs, stack, catalog, time.monotonic() - t)
+
+
+def read_suites(report_dir: Path) -> list[SummaryDoc]:
+    paths = sorted(report_dir.glob("run-*/summary.json"), key=lambda p: int(p.parent.name[4:]))
+    if not paths:
+        raise SystemExit(f"{report_dir}: no run-N/summary.json to aggregate")
+    return [SummaryDoc.model_validate_json(p.read_text()) for p in paths]
+
+
+def run_suites(args: argparse.Namespace, stack: StackSpec) -> list[SummaryDoc]:
     names = tuple(n.strip() for n in args.experiments.split(",") if n.strip())
-    runs: list[SuiteRun] = []
-    t = time.monotonic()
+    runs: list[SummaryDoc] = []
     opts = GamedayOptions(stack=args.stack, backend="sandbox", experiments=names,
                           experiments_dir=REPO / "experiments", stacks_dir=REPO / "stacks",
                           keep_sandbox=True, experiment_timeout_s=args.timeout)
@@ -187,18 +210,22 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             print(f"run {i + 1}/{args.runs}", flush=True)
             o = GamedayOptions(**{**opts.__dict__, "report_dir": args.report_dir / f"run-{i + 1}"})
-            run = run_gameday(o, Printer())
-            write_report(run, o.report_dir)
-            runs.append(run)
+            write_report(run_gameday(o, Printer()), o.report_dir)
+            runs.append(SummaryDoc.model_validate_json((o.report_dir / "summary.json").read_text()))
     finally:
         teardown_sandbox(opts, Printer())
-    rows = aggregate(runs, stack)
+    return runs
+
+
+def report(args: argparse.Namespace, runs: list[SummaryDoc], stack: StackSpec, catalog: Catalog,
+           total_s: float) -> int:
+    rows = aggregate(runs, stack, catalog)
     green = sum(1 for r in runs if r.exit_code == 0)
     healing = [
-        {"run": i + 1, "before": r.name, **(r.healing or {})}
-        for i, run in enumerate(runs) for r in run.results if r.healing and r.healing.get("problems")
+        {"run": i + 1, "before": e.name, **(e.healing or {})}
+        for i, run in enumerate(runs) for e in run.experiments if e.healing and e.healing.get("problems")
     ]
-    first_wall = runs[0].wall_seconds if runs else 0.0
+    first_wall = (runs[0].wall_seconds or 0.0) if runs else 0.0
     checks = targets(rows, first_wall)
     print(f"\n{'experiment':34} {'pass':>5} {'detect':>7} {'isolate':>7} {'recover':>7} {'p90 rec':>7} "
           f"{'floor':>6} {'ratio':>6}")
@@ -213,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     for h in healing:
         print(f"  healing before {h['before']} (run {h['run']}): {'; '.join(h['problems'])} -> "
               f"{'; '.join(h['actions']) or 'waited'} in {h['seconds']} s{'' if h['ok'] else ' (FAILED)'}")
-    print(f"\nsuite wall time: {', '.join(f'{r.wall_seconds:.0f} s' for r in runs)} "
-          f"(first includes bring-up {runs[0].setup_seconds if runs else 0:.0f} s)")
+    print(f"\nsuite wall time: {', '.join(f'{r.wall_seconds or 0:.0f} s' for r in runs)} "
+          f"(first includes bring-up {(runs[0].setup_seconds or 0) if runs else 0:.0f} s)")
     for c in checks:
         flag = {True: "met", False: "MISSED", None: "not measured"}[c["met"]]
         print(f"  {c['target']}: {_fmt(c['value'])} ({flag})")
@@ -222,16 +249,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({
         "benchmark": "gameday",
         "stack": args.stack,
-        "runs": args.runs,
+        "runs": len(runs),
         "machine": {
             "cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
         },
-        "total_seconds": time.monotonic() - t,
+        "total_seconds": total_s,
         "suite_wall_seconds": [r.wall_seconds for r in runs],
         "setup_seconds": [r.setup_seconds for r in runs],
         "experiments": rows,
         "targets": checks,
-        "suites": [summary_dict(r)["counts"] for r in runs],
+        "suites": [r.counts for r in runs],
         "suites_green": green,
         "healing": healing,
     }, indent=2) + "\n")
