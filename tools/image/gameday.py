@@ -39,6 +39,7 @@ MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ("python3", "python3-venv", "ca-certificates")  # beyond debootstrap's minbase
 WORKDIR = "/etc/gpufleet"  # gpufleet.infra.gameday.WORKDIR: where the CronJob runs
 BUILDAH_ISOLATION = "chroot"  # RUN steps without an OCI runtime
+BUILD_CA = "/run/gpufleet-build-ca.crt"  # where the builder's CA bundle is mounted during RUN steps
 
 
 class ImageError(RuntimeError):
@@ -102,9 +103,18 @@ def rootfs_tar() -> Path:
 
 
 def constraints() -> str:
-    """This environment's packages (what the tests ran), less gpufleet itself."""
+    """This environment's packages (what the tests ran), less gpufleet itself and less any package
+    `pip check` finds inconsistent here (e.g. kubernetes 37.0.2 asks for python-dateutil>=3 while
+    botocore asks for <3): a resolver cannot install such a pin, so pip chooses that one."""
     text = run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], "pip freeze", capture=True)
-    keep = [line for line in text.splitlines() if line and not line.lower().startswith("gpufleet")]
+    pip_check = [sys.executable, "-m", "pip", "check"]
+    check = subprocess.run(pip_check, capture_output=True, text=True, check=False)
+    broken = {line.split()[0].lower() for line in check.stdout.splitlines() if " has requirement " in line}
+    keep = [
+        line
+        for line in text.splitlines()
+        if line and "==" in line and line.split("==")[0].lower() not in broken | {"gpufleet"}
+    ]
     return "".join(line + "\n" for line in keep)
 
 
@@ -127,6 +137,15 @@ def _same_fs(a: Path, b: Path) -> bool:
     return a.exists() and b.exists() and a.stat().st_dev == b.stat().st_dev
 
 
+def build_ca_args() -> list[str]:
+    """pip in the build trusts what pip here trusts (PIP_CERT, else the system bundle): the file is
+    mounted read-only for the RUN steps and named by the PIP_CERT build argument, never copied in."""
+    bundle = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+    if not Path(bundle).is_file():
+        return []
+    return ["-v", f"{bundle}:{BUILD_CA}:ro", "--build-arg", f"PIP_CERT={BUILD_CA}"]
+
+
 def build(tag: str) -> float:
     """Build the image into buildah's storage; returns the seconds it took."""
     t = time.monotonic()
@@ -134,8 +153,8 @@ def build(tag: str) -> float:
     with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".context.") as tmp:
         ctx = Path(tmp)
         prepare_context(ctx)
-        run(["buildah", "bud", f"--isolation={BUILDAH_ISOLATION}", "--layers=false", "-f",
-             str(ctx / "Containerfile"), "-t", tag, str(ctx)], "buildah bud")
+        run(["buildah", "bud", f"--isolation={BUILDAH_ISOLATION}", "--layers=false", *build_ca_args(),
+             "-f", str(ctx / "Containerfile"), "-t", tag, str(ctx)], "buildah bud")
     return time.monotonic() - t
 
 
