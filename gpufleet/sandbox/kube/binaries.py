@@ -113,11 +113,14 @@ def missing_paths(paths: KubePaths) -> list[tuple[str, Path]]:
     return out
 
 
-def require_kube_paths(versions: KubeVersions | None = None, root: Path | None = None) -> KubePaths:
-    """The paths, once every program and CRD set is there; else KubeBinariesMissing."""
+def require_kube_paths(
+    versions: KubeVersions | None = None, root: Path | None = None, unused: frozenset[str] = frozenset()
+) -> KubePaths:
+    """The paths, once every program and CRD set is there (but the programs in `unused`, which
+    the caller will not start); else KubeBinariesMissing."""
     versions = load_versions() if versions is None else versions
     paths = kube_paths(versions, cache_root() if root is None else root)
-    missing = missing_paths(paths)
+    missing = [(name, path) for name, path in missing_paths(paths) if name not in unused]
     if missing:
         raise KubeBinariesMissing(missing)
     return paths

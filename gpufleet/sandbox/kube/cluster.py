@@ -305,7 +305,8 @@ def kube_up(
             ],
         )
     plan = workload.training_plan(spec, compute_first_pool)
-    paths = require_kube_paths()  # KubeBinariesMissing names each program and `make kube-bins`
+    # KubeBinariesMissing names each program and `make kube-bins`; --cluster-only starts no Kueue.
+    paths = require_kube_paths(unused=frozenset() if opts.platform else frozenset({KUEUE}))
     run_id = new_run_id()
     base = kube_state_path(stack, root).parent / f"run-{run_id}"
     lay = KubeLayout(stack, run_id, base, daemons.free_ports())
