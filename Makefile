@@ -8,6 +8,8 @@ APT_PACKAGES := prometheus slurmctld slurmd slurm-client munge iproute2 nftables
 # The storage sandbox (docs/storage.md): Debian 12's Ceph 16; `gpufleet sandbox doctor --storage`
 # refuses another major release (the code and its measured figures are Ceph 16's).
 APT_PACKAGES += ceph-mon ceph-mgr ceph-osd radosgw ceph-common
+# The game-day CronJob's image (docs/gameday.md): built with buildah on a debootstrap root filesystem.
+APT_PACKAGES += buildah debootstrap
 REPORT      ?= reports/gameday
 # torch (the training workload) comes from PyPI as a ~3 GiB CUDA build with its nvidia-* wheels, and
 # PyPI's answers here carry no-store, so pip's HTTP cache keeps nothing: keep the wheels ourselves in
@@ -19,7 +21,7 @@ WHEELHOUSE  ?= $(HOME)/.cache/gpufleet/wheels/$(TORCH)
 # unpacking (measured on this kind: 29 s cold from the wheelhouse, 0.5 s warm).
 UV          := uv==0.13.9
 
-.PHONY: test gameday deps apt venv lint unit e2e generate clean kube-bins pulumi-bins
+.PHONY: test gameday deps apt venv lint unit e2e generate clean kube-bins pulumi-bins gameday-image
 
 deps: apt venv
 
@@ -81,6 +83,10 @@ kube-bins:
 # the real `pulumi preview/up/destroy`), not of `gameday`.
 pulumi-bins:
 	$(if $(wildcard $(PY)),$(PY),python3) tools/kube/build.py --group pulumi
+
+# The game-day CronJob's image, built from Debian packages and PyPI and smoke-tested (docs/gameday.md).
+gameday-image: deps
+	$(PY) tools/image/gameday.py --smoke
 
 gameday: deps
 	$(BIN)/gpufleet gameday --stack sandbox --backend sandbox --report $(REPORT)
