@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,9 @@ def rb_restart_daemon(args: dict[str, Any]) -> None:
     popen, st = launch(recipe)
     if st is None:
         raise ActivityFailed(f"restarting {args['name']} failed at once ({popen.wait(5)}); see {recipe.log}")
+    # This process is the daemon's parent until it exits: reap it then (no zombie), from a thread
+    # that does nothing else (a long-lived caller, such as a test run, must not hold a zombie).
+    threading.Thread(target=popen.wait, name=f"reap-{args['name']}", daemon=True).start()
     procs = [
         p.model_copy(update={"pid": popen.pid, "start_time": st}) if p.name == args["name"] else p
         for p in state.processes

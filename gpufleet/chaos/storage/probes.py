@@ -204,15 +204,25 @@ def drill_within_targets(
     came_back = (restore or {}).get("restored", [])
     restored = None
     corrupt = len((restore or {}).get("failed", []))
+    pruned = 0
     for r in came_back:
-        # The oracle: each restored checkpoint as the bucket holds it now, every file by sha256.
+        # The oracle: each restored checkpoint as the bucket holds it now, every file by sha256. One
+        # that is gone entirely was pruned since by the writer's retention (it keeps its newest 5),
+        # which is not corruption: the restore verified it when it copied it back.
         key = (int(r["key"][0]), int(r["key"][1]), int(r["key"][2]))
         m = primary.manifest(key)
-        why = m if isinstance(m, str) else ("manifest missing" if m is None else "; ".join(primary.verify(m)))
+        why = m if isinstance(m, str) else ("" if m is None else "; ".join(primary.verify(m)))
+        if m is None:
+            pruned += 1
         if why:
             corrupt += 1
         if restored is None or stem(key) > restored.name:  # stems sort as (job, restart, step)
             restored = RestoredCheckpoint(stem(key), key[2], float(r["written_at"]), not why, why or None)
+    if pruned:
+        problems.append(
+            f"{pruned} restored checkpoint(s) pruned by the writer's retention before this check "
+            "(verified by the restore itself)"
+        )
     before = [e for e in _events(writer) if e.get("event") == "checkpoint" and float(e["t"]) < failed_at]
     newest_before = None
     if before:

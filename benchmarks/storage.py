@@ -1,0 +1,174 @@
+"""Storage sandbox benchmark: Ceph bring-up time (to HEALTH_OK and to a first checkpoint), resident
+memory of every daemon, boto3 checkpoint write/read throughput on radosgw, the checkpoint-bucket-lost
+drill's RPO/RTO, and `down` time; medians of `--runs` runs.
+
+    .venv/bin/python benchmarks/storage.py [--runs 3] [--stack sandbox-storage] [--no-drill]
+
+Each run gets its own state root (a temporary folder under /var/tmp: BlueStore needs a file system
+with O_DIRECT, which tmpfs lacks) and fault ledger, so it never meets a sandbox someone else runs.
+Prints a table and writes benchmarks/results/storage.json. Figures, not asserts. The machine may be
+shared: the load average before each run is recorded with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpufleet.config import load_named_stack
+from gpufleet.core.s3_checkpoints import store_for
+from gpufleet.sandbox.processes import rss_bytes
+from gpufleet.sandbox.storage.ceph import StorageUpOptions, storage_down, storage_up
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "storage.json"
+MIB = 1024 * 1024
+
+
+def throughput(state: Any, size_mib: int = 64) -> dict[str, float]:
+    """One checkpoint of `size_mib` MiB in 4 shards through boto3 (multipart above 16 MiB): MiB/s
+    to write it (manifest last) and to read and verify it back by sha256."""
+    assert state.checkpoint_bucket is not None
+    store = store_for(state, state.checkpoint_bucket, "bench/")
+    shards = {f"shard-{i}.bin": os.urandom(size_mib * MIB // 4) for i in range(4)}
+    t0 = time.monotonic()
+    manifest = store.put((9, 0, 1), shards, b'{"bench": true}', time.time())
+    write_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    problems = store.verify(manifest)
+    read_s = time.monotonic() - t0
+    if problems:
+        raise RuntimeError(f"the benchmark checkpoint does not verify: {problems}")
+    store.delete((9, 0, 1))
+    return {"write_mib_s": round(size_mib / write_s, 1), "read_verify_mib_s": round(size_mib / read_s, 1)}
+
+
+def drill(root: Path, stack: str) -> dict[str, Any]:
+    journal = root / "drill.json"
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root), "GPUFLEET_LEDGER": str(root / "ledger.jsonl")}
+    argv = [
+        str(Path(sys.executable).parent / "gpufleet"),
+        "drill",
+        "run",
+        "checkpoint-bucket-lost",
+        "--stack",
+        stack,
+        "--journal",
+        str(journal),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    from gpufleet.cli.drill_cmds import verdict_from_journal
+
+    verdict = verdict_from_journal(json.loads(journal.read_text())) if journal.exists() else None
+    if verdict is None:
+        return {"outcome": None, "exit": proc.returncode, "output": proc.stdout[-2000:] + proc.stderr[-2000:]}
+    return {
+        "outcome": verdict.outcome.value,
+        "rpo_s": verdict.rpo_seconds,
+        "rto_s": verdict.rto_seconds,
+        "steps_lost": verdict.steps_lost,
+        "resumed_after_s": verdict.resumed_after_seconds,
+        "exit": proc.returncode,
+    }
+
+
+def one(stack: str, settle_s: float, with_drill: bool) -> dict[str, Any]:
+    spec = load_named_stack(stack, REPO / "stacks")
+    load_before = round(os.getloadavg()[0], 2)
+    os.makedirs("/var/tmp", exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="storage-bench-", dir="/var/tmp") as tmp:
+        root = Path(tmp)
+        t0 = time.monotonic()
+        try:
+            rec, timings = storage_up(stack, spec, StorageUpOptions(timeout_s=300), root=root)
+            up_s = time.monotonic() - t0
+            state = rec.state
+            time.sleep(settle_s)
+            rss = {p.name: round(rss_bytes(p.pid) / MIB, 1) for p in state.processes}
+            speed = throughput(state)
+            result_drill = drill(root, stack) if with_drill else None
+        finally:
+            t1 = time.monotonic()
+            report = storage_down(stack, root)
+            down_s = time.monotonic() - t1
+        return {
+            "stack": stack,
+            "load_before": load_before,
+            "up_s": round(up_s, 2),
+            "marks_s": timings.marks,
+            "rss_mib": rss,
+            "rss_total_mib": round(sum(rss.values()), 1),
+            "rss_ceph_mib": round(sum(v for k, v in rss.items() if k.startswith(("ceph-", "radosgw"))), 1),
+            **speed,
+            "drill": result_drill,
+            "down_s": round(down_s, 2),
+            "down_clean": bool(report and report.clean),
+        }
+
+
+def median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+    return round(statistics.median(values), 2) if values else None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--stack", default="sandbox-storage")
+    p.add_argument("--settle", type=float, default=10.0, help="seconds after up before reading RSS")
+    p.add_argument("--no-drill", action="store_true")
+    args = p.parse_args()
+    runs = []
+    for i in range(args.runs):
+        r = one(args.stack, args.settle, not args.no_drill)
+        runs.append(r)
+        d = r["drill"] or {}
+        print(
+            f"run {i + 1}: up {r['up_s']} s (HEALTH_OK at {r['marks_s'].get('health_ok')} s), "
+            f"RSS {r['rss_total_mib']} MiB (Ceph {r['rss_ceph_mib']}), write {r['write_mib_s']} MiB/s, "
+            f"read+verify {r['read_verify_mib_s']} MiB/s, drill {d.get('outcome')} RPO {d.get('rpo_s')} s "
+            f"RTO {d.get('rto_s')} s, down {r['down_s']} s, load {r['load_before']}",
+            flush=True,
+        )
+    drills = [r["drill"] for r in runs if r["drill"]]
+    summary = {
+        "up_s": median(runs, "up_s"),
+        "health_ok_s": median([r["marks_s"] for r in runs], "health_ok"),
+        "rss_total_mib": median(runs, "rss_total_mib"),
+        "rss_ceph_mib": median(runs, "rss_ceph_mib"),
+        "write_mib_s": median(runs, "write_mib_s"),
+        "read_verify_mib_s": median(runs, "read_verify_mib_s"),
+        "drill_rpo_s": median(drills, "rpo_s"),
+        "drill_rto_s": median(drills, "rto_s"),
+        "drill_outcomes": [d.get("outcome") for d in drills],
+        "down_s": median(runs, "down_s"),
+    }
+    print(json.dumps(summary, indent=2))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "benchmark": "storage",
+                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+                "command": " ".join(["benchmarks/storage.py", *sys.argv[1:]]),
+                "median": summary,
+                "runs": runs,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
