@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sim_testdata import fault, llama3_catalog, stack
 
 from gpufleet.catalog import Catalog
@@ -80,3 +82,21 @@ def test_gameday_measurements_sit_beside_the_projection(tmp_path: Path) -> None:
     assert tmp_path / "simulate.md" in files
     assert "Game-day measurements" in md and "| gpu-fatal | 2 | 20 |" in md
     assert "Sensitivity of ETTR" in md and "all passive" in md
+
+
+def test_a_detection_mode_that_changes_nothing_reuses_the_main_replications(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.sim.runner import run_replications as real
+
+    calls: list[int] = []
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr("gpufleet.sim.study.run_replications", counted)
+    p = resolve(stack(nodes=32, spares=2), llama3_catalog(), days=10)  # every class passive
+    s = run_study(p, seed=1, runs=3, workers=1, sweep_spares=False)
+    assert len(calls) == 2  # the main run and "all active"; "all passive" is the main run
+    det = {row["mode"]: row["ettr"] for row in s.sensitivity["detection"]}
+    assert det["all passive"] == det["as configured"]
