@@ -67,7 +67,8 @@ def test_every_problem_is_found_at_once_with_its_path() -> None:
     got = problems(doc)
     at = "method[0].provider.arguments"
     assert got[0].startswith("configuration.gpufleet_colour: unknown key; known: gpufleet_allow_production")
-    assert "configuration: gpufleet_backend must be one of sandbox, slurm, kubernetes, storage (got 'docker')" in got
+    assert ("configuration: gpufleet_backend must be one of sandbox, slurm, kubernetes, storage "
+            "(got 'docker')") in got
     assert any(g.startswith("configuration.gpufleet_fault_class: unknown fault class 'gpu-broken'")
                for g in got)
     assert f"{at}.extra: unknown argument of inject_gpu_fault; it takes: fault_id, node, gpu, " \
