@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpufleet.catalog.model import Model
 from gpufleet.catalog.promql import metric_names
@@ -53,6 +53,17 @@ class Exporter(Model):
 
 class Exporters(Model):
     exporters: dict[str, Exporter]
+
+    @model_validator(mode="after")
+    def _one_producer(self) -> Exporters:
+        seen: dict[str, str] = {}
+        for name, ex in self.exporters.items():
+            for series in ex.series:
+                if series in seen:
+                    raise ValueError(
+                        f"{series} is declared by both {seen[series]} and {name}: one producer each")
+                seen[series] = name
+        return self
 
     def producer(self, metric: str) -> tuple[str, Exporter] | None:
         for name, ex in self.exporters.items():

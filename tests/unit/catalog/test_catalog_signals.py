@@ -144,3 +144,14 @@ def test_promtool_accepts_the_rules_rendered_for_a_stack(tmp_path: Path) -> None
     r = subprocess.run([PROMTOOL or "promtool", "check", "rules", str(path)], capture_output=True,
                        text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_series_has_one_producer(tmp_path: Path) -> None:
+    bad = tmp_path / "exporters.yaml"
+    text = (ROOT / "gpufleet/catalog/exporters.yaml").read_text()
+    bad.write_text(text.replace(
+        "      ceph_osd_up: {type: gauge",
+        "      up: {type: gauge, help: again}\n      ceph_osd_up: {type: gauge"))
+    with pytest.raises(InputError) as e:
+        load_exporters(bad)
+    assert "up is declared by both prometheus and ceph-mgr" in e.value.render()
