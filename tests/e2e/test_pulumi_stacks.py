@@ -27,6 +27,7 @@ Needs `make kube-bins` and `make pulumi-bins` (`make test` builds both); no root
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ import pytest
 import yaml
 from e2e_support import gpufleet, wait_until
 from kubernetes import client, config, dynamic
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError, UnprocessibleEntityError
 
 from gpufleet.config import StackSpec, collective_environment, load_named_stack
 from gpufleet.config.model import ChartSource, ChartsSpec
@@ -348,12 +349,26 @@ def check_flavor_replaced(d: Deployment) -> None:
     pool = d.spec.node_pools[0]
     before = live(d.dyn, "kueue.x-k8s.io/v1beta1", "ResourceFlavor", pool.name, None)
     assert before is not None and before.spec.topologyName == "gpufleet"
+    # What an in-place update gets from the real API server (so the program must replace it):
+    flavors = d.dyn.resources.get(api_version="kueue.x-k8s.io/v1beta1", kind="ResourceFlavor")
+    tolerations = [*before.to_dict()["spec"]["tolerations"], {"key": "x", "operator": "Exists"}]
+    with pytest.raises(UnprocessibleEntityError) as refused:
+        flavors.patch(
+            name=pool.name,
+            body={"spec": {"tolerations": tolerations}},
+            content_type="application/merge-patch+json",
+        )
+    assert "immutable when topologyName is set" in str(refused.value.body)
     taint = len(pool.taints)
     d.project.config_set("--path", f"gpufleet:nodePools[0].taints[{taint}].key", "gpufleet.io/e2e")
     d.project.config_set("--path", f"gpufleet:nodePools[0].taints[{taint}].effect", "NoSchedule")
     # The new taint also changes every node's taint list, which the sandbox set when it made the
     # nodes (as a kubelet registering with taints does): server-side apply calls that a conflict,
-    # so this `up` takes the field over (docs/pulumi.md "Known limits").
+    # so this `up` fails, and one with patch force takes the field over (docs/pulumi.md "Known
+    # limits").
+    conflict = d.project.run("up", "--yes", "--skip-preview", *d.policy, check=False)
+    text = conflict.stdout + conflict.stderr
+    assert conflict.returncode != 0 and "conflict" in text.lower() and "spec.taints" in text, text[-3000:]
     d.project.env["PULUMI_K8S_ENABLE_PATCH_FORCE"] = "true"
     try:
         up = d.project.run("up", "--yes", "--skip-preview", *d.policy)
@@ -389,13 +404,20 @@ def check_after_destroy(d: Deployment, objects: list[dict[str, Any]]) -> None:
 
 def test_stack_deploys_to_the_sandbox(deployment: Deployment) -> None:
     d = deployment
-    started = time.monotonic()
-    preview = d.project.run("preview", *d.policy)
-    assert "to create" in preview.stdout and "gpufleet" in preview.stdout, preview.stdout[-3000:]
+    took: dict[str, float] = {}
+
+    def step(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        t = time.monotonic()
+        proc = d.project.run(*args, check=check)
+        took[name] = round(time.monotonic() - t, 1)
+        return proc
+
+    preview = step("preview", "preview", *d.policy)
+    assert "to create" in preview.stdout and "Policies:" in preview.stdout, preview.stdout[-3000:]
     if "--policy-pack-config" in d.policy:  # advisory here: the NicClusterPolicy is left out
         assert NCCL_POLICY in preview.stdout and "without a NicClusterPolicy" in preview.stdout
 
-    up = d.project.run("up", "--yes", "--skip-preview", *d.policy)
+    up = step("up", "up", "--yes", "--skip-preview", *d.policy)
     out = outputs(d.project)
     check_left_out(d, out, up.stdout + up.stderr)
     objects = check_read_back(d)
@@ -404,16 +426,16 @@ def test_stack_deploys_to_the_sandbox(deployment: Deployment) -> None:
         check_gameday_cronjob(d)
         check_gameday_rbac(d)
 
-    d.project.run("up", "--yes", "--skip-preview", "--expect-no-changes", *d.policy)
-    d.project.run("refresh", "--yes", "--skip-preview", "--expect-no-changes")
+    step("up again", "up", "--yes", "--skip-preview", "--expect-no-changes", *d.policy)
+    step("refresh", "refresh", "--yes", "--skip-preview", "--expect-no-changes")
     if d.spec.scheduler.kind.value == "kueue":
         check_flavor_replaced(d)
 
     protected = d.spec.cluster.environment.value != "sandbox"
-    destroy = d.project.run("destroy", "--yes", "--skip-preview", check=not protected)
+    destroy = step("destroy", "destroy", "--yes", "--skip-preview", check=not protected)
     if protected:  # storage objects are protected outside the sandbox (docs/pulumi.md)
         assert destroy.returncode != 0 and "protected" in destroy.stdout + destroy.stderr
         d.project.run("state", "unprotect", "--all", "--yes")
-        d.project.run("destroy", "--yes", "--skip-preview")
+        step("destroy", "destroy", "--yes", "--skip-preview")
     check_after_destroy(d, objects)
-    print(f"{d.stack}: {len(objects)} objects, cycle {time.monotonic() - started:.0f} s")
+    print(f"{d.stack}: {len(objects)} objects, load {os.getloadavg()[0]:.1f}, seconds {took}")
