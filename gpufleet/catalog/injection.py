@@ -156,11 +156,13 @@ class StorageSlow(InjectionModel):
 
 class OsdKill(InjectionModel):
     """SIGKILL one Ceph OSD daemon (a crashed OSD: Ceph marks it down, its PGs degrade, and after
-    mon_osd_down_out_interval it is marked out and its data re-replicated)."""
+    mon_osd_down_out_interval it is marked out and its data re-replicated). `out`: an OSD lost for
+    good, marked out at once, so Ceph re-replicates its data to the other OSDs now."""
 
     needs_node: ClassVar[bool] = False
     method: Literal["osd-kill"] = "osd-kill"
     osd: Annotated[int, Field(ge=0)]
+    out: bool = False
 
 
 class OsdHang(InjectionModel):

@@ -82,22 +82,13 @@ def test_the_cluster_is_healthy_and_speaks_s3(state: StorageSandboxState, config
     store.delete((42, 0, 7))
 
 
-def test_drill_checkpoint_bucket_lost_meets_its_targets(
-    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("drill", ["checkpoint-bucket-lost", "osd-lost"])
+def test_drill_meets_its_targets(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drill: str
 ) -> None:
     monkeypatch.setenv("GPUFLEET_LEDGER", str(tmp_path / "faults.jsonl"))  # this test's own ledger
     journal = tmp_path / "drill.json"
-    run = gpufleet(
-        root,
-        "drill",
-        "run",
-        "checkpoint-bucket-lost",
-        "--stack",
-        STACK,
-        "--journal",
-        str(journal),
-        timeout=300,
-    )
+    run = gpufleet(root, "drill", "run", drill, "--stack", STACK, "--journal", str(journal), timeout=300)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
     from gpufleet.cli.drill_cmds import verdict_from_journal
@@ -105,8 +96,10 @@ def test_drill_checkpoint_bucket_lost_meets_its_targets(
     verdict = verdict_from_journal(json.loads(journal.read_text()))
     assert verdict is not None and verdict.outcome.value == "PASS", out
     assert verdict.rpo_seconds is not None and verdict.rto_seconds is not None
-    assert verdict.resumed_after_seconds is not None  # the writer resumed from the restored checkpoint
-    assert "checkpoint-bucket-lost: PASS" in out
+    assert {c.name: c.outcome.value for c in verdict.checks}["integrity"] == "PASS"
+    if drill == "checkpoint-bucket-lost":
+        assert verdict.resumed_after_seconds is not None  # the writer resumed from the restored checkpoint
+    assert f"{drill}: PASS" in out
 
 
 def test_osd_killed_under_load_is_restarted_and_nothing_is_lost(

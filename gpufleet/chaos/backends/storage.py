@@ -129,15 +129,27 @@ class StorageBackend(Backend):
     def plan_osd_kill(self, inj: OsdKill) -> Plan:
         p = self._osd(inj.osd)
         self._guard_osd(inj.osd)
+
+        def apply() -> dict[str, Any]:
+            out = self._signal(p, signal.SIGKILL)
+            if inj.out:
+                try:
+                    ceph_run(self.state, "osd", "out", str(inj.osd))
+                except CephCommandError as e:
+                    raise ActivityFailed(str(e)) from None
+                out["marked_out"] = True
+            return out
+
+        args = self._args(name=p.name, launch=p.launch.model_dump())
+        if inj.out:
+            args["osd_in"] = inj.osd
         return Plan(
             kind=inj.method,
             target={"osd": inj.osd},
             params=inj.params(),
-            rollback=Rollback(
-                "storage.restart-daemon", self._args(name=p.name, launch=p.launch.model_dump())
-            ),
-            apply=lambda: self._signal(p, signal.SIGKILL),
-            summary=f"kill {p.name} (pid {p.pid}) with SIGKILL",
+            rollback=Rollback("storage.restart-daemon", args),
+            apply=apply,
+            summary=f"kill {p.name} (pid {p.pid}) with SIGKILL" + (" and mark it out" if inj.out else ""),
         )
 
     def plan_osd_hang(self, inj: OsdHang) -> Plan:

@@ -34,7 +34,7 @@ from gpufleet.core.storage_contract import (
 
 logger = logging.getLogger("chaostoolkit")
 RESTORE_EVENTS = "restore"
-RESTORE_NEWEST = 5  # checkpoints brought back by a restore (the checkpoint writer keeps 5)
+RESTORE_NEWEST = 5  # checkpoints brought back by a restore: what a job resumes from, and its cost
 
 
 def _state(args: dict[str, Any]) -> StorageSandboxState | None:
@@ -66,8 +66,16 @@ def rb_restart_daemon(args: dict[str, Any]) -> None:
     if state is None or state.phase not in ("up", "creating"):
         return
     recipe = Launch.model_validate(args["launch"])
-    if _running(recipe.program) is not None:
-        return
+    if _running(recipe.program) is None:
+        _start(state, recipe, args)
+    if args.get("osd_in") is not None:  # an OSD marked out as lost: back in, Ceph rebalances onto it
+        try:
+            ceph_run(state, "osd", "in", str(args["osd_in"]))
+        except CephCommandError as e:
+            raise ActivityFailed(str(e)) from None
+
+
+def _start(state: StorageSandboxState, recipe: Launch, args: dict[str, Any]) -> None:
     popen, st = launch(recipe)
     if st is None:
         raise ActivityFailed(f"restarting {args['name']} failed at once ({popen.wait(5)}); see {recipe.log}")

@@ -59,10 +59,13 @@ def restore_checkpoint_store(configuration: Configuration = None, secrets: Secre
     return engine.revert_summary(engine.revert(configuration, STORAGE_KINDS))
 
 
-def osd_kill(osd: int, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+def osd_kill(
+    osd: int, out: bool = False, configuration: Configuration = None, secrets: Secrets = None
+) -> dict[str, Any]:
     """SIGKILL Ceph's osd.<osd> (refused when it would leave fewer than min_size copies of some
-    placement group up). Rollback: start it again from its recorded Launch recipe."""
-    return engine.inject(configuration, engine.build_injection(OsdKill, osd=osd), None)
+    placement group up); `out`: also mark it out (lost for good: Ceph re-replicates its data now).
+    Rollback: start it again from its recorded Launch recipe (and mark it in)."""
+    return engine.inject(configuration, engine.build_injection(OsdKill, osd=osd, out=out), None)
 
 
 def osd_hang(osd: int, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:

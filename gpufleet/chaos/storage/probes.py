@@ -72,9 +72,13 @@ def _storage(configuration: Configuration) -> StorageSandboxState:
 
 def ceph_health(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
     """Ceph's health and placement groups: {"status", "checks", "pgs", "degraded_objects",
-    "clean"} where clean means HEALTH_OK with every PG active+clean (recovery done). A cluster that
+    "pgs_clean", "clean"}: pgs_clean when every PG is active+clean (recovery done), clean when that
+    and HEALTH_OK. A cluster that
     does not answer is an ActivityFailed, never a healthy answer."""
-    state = _storage(configuration)
+    return _health(_storage(configuration))
+
+
+def _health(state: StorageSandboxState) -> dict[str, Any]:
     try:
         health = ceph_json(state, "health", timeout_s=30)
         pg = ceph_json(state, "pg", "stat", timeout_s=30)
@@ -88,6 +92,7 @@ def ceph_health(configuration: Configuration = None, secrets: Secrets = None) ->
         "checks": sorted((health.get("checks") or {}).keys()),
         "pgs": by_state,
         "degraded_objects": int(summary.get("degraded_objects", 0) or 0),
+        "pgs_clean": by_state.get("active+clean", 0) == pgs > 0,
         "clean": health.get("status") == "HEALTH_OK" and by_state.get("active+clean", 0) == pgs > 0,
     }
 
@@ -168,6 +173,69 @@ def _events(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+DRILL_FAULTS = frozenset({"bucket-loss", "osd-kill"})
+
+
+def _targets(ctx: engine.Context) -> DrTargets | None:
+    dr = ctx.stack.dr if ctx.stack is not None else None
+    return DrTargets(dr.rpo_seconds, dr.rto_seconds) if dr is not None else None
+
+
+def _osd_lost(
+    drill: str, ctx: engine.Context, state: StorageSandboxState, failed_at: float, timeout_s: float
+) -> dict[str, Any]:
+    """Drill "an OSD lost for good": recovery is Ceph re-replicating its data onto the other OSDs
+    (every PG active+clean while the OSD stays out), then every checkpoint verified by sha256. RPO:
+    the age at the failure of the newest checkpoint that verifies afterwards; RTO: the failure to
+    all PGs clean with every checkpoint verified."""
+    problems: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    clean = False
+    while time.monotonic() < deadline:
+        try:
+            clean = bool(_health(state)["pgs_clean"])
+        except ActivityFailed as e:
+            problems.append(f"ceph did not answer: {e}")
+        if clean:
+            break
+        time.sleep(1.0)
+    if not clean:
+        problems.append(f"placement groups not all active+clean {timeout_s:g} s after the probe started")
+    assert state.checkpoint_bucket is not None
+    store = store_for(state, state.checkpoint_bucket)
+    corrupt, verified = 0, []
+    for c in store.candidates():
+        if c.manifest is None:
+            continue
+        if store.verify(c.manifest):
+            corrupt += 1
+        else:
+            verified.append(c)
+    done_at = time.time() if clean else None
+    before = [c for c in verified if c.manifest is not None and c.manifest.written_at <= failed_at]
+    newest = max(before, key=lambda c: c.key, default=None)
+    if newest is None:
+        problems.append("no checkpoint written before the failure is left to verify")
+    restored = None
+    if newest is not None and newest.manifest is not None:
+        restored = RestoredCheckpoint(stem(newest.key), newest.key[2], newest.manifest.written_at, True)
+    verdict = judge_drill(
+        DrillInputs(
+            drill=drill,
+            targets=_targets(ctx),
+            failed_at=failed_at,
+            restore_verified_at=done_at,
+            restored=restored,
+            checkpoints_restored=len(verified),
+            checkpoints_corrupt=corrupt,
+            problems=tuple(problems),
+        )
+    )
+    doc = verdict.to_doc()
+    logger.info("gpufleet drill verdict: %s", json.dumps(doc, default=str))
+    return doc
+
+
 def drill_within_targets(
     drill: str = "checkpoint-bucket-lost",
     resume_timeout_seconds: float = 30.0,
@@ -182,9 +250,11 @@ def drill_within_targets(
     before the method) there is nothing to judge: outcome PASS, said in the output."""
     ctx = engine.context(configuration)
     state = _storage(configuration)
-    faults = [r for r in ctx.ledger.records() if r.run_id == ctx.run.run_id and r.kind == "bucket-loss"]
+    faults = [r for r in ctx.ledger.records() if r.run_id == ctx.run.run_id and r.kind in DRILL_FAULTS]
     if not faults:
-        return {"outcome": "PASS", "before_fault": True, "notes": ["no bucket-loss fault of this run yet"]}
+        return {"outcome": "PASS", "before_fault": True, "notes": ["no drill fault of this run yet"]}
+    if faults[-1].kind == "osd-kill":
+        return _osd_lost(drill, ctx, state, faults[-1].at, resume_timeout_seconds)
     failed_at = faults[-1].at
     problems: list[str] = []
     restores = [e for e in _events(state.events_file("restore")) if float(e.get("t", 0)) >= failed_at]
@@ -207,7 +277,7 @@ def drill_within_targets(
     pruned = 0
     for r in came_back:
         # The oracle: each restored checkpoint as the bucket holds it now, every file by sha256. One
-        # that is gone entirely was pruned since by the writer's retention (it keeps its newest 5),
+        # that is gone entirely was pruned since by the writer's retention (it keeps its newest 20),
         # which is not corruption: the restore verified it when it copied it back.
         key = (int(r["key"][0]), int(r["key"][1]), int(r["key"][2]))
         m = primary.manifest(key)

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--step-seconds", type=float, default=0.1)
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--shard-bytes", type=int, default=1 << 20)
-    p.add_argument("--keep", type=int, default=5)
+    p.add_argument("--keep", type=int, default=20, help="complete checkpoints kept (a minute at 3 s)")
     run(p.parse_args(argv))
 
 
