@@ -31,7 +31,7 @@ from gpufleet.chaos import ACTIVITY_MODULES
 from gpufleet.chaos.backends.registry import backend_class
 from gpufleet.chaos.discovery import activity_hints
 from gpufleet.chaos.selectors import IdleNode, JobNode, NamedNode, parse_node_selector
-from gpufleet.chaos.settings import BACKENDS, KNOWN_KEYS, parse_settings
+from gpufleet.chaos.settings import BACKENDS, KNOWN_KEYS, parse_settings, stacks_dir_of
 from gpufleet.config import StackSpec, load_named_stack
 from gpufleet.config.model import KarpenterProvisioning, NodePool
 from gpufleet.core.errors import InputError, Problem
@@ -103,7 +103,7 @@ class _Experiment:
             self.add("configuration.gpufleet_fault_class", f"unknown fault class {fc!r}; known: {known}")
         stack = static.get("gpufleet_stack")
         if isinstance(stack, str) and not _is_substitution(stack):
-            where = stacks_dir or Path(str(static.get("gpufleet_stacks_dir", "stacks")))
+            where = stacks_dir or stacks_dir_of(static)
             try:
                 self.stack = load_named_stack(stack, where)
             except InputError as e:

@@ -23,7 +23,8 @@ BACKENDS = ("sandbox", "slurm", "kubernetes", "storage")
 CONFIG_KEYS: dict[str, str] = {
     "gpufleet_backend": "sandbox | slurm | kubernetes | storage (default: the stack's gameday.backend)",
     "gpufleet_stack": "stack name, read from <gpufleet_stacks_dir>/Pulumi.<stack>.yaml",
-    "gpufleet_stacks_dir": "folder of the stack files (default: stacks, relative to the working directory)",
+    "gpufleet_stacks_dir": "folder of the stack files (default: $GPUFLEET_STACKS_DIR, which `gpufleet "
+    "gameday --stacks-dir` sets for its runs, else stacks, relative to the working directory)",
     "gpufleet_fault_class": "the fault class whose budget in the stack judges this experiment",
     "gpufleet_budget_override": "{detect_seconds, isolate_seconds, recover_seconds} (or the stack file's "
     "detectSeconds, ...): replaces the stack's budget key by key (a breach test sets it too tight "
@@ -94,6 +95,12 @@ class Settings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def stacks_dir_of(cfg: Mapping[str, Any]) -> Path:
+    """An experiment names its stack, rarely the folder: the game-day's --stacks-dir reaches its
+    `chaos run`s by the environment (chaoslib's --var overrides only keys an experiment declares)."""
+    return Path(str(cfg.get("gpufleet_stacks_dir") or os.environ.get("GPUFLEET_STACKS_DIR") or "stacks"))
+
+
 def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
     """Validate the gpufleet_* keys; every problem at once (InvalidActivity)."""
     cfg = dict(configuration or {})
@@ -132,7 +139,7 @@ def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
     return Settings(
         backend=backend,
         stack=cfg.get("gpufleet_stack"),
-        stacks_dir=Path(str(cfg.get("gpufleet_stacks_dir", "stacks"))),
+        stacks_dir=stacks_dir_of(cfg),
         fault_class=cfg.get("gpufleet_fault_class"),
         budget_override=budget,
         dry_run=dry,

@@ -184,7 +184,8 @@ def chaos_command(opts: GamedayOptions, experiment: Experiment, journal: Path, l
     """`chaos run` with rollbacks always played. `--var` overrides only keys the experiment
     declares in its configuration (chaoslib.configuration.load_configuration), so stack and
     backend also travel as environment variables (GPUFLEET_STACK, GPUFLEET_BACKEND) for
-    experiments that declare them as `{"type": "env"}`."""
+    experiments that declare them as `{"type": "env"}`, and the stacks folder as GPUFLEET_STACKS_DIR,
+    which the extension reads when an experiment does not name one (settings.stacks_dir_of)."""
     cmd = [opts.chaos_bin, "--log-file", str(log), "run", "--rollback-strategy=always",
            "--journal-path", str(journal)]
     for key, value in (("gpufleet_stack", opts.stack), ("gpufleet_backend", opts.backend)):
@@ -225,7 +226,8 @@ def run_one(
 ) -> RunOutcome:
     cmd = chaos_command(opts, experiment, journal_path, log_path)
     child_env = dict(env if env is not None else os.environ)
-    child_env.update({"GPUFLEET_STACK": opts.stack, "GPUFLEET_BACKEND": opts.backend})
+    child_env.update({"GPUFLEET_STACK": opts.stack, "GPUFLEET_BACKEND": opts.backend,
+                      "GPUFLEET_STACKS_DIR": str(opts.stacks_dir.resolve())})
     journal_path.unlink(missing_ok=True)
     t = time.monotonic()
     error: str | None = None

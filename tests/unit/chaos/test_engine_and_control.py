@@ -37,6 +37,16 @@ def test_configured_zero_is_not_replaced_by_a_default() -> None:
         parse_settings({"gpufleet_budget_override": {"detect_seconds": 0, "recover_seconds": 5}})
 
 
+def test_stacks_folder_from_the_configuration_else_the_game_days_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GPUFLEET_STACKS_DIR", raising=False)
+    assert parse_settings({}).stacks_dir == Path("stacks")
+    monkeypatch.setenv("GPUFLEET_STACKS_DIR", "/srv/stacks")
+    assert parse_settings({}).stacks_dir == Path("/srv/stacks")
+    assert parse_settings({"gpufleet_stacks_dir": "mine"}).stacks_dir == Path("mine")
+
+
 def test_budget_override_takes_both_key_styles() -> None:
     s = parse_settings({"gpufleet_budget_override": {"detectSeconds": 1, "recover_seconds": 5}})
     assert s.budget_override == {"detect_seconds": 1.0, "recover_seconds": 5.0}

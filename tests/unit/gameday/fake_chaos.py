@@ -19,6 +19,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "journals"
 def main(argv: list[str]) -> int:
     with Path(os.environ["FAKE_CHAOS_ARGV"]).open("a") as fh:
         fh.write(json.dumps(argv) + "\n")
+    # Where the extension will look for stack files (gpufleet.chaos.settings.stacks_dir_of).
+    with Path(os.environ["FAKE_CHAOS_ARGV"] + ".stacks_dir").open("a") as fh:
+        fh.write(os.environ.get("GPUFLEET_STACKS_DIR", "") + "\n")
     journal_path = Path(argv[argv.index("--journal-path") + 1])
     experiment = Path(argv[-1])
     mode = os.environ.get("FAKE_CHAOS_MODE", "replay")

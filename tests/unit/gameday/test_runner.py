@@ -51,6 +51,9 @@ def test_runs_each_experiment_with_rollbacks_always(fake_chaos: Path, tmp_path: 
         assert argv[-1] == str(EXPERIMENTS / f"{name}.json")
         at = argv.index("--var")
         assert argv[at:at + 2] == ["--var", "gpufleet_stack=sandbox"]
+    # --stacks-dir reaches each run, which declares no gpufleet_stacks_dir of its own.
+    stacks = Path(str(fake_chaos) + ".stacks_dir").read_text().splitlines()
+    assert stacks == [str(options(tmp_path).stacks_dir.resolve())] * 2
     journal = tmp_path / "report" / "journals" / "gpu-xid-79.json"
     assert json.loads(journal.read_text())["status"] == "completed"
     assert run.results[0].journal == "journals/gpu-xid-79.json"
