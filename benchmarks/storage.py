@@ -1,6 +1,6 @@
 """Storage sandbox benchmark: Ceph bring-up time (to HEALTH_OK and to a first checkpoint), resident
 memory of every daemon, boto3 checkpoint write/read throughput on radosgw, the checkpoint-bucket-lost
-drill's RPO/RTO, and `down` time; medians of `--runs` runs.
+drills' RPO/RTO (checkpoint-bucket-lost, osd-lost), and `down` time; medians of `--runs` runs.
 
     .venv/bin/python benchmarks/storage.py [--runs 3] [--stack sandbox-storage] [--no-drill]
 
@@ -52,14 +52,17 @@ def throughput(state: Any, size_mib: int = 64) -> dict[str, float]:
     return {"write_mib_s": round(size_mib / write_s, 1), "read_verify_mib_s": round(size_mib / read_s, 1)}
 
 
-def drill(root: Path, stack: str) -> dict[str, Any]:
-    journal = root / "drill.json"
+DRILLS = ("checkpoint-bucket-lost", "osd-lost")
+
+
+def drill(root: Path, stack: str, name: str) -> dict[str, Any]:
+    journal = root / f"drill-{name}.json"
     env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root), "GPUFLEET_LEDGER": str(root / "ledger.jsonl")}
     argv = [
         str(Path(sys.executable).parent / "gpufleet"),
         "drill",
         "run",
-        "checkpoint-bucket-lost",
+        name,
         "--stack",
         stack,
         "--journal",
@@ -95,7 +98,7 @@ def one(stack: str, settle_s: float, with_drill: bool) -> dict[str, Any]:
             time.sleep(settle_s)
             rss = {p.name: round(rss_bytes(p.pid) / MIB, 1) for p in state.processes}
             speed = throughput(state)
-            result_drill = drill(root, stack) if with_drill else None
+            drills = {name: drill(root, stack, name) for name in DRILLS} if with_drill else {}
         finally:
             t1 = time.monotonic()
             report = storage_down(stack, root)
@@ -109,7 +112,7 @@ def one(stack: str, settle_s: float, with_drill: bool) -> dict[str, Any]:
             "rss_total_mib": round(sum(rss.values()), 1),
             "rss_ceph_mib": round(sum(v for k, v in rss.items() if k.startswith(("ceph-", "radosgw"))), 1),
             **speed,
-            "drill": result_drill,
+            "drills": drills,
             "down_s": round(down_s, 2),
             "down_clean": bool(report and report.clean),
         }
@@ -131,15 +134,18 @@ def main() -> None:
     for i in range(args.runs):
         r = one(args.stack, args.settle, not args.no_drill)
         runs.append(r)
-        d = r["drill"] or {}
+        said = "; ".join(
+            f"{n} {d.get('outcome')} RPO {d.get('rpo_s')} s RTO {d.get('rto_s')} s"
+            for n, d in r["drills"].items()
+        )
         print(
             f"run {i + 1}: up {r['up_s']} s (HEALTH_OK at {r['marks_s'].get('health_ok')} s), "
             f"RSS {r['rss_total_mib']} MiB (Ceph {r['rss_ceph_mib']}), write {r['write_mib_s']} MiB/s, "
-            f"read+verify {r['read_verify_mib_s']} MiB/s, drill {d.get('outcome')} RPO {d.get('rpo_s')} s "
-            f"RTO {d.get('rto_s')} s, down {r['down_s']} s, load {r['load_before']}",
+            f"read+verify {r['read_verify_mib_s']} MiB/s, {said}, down {r['down_s']} s, "
+            f"load {r['load_before']}",
             flush=True,
         )
-    drills = [r["drill"] for r in runs if r["drill"]]
+    per_drill = {n: [r["drills"][n] for r in runs if n in r["drills"]] for n in DRILLS}
     summary = {
         "up_s": median(runs, "up_s"),
         "health_ok_s": median([r["marks_s"] for r in runs], "health_ok"),
@@ -147,9 +153,15 @@ def main() -> None:
         "rss_ceph_mib": median(runs, "rss_ceph_mib"),
         "write_mib_s": median(runs, "write_mib_s"),
         "read_verify_mib_s": median(runs, "read_verify_mib_s"),
-        "drill_rpo_s": median(drills, "rpo_s"),
-        "drill_rto_s": median(drills, "rto_s"),
-        "drill_outcomes": [d.get("outcome") for d in drills],
+        "drills": {
+            n: {
+                "rpo_s": median(ds, "rpo_s"),
+                "rto_s": median(ds, "rto_s"),
+                "outcomes": [d.get("outcome") for d in ds],
+            }
+            for n, ds in per_drill.items()
+            if ds
+        },
         "down_s": median(runs, "down_s"),
     }
     print(json.dumps(summary, indent=2))

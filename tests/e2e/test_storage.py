@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,6 +106,7 @@ def test_drill_meets_its_targets(
 def test_osd_killed_under_load_is_restarted_and_nothing_is_lost(
     state: StorageSandboxState, config: dict[str, str]
 ) -> None:
+    t0 = time.time()
     out = actions.osd_kill(1, configuration=config)
     assert out["kind"] == "osd-kill"
     wait_until("osd.1 marked down", lambda: ceph_json(state, "osd", "stat")["num_up_osds"] == 2, 60)
@@ -123,3 +125,9 @@ def test_osd_killed_under_load_is_restarted_and_nothing_is_lost(
     assert intact["status"] == "intact" and intact["verified"] >= 1, intact
     backups = probes.checkpoints_intact("backup", configuration=config)
     assert backups["status"] == "intact" and backups["verified"] >= 1, backups
+    # The writer's S3 traffic during the fault: every save since it succeeded (none failed, so no
+    # S3 error is unaccounted for), and it kept saving.
+    events = [json.loads(x) for x in state.events_file("checkpoint-writer").read_text().splitlines() if x]
+    since = [e for e in events if e["t"] >= t0]
+    assert [e for e in since if e["event"] != "checkpoint"] == []
+    assert len([e for e in since if e["event"] == "checkpoint"]) >= 3
