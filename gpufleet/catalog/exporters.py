@@ -47,6 +47,11 @@ class Exporter(Model):
     labels: list[str]
     optional_labels: list[str] = Field(default_factory=list)
     collectors_file: bool = False  # collects only what a file lists (dcgm-exporter)
+    # How old a value can be when scraped (ADR 0044): `scrape` (read from the device when scraped),
+    # `dcgmScrapeInterval` (the program sets the exporter's loop to the stack's key), a duration (its
+    # own loop, cited), or `unknown` (not counted in a detection path, and said so).
+    collection_interval: Annotated[
+        str, Field(pattern=r"^(scrape|dcgmScrapeInterval|unknown|[0-9]+(ms|s|m))$")]
     setting: str
     series: dict[str, Series]
 

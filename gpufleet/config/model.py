@@ -441,6 +441,7 @@ class AlertRoute(Model):
     severity: Literal["critical", "warning", "info"]
     receiver: str
     repeat_interval: Annotated[str, Field(pattern=_DURATION)] = "4h"
+    group_wait: Annotated[str, Field(pattern=_DURATION)] | None = None  # None: monitoring.groupWait
 
 
 class MonitoringSpec(Model):
@@ -452,6 +453,12 @@ class MonitoringSpec(Model):
     # None: the project's published runbooks.
     runbook_base_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
     alert_routes: list[AlertRoute] = Field(default_factory=list)
+    # Alertmanager's wait before a new group's first notification; 30s is its documented default
+    # (Alertmanager configuration docs, route `group_wait`). Part of every page's detection path.
+    group_wait: Annotated[str, Field(pattern=_DURATION)] = "30s"
+    # Severities the stack routes to no one, said explicitly: `gpufleet validate` refuses a severity
+    # the rules use that reaches no receiver unless it is listed here (ADR 0044).
+    not_paged_severities: list[Literal["critical", "warning", "info"]] = Field(default_factory=list)
     grafana: bool = True
     grafana_admin_password: Secret | None = None  # required wherever Grafana runs outside a sandbox
 

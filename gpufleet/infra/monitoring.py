@@ -26,8 +26,19 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.catalog.rules import RUNBOOK_BASE, RuleSettings
+from gpufleet.catalog.detection import (
+    ExporterTiming,
+    PathSettings,
+    budget_problems,
+    routing_problems,
+    used_severities,
+)
+from gpufleet.catalog.exporters import DCGM_EXPORTER, load_exporters
+from gpufleet.catalog.load import load_catalog
+from gpufleet.catalog.rules import RUNBOOK_BASE, RuleSettings, rule_groups
+from gpufleet.config.accelerators import accelerator_spec
 from gpufleet.config.model import MonitoringSpec, StackSpec, duration_seconds
+from gpufleet.core.errors import Problem
 from gpufleet.infra.charts import CHARTS, chart_install, chart_namespace, custom_resource
 from gpufleet.infra.common import MANAGED_BY, child, secret_input
 
@@ -68,6 +79,72 @@ def rule_settings(spec: StackSpec) -> RuleSettings:
         fabric_netdevs=f"{SANDBOX_FABRIC_PREFIX}[0-9]+" if sandbox else None,
         link_speed_gbps=float(spec.fabric.link_speed_gbps),
     )
+
+
+def path_settings(spec: StackSpec) -> PathSettings:
+    """What the detection path of this stack's alerts is made of (gpufleet.catalog.detection). On a
+    sandbox: its own Prometheus scrapes every target at `sandbox.scrapeInterval`, its node agents and
+    training job render their values at the scrape, and there is no Alertmanager (the game-day
+    measures the first firing ALERTS sample). On a cluster: dcgm-exporter and AMD's exporter at
+    `dcgmScrapeInterval` (dcgm-exporter's own loop set to it, gpu_software), the rest at
+    `scrapeInterval`, and the group_wait of the route each severity takes."""
+    mon = spec.monitoring
+    exporters = load_exporters().exporters
+    sandbox = spec.cluster.environment.value == "sandbox"
+    timings: dict[str, ExporterTiming] = {}
+    for name, ex in exporters.items():
+        if sandbox:
+            # The sandbox's Prometheus scrapes everything at sandbox.scrapeInterval (sandbox.layout).
+            every = spec.sandbox.scrape_interval if spec.sandbox is not None else mon.scrape_interval
+            timings[name] = ExporterTiming(0.0, "the sandbox's exporters render at the scrape",
+                                           duration_seconds(every), "sandbox.scrapeInterval")
+            continue
+        fast = name in (DCGM_EXPORTER, "amd-device-metrics-exporter")
+        scrape_key = "dcgmScrapeInterval" if fast else "scrapeInterval"
+        scrape_s = duration_seconds(mon.dcgm_scrape_interval if fast else mon.scrape_interval)
+        ci = ex.collection_interval
+        if ci == "scrape":
+            timing = ExporterTiming(0.0, "read when scraped, exporters.yaml", scrape_s, scrape_key)
+        elif ci == "dcgmScrapeInterval":
+            timing = ExporterTiming(duration_seconds(mon.dcgm_scrape_interval),
+                                    "DCGM_EXPORTER_INTERVAL = dcgmScrapeInterval", scrape_s, scrape_key)
+        elif ci == "unknown":
+            timing = ExporterTiming(None, "its own interval, not pinned in exporters.yaml",
+                                    scrape_s, scrape_key)
+        else:
+            timing = ExporterTiming(duration_seconds(ci), "its own interval, exporters.yaml",
+                                    scrape_s, scrape_key)
+        timings[name] = timing
+    waits: dict[str, tuple[float, str]] | None = None
+    if not sandbox:
+        waits = {}
+        for sev in ("critical", "warning", "info"):
+            route = next((r for r in mon.alert_routes if r.severity == sev), None)
+            if route is not None and route.group_wait is not None:
+                waits[sev] = (duration_seconds(route.group_wait), f"alertRoutes[{sev}].groupWait")
+            else:
+                waits[sev] = (duration_seconds(mon.group_wait), "monitoring.groupWait")
+    return PathSettings(
+        exporters=timings, evaluation_s=duration_seconds(mon.evaluation_interval),
+        evaluation_source="monitoring.evaluationInterval", group_wait_s=waits,
+        rules=rule_settings(spec),
+        vendors=frozenset(accelerator_spec(p.accelerator).vendor.value for p in spec.node_pools))
+
+
+def detection_budget_problems(spec: StackSpec) -> list[Problem]:
+    """A problem per detect budget shorter than the worst-case detection path of an alert that binds
+    it (gpufleet.catalog.detection.budget_alerts), each term of the sum named (ADR 0044)."""
+    detect = {cls: b.detect_seconds for cls, b in spec.slos.budgets.items()}
+    return budget_problems(load_catalog(), load_exporters(), detect, path_settings(spec))
+
+
+def alert_routing_problems(spec: StackSpec) -> list[Problem]:
+    """A problem per severity the stack's rules use that reaches no receiver and that the stack does
+    not list in `monitoring.notPagedSeverities` (ADR 0044)."""
+    mon = spec.monitoring
+    used = used_severities(rule_groups(load_catalog(), rule_settings(spec)))
+    return routing_problems(used, [(r.severity, r.receiver) for r in mon.alert_routes],
+                            mon.not_paged_severities)
 
 
 def grafana_enabled(mon: MonitoringSpec) -> bool:
@@ -142,11 +219,13 @@ def alertmanager_config(mon: MonitoringSpec) -> dict[str, Any]:
         "route": {
             "receiver": "null",
             "group_by": ["alertname", "node"],
+            "group_wait": mon.group_wait,
             "routes": [
                 {
                     "receiver": r.receiver,
                     "matchers": [f'severity="{r.severity}"'],
                     "repeat_interval": r.repeat_interval,
+                    **({"group_wait": r.group_wait} if r.group_wait is not None else {}),
                 }
                 for r in mon.alert_routes
             ],
