@@ -17,8 +17,8 @@ from chaoslib.types import Configuration, Secrets
 
 from gpufleet.chaos import engine
 from gpufleet.core.ceph_admin import CephCommandError, ceph_json
-from gpufleet.core.checkpoint_manifest import stem
-from gpufleet.core.s3_checkpoints import store_for
+from gpufleet.core.checkpoint_manifest import CheckpointManifest, stem
+from gpufleet.core.s3_checkpoints import S3CheckpointStore, store_for
 from gpufleet.core.storage_contract import BACKUP_PREFIX, StorageSandboxState
 from gpufleet.slo.dr import DrillInputs, DrTargets, RestoredCheckpoint, judge_drill
 
@@ -125,6 +125,15 @@ def object_store_available(configuration: Configuration = None, secrets: Secrets
     }
 
 
+def _verify(store: S3CheckpointStore, manifest: CheckpointManifest) -> list[str] | None:
+    """The checkpoint's problems, or None when it was deleted while being checked: the writer prunes
+    its oldest checkpoints (manifest first), which is retention, not corruption."""
+    problems = store.verify(manifest)
+    if problems and store.manifest((manifest.job, manifest.restart, manifest.step)) is None:
+        return None
+    return problems
+
+
 def checkpoints_intact(
     which: str = "checkpoint", configuration: Configuration = None, secrets: Secrets = None
 ) -> dict[str, Any]:
@@ -138,14 +147,16 @@ def checkpoints_intact(
     bucket = state.checkpoint_bucket if which == "checkpoint" else state.backup_bucket
     assert bucket is not None
     store = store_for(state, bucket, "" if which == "checkpoint" else BACKUP_PREFIX)
-    corrupt, incomplete, verified, complete = [], [], 0, 0
+    corrupt, incomplete, verified, complete, pruned = [], [], 0, 0, 0
     for c in store.candidates():
         if c.manifest is None:
             incomplete.append(stem(c.key))
             continue
         complete += 1
-        problems = store.verify(c.manifest)
-        if problems:
+        problems = _verify(store, c.manifest)
+        if problems is None:
+            pruned += 1
+        elif problems:
             corrupt.append({"checkpoint": stem(c.key), "problems": problems})
         else:
             verified += 1
@@ -153,6 +164,7 @@ def checkpoints_intact(
         "bucket": bucket,
         "complete": complete,
         "verified": verified,
+        "pruned_while_checked": pruned,
         "status": "corrupt" if corrupt else "intact",
         "corrupt": corrupt,
         "incomplete": incomplete,
@@ -207,9 +219,10 @@ def _osd_lost(
     for c in store.candidates():
         if c.manifest is None:
             continue
-        if store.verify(c.manifest):
+        found = _verify(store, c.manifest)
+        if found:
             corrupt += 1
-        else:
+        elif found is not None:
             verified.append(c)
     done_at = time.time() if clean else None
     before = [c for c in verified if c.manifest is not None and c.manifest.written_at <= failed_at]
