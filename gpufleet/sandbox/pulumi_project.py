@@ -150,16 +150,19 @@ def sandbox_project(
     context: str,
     extra_config: Sequence[Sequence[str]] = (),
     base_env: Mapping[str, str] | None = None,
+    stacks_dir: Path | None = None,
 ) -> PulumiProject:
-    """A project folder under `work` for shipped stack `stack`, its local backend and PULUMI_HOME
-    (the provider installed), the stack initialised and configured for the sandbox."""
+    """A project folder under `work` for stack `stack` (its file in `stacks_dir`, default the
+    repository's stacks/), its local backend and PULUMI_HOME (the provider installed), the stack
+    initialised and configured for the sandbox."""
     folder = write_project(repo, work / "project", Path(sys.prefix))
     state = work / "state"
     state.mkdir(parents=True, exist_ok=True)
     env = pulumi_env(paths, work / "pulumi-home", file_backend(state), base_env or os.environ)
     env["KUBECONFIG"] = str(kubeconfig)
     install_plugins(paths, env)
-    copy = placeholder_secrets((repo / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    source = (stacks_dir or repo / "stacks") / f"Pulumi.{stack}.yaml"
+    copy = placeholder_secrets(source.read_text())
     (folder / "stacks" / f"Pulumi.{stack}.yaml").write_text(copy.text)
     project = PulumiProject(folder, stack, paths, env)
     subprocess.run(

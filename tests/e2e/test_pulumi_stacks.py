@@ -19,7 +19,8 @@ message is asserted.
 Stack-specific steps: b200-roce (Kueue, topology) changes a pool taint on a further `up` (the
 ResourceFlavor, immutable with a topologyName, is replaced); sandbox runs the game-day CronJob every
 minute, waits for the controller manager's Job, and checks its ServiceAccount with `kubectl auth
-can-i` against the real RBAC. scale-10k runs at its full 1,280 nodes.
+can-i` against the real RBAC. scale-10k runs at a tenth of its nodes unless
+GPUFLEET_E2E_FULL_SCALE=1 (SCALED_IN_E2E: why).
 
 Needs `make kube-bins` and `make pulumi-bins` (`make test` builds both); no root.
 """
@@ -89,8 +90,28 @@ def built() -> tuple[Path, Any]:
         pytest.fail(str(e))  # `make test` builds them first: missing is a failure, not a skip
 
 
-def sandbox_spec(stack: str) -> StackSpec:
-    return load_named_stack(stack, REPO / "stacks")
+# scale-10k's full 1,280 nodes cost the e2e tier about half an hour on a busy 2-core machine (one
+# NodePatch per node, each a server-side apply; docs/pulumi.md "Measured"): the tier runs it at a
+# tenth of its nodes, the same program and structure (one pool, leaf groups of 32, Volcano with
+# HyperNodes, JuiceFS), and GPUFLEET_E2E_FULL_SCALE=1 runs it whole; benchmarks/pulumi_up.py times
+# preview and up at the full size.
+SCALED_IN_E2E = {"scale-10k": 10}
+
+
+def scaled_stacks_dir(stack: str, dest: Path) -> Path:
+    """The folder of the stack file the test uses: the repository's, or for a stack in
+    SCALED_IN_E2E (unless GPUFLEET_E2E_FULL_SCALE=1) a copy whose pools have 1/divisor of their
+    nodes and spares (ciphertext and salt kept)."""
+    divisor = SCALED_IN_E2E.get(stack)
+    if divisor is None or os.environ.get("GPUFLEET_E2E_FULL_SCALE") == "1":
+        return REPO / "stacks"
+    doc = yaml.safe_load((REPO / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    for pool in doc["config"]["gpufleet:nodePools"]:
+        pool["nodes"] = max(1, round(pool["nodes"] / divisor))
+        pool["spares"] = max(1 if pool["spares"] else 0, round(pool["spares"] / divisor))
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest
 
 
 def charts_disabled(spec: StackSpec) -> StackSpec:
@@ -110,6 +131,7 @@ def deployment(
     stack: str = request.param
     kubectl, paths = built
     root = tmp_path / "root"
+    stacks = scaled_stacks_dir(stack, tmp_path / "stacks")
     up = gpufleet(
         root,
         "sandbox",
@@ -118,6 +140,8 @@ def deployment(
         "--cluster-only",
         "--stack",
         stack,
+        "--stacks-dir",
+        str(stacks),
         "--timeout",
         "900",
         timeout=1000,
@@ -129,12 +153,19 @@ def deployment(
         kubeconfig = Path(state.admin_kubeconfig)
         context = yaml.safe_load(kubeconfig.read_text())["current-context"]
         project = sandbox_project(
-            REPO, tmp_path / "pulumi", stack, paths, kubeconfig, context, stack_settings(stack)
+            REPO,
+            tmp_path / "pulumi",
+            stack,
+            paths,
+            kubeconfig,
+            context,
+            stack_settings(stack),
+            stacks_dir=stacks,
         )
         api = config.new_client_from_config(config_file=str(kubeconfig))
         pack = policy_pack_copy(REPO, tmp_path)
         policy = ["--policy-pack", str(pack)]
-        spec = sandbox_spec(stack)
+        spec = load_named_stack(stack, stacks)
         if nic_left_out(spec, api):
             # The NicClusterPolicy cannot be created here: the pack is right to flag its absence,
             # and says so as an advisory (asserted below) instead of stopping the deployment.
@@ -432,7 +463,13 @@ def test_stack_deploys_to_the_sandbox(deployment: Deployment) -> None:
         check_flavor_replaced(d)
 
     protected = d.spec.cluster.environment.value != "sandbox"
-    destroy = step("destroy", "destroy", "--yes", "--skip-preview", check=not protected)
+    destroy = step(
+        "destroy refused" if protected else "destroy",
+        "destroy",
+        "--yes",
+        "--skip-preview",
+        check=not protected,
+    )
     if protected:  # storage objects are protected outside the sandbox (docs/pulumi.md)
         assert destroy.returncode != 0 and "protected" in destroy.stdout + destroy.stderr
         d.project.run("state", "unprotect", "--all", "--yes")
