@@ -380,18 +380,24 @@ def test_remediation_policy_reaches_nvsentinel_in_full() -> None:
 # --------------------------------------------------------------------------- Grafana and secrets
 
 
-@pytest.mark.parametrize("name", [n for n in STACK_NAMES if n != "sandbox"])
+@pytest.mark.parametrize("name", STACK_NAMES)
 def test_grafana_admin_comes_from_a_secret(name: str) -> None:
     """kube-prometheus-stack values.yaml `grafana.adminPassword: prom-operator` is the default; the
-    grafana subchart reads `admin.existingSecret/userKey/passwordKey` instead."""
-    _, view = shipped(name)
+    grafana subchart reads `admin.existingSecret/userKey/passwordKey` instead. A stack without a
+    password (the sandbox stacks) gets no Grafana at all, never one with the default."""
+    spec, view = shipped(name)
     grafana = release(view, "kube-prometheus-stack").inputs["values"]["grafana"]
-    assert "adminPassword" not in grafana and grafana["admin"]["existingSecret"] == "grafana-admin"
-    (secret,) = [
+    assert "adminPassword" not in grafana
+    secrets = [
         s
         for s in view.of_type("kubernetes:core/v1:Secret")
         if s.inputs["metadata"]["name"] == "grafana-admin"
     ]
+    if spec.monitoring.grafana_admin_password is None:
+        assert grafana["enabled"] is False and secrets == []
+        return
+    assert grafana["enabled"] is True and grafana["admin"]["existingSecret"] == "grafana-admin"
+    (secret,) = secrets
     assert secret.inputs["stringData"] == "[secret]"
 
 
