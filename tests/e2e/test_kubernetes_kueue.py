@@ -115,8 +115,13 @@ def test_training_job_admitted_as_one_workload(sandbox: KubeSandboxState, admin:
     for pod in pods:
         node = admin.get(object_path("Node", pod["spec"]["nodeName"]))
         assert node["metadata"]["annotations"][key] == value  # a kwok node
-    cq = admin.get(object_path("ClusterQueue", queue))
-    assert cq["status"]["admittedWorkloads"] == 1
+
+    def counted() -> dict[str, Any] | None:
+        cq: dict[str, Any] = admin.get(object_path("ClusterQueue", queue))
+        return cq if (cq.get("status") or {}).get("admittedWorkloads") == 1 else None
+
+    # Kueue writes the ClusterQueue's status after the Workload's, in the queue's own reconcile.
+    cq = wait_until("the ClusterQueue to count the admitted Workload", counted, 30)
     (usage,) = cq["status"]["flavorsUsage"]
     assert {r["name"]: r["total"] for r in usage["resources"]} == {"nvidia.com/gpu": "16"}
 
@@ -140,22 +145,33 @@ def test_job_beyond_the_free_quota_stays_pending(
     try:
         job = _job(admin, name)
 
-        def pending() -> dict[str, Any] | None:
+        def queued() -> dict[str, Any] | None:
+            """The Workload, once Kueue's ClusterQueue counts it as pending (the earlier case's Job
+            and Workload are gone, so the count is this one's)."""
             wl = _workload(admin, job)
-            cond = kueue.condition(wl, "QuotaReserved") if wl else None
-            return cond if cond and cond["status"] == "False" and "insufficient" in cond["message"] else None
+            cq = admin.get(object_path("ClusterQueue", queue))
+            if wl is not None and (cq.get("status") or {}).get("pendingWorkloads") == 1:
+                return wl
+            raise AssertionError(f"{name}'s Workload: {(wl or {}).get('status')}; queue: {cq.get('status')}")
 
-        cond = wait_until(f"Kueue to hold {name} back ({why})", pending, 60)
-        assert cond["reason"] == "Pending"
+        wait_until(f"Kueue to queue {name} ({why})", queued, 60)
         time.sleep(5)  # Kueue's scheduler has had more cycles: still nothing
         wl = _workload(admin, job)
         assert wl is not None and not kueue.admitted(wl)
+        assert (wl["status"].get("admission")) is None
+        # Kueue writes why as QuotaReserved=False, but its own PodsReady write can race it away
+        # (kubernetes-sigs/kueue issue 6559, open): the reason is checked when it is there.
+        cond = kueue.condition(wl, "QuotaReserved")
+        if cond is not None:
+            assert (cond["status"], cond["reason"]) == ("False", "Pending"), cond
+            assert "insufficient" in cond["message"], cond
         assert _job(admin, name)["spec"]["suspend"] is True
         assert _pods(admin, name) == []
         # The training Job keeps its admission.
         assert _admitted(admin, _job(admin, workload.JOB_NAME))
     finally:
-        admin.request("DELETE", object_path("Job", name, NS), {"propagationPolicy": "Background"})
+        admin.delete("Job", name, NS, propagation="Background")
+        wait_until(f"{name}'s Job and Workload deleted", lambda: _workload(admin, job) is None, 60)
 
 
 def test_restart_training_replaces_the_job_through_kueue(sandbox: KubeSandboxState, admin: KubeApi) -> None:
@@ -170,7 +186,7 @@ def test_restart_training_replaces_the_job_through_kueue(sandbox: KubeSandboxSta
     assert after["metadata"]["uid"] != before["metadata"]["uid"]
     assert after["spec"]["parallelism"] == before["spec"]["parallelism"] == 2
     assert after["metadata"]["labels"][workload.QUEUE_LABEL] == kueue.queue_name(spec)
-    assert _admitted(admin, after) is not None
+    assert _admitted(admin, after) is not None, admin.list("Workload", NS)
     assert _running(admin, workload.JOB_NAME, 2) is not None
     assert old_pod not in {p["metadata"]["name"] for p in _pods(admin, workload.JOB_NAME)}
     # Kueue dropped the old Job's Workload with it.

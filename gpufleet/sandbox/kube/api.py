@@ -61,6 +61,11 @@ def object_path(kind: str, name: str, namespace: str | None = None) -> str:
     return f"{collection_path(kind, namespace)}/{name}"
 
 
+def owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
+    """Whether one of the object's ownerReferences is the object with that uid."""
+    return any(r.get("uid") == owner_uid for r in obj["metadata"].get("ownerReferences") or [])
+
+
 def ssl_context(ca_file: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(ca_file))
     if cert is not None:
@@ -138,8 +143,13 @@ class KubeApi:
         )
         return self._json(f"apply {kind} {meta['name']}", resp)
 
-    def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
-        resp = self.request("DELETE", object_path(kind, name, namespace))
+    def delete(
+        self, kind: str, name: str, namespace: str | None = None, propagation: str | None = None
+    ) -> None:
+        """`propagation` (Foreground, Background, Orphan) goes in the query: a Job deleted without
+        it orphans its pods (batch/v1's default policy is Orphan, kept for compatibility)."""
+        params = {"propagationPolicy": propagation} if propagation else None
+        resp = self.request("DELETE", object_path(kind, name, namespace), params=params)
         self._json(f"delete {kind} {name}", resp, ok=(200, 202, 404))
 
     def watch(self, path: str, params: Mapping[str, str], read_timeout_s: float) -> Iterator[dict[str, Any]]:

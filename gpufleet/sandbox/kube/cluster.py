@@ -49,7 +49,7 @@ from gpufleet.core.sandbox_contract import (
 from gpufleet.core.yamlio import safe_load_all
 from gpufleet.sandbox import processes
 from gpufleet.sandbox.kube import daemons, kueue, rbac, workload
-from gpufleet.sandbox.kube.api import ApiError, KubeApi, object_path, ssl_context
+from gpufleet.sandbox.kube.api import ApiError, KubeApi, object_path, owned_by, ssl_context
 from gpufleet.sandbox.kube.binaries import KubePaths, require_kube_paths
 from gpufleet.sandbox.kube.daemons import (
     APISERVER,
@@ -93,7 +93,6 @@ class KubeUpOptions:
     # control plane, the CRDs and the nodes only, for the Pulumi program to deploy the platform
     # onto without meeting objects of the same names the sandbox made (docs/pulumi.md).
     platform: bool = True
-
 
 
 class KubeRecorder:
@@ -261,12 +260,18 @@ def _create_nodes(api: KubeApi, nodes: list[KwokNode]) -> None:
         list(pool.map(create, nodes))
 
 
-def _running_pods(api: KubeApi, job: str = workload.JOB_NAME) -> list[dict[str, Any]]:
+def _running_pods(
+    api: KubeApi, job: str = workload.JOB_NAME, job_uid: str | None = None
+) -> list[dict[str, Any]]:
+    """The Job's Running pods not being deleted; with `job_uid`, only those of that Job object (a
+    replaced Job has the same name, and so the same job-name label, as the one before it)."""
     pods = api.list("Pod", workload.TRAINING_NAMESPACE, labelSelector=f"job-name={job}")
     return [
         p
         for p in pods
-        if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+        and (job_uid is None or owned_by(p, job_uid))
     ]
 
 
@@ -595,19 +600,17 @@ def restart_training(state: KubeSandboxState, spec: StackSpec, timeout_s: float 
         plan = workload.training_plan(spec, int(job["spec"]["parallelism"]))
         queue = (job["metadata"].get("labels") or {}).get(workload.QUEUE_LABEL)
         # Foreground: the Job is gone only once its pods (and Kueue's Workload) are.
-        resp = api.request("DELETE", object_path("Job", name, ns), {"propagationPolicy": "Foreground"})
-        if resp.status_code not in (200, 202, 404):
-            raise ApiError(f"delete Job {name}", resp.status_code, resp.text)
+        api.delete("Job", name, ns, propagation="Foreground")
 
         def gone() -> bool:
             return api.request("GET", object_path("Job", name, ns)).status_code == 404
 
         try:
             wait_for(f"training Job {name} deleted", gone, max(deadline - time.monotonic(), 0), 0.3)
-            api.apply(workload.training_job(spec, plan, queue, name=name))
+            uid = api.apply(workload.training_job(spec, plan, queue, name=name))["metadata"]["uid"]
             wait_for(
                 f"training Job {name}: {plan.replicas} pods Running",
-                lambda: len(_running_pods(api, name)) >= plan.replicas,
+                lambda: len(_running_pods(api, name, uid)) >= plan.replicas,
                 max(deadline - time.monotonic(), 0),
                 0.3,
             )

@@ -36,6 +36,7 @@ from typing import Any
 from gpufleet.config.accelerators import accelerator_spec
 from gpufleet.config.model import StackSpec
 from gpufleet.config.placement import POOL_LABEL, pool_taints
+from gpufleet.sandbox.kube.api import owned_by
 from gpufleet.sandbox.kube.nodes import KwokNode
 from gpufleet.sandbox.kube.rbac import MANAGED, namespace, role_ref
 
@@ -216,6 +217,6 @@ def admitted(workload: dict[str, Any]) -> bool:
 def workload_of_job(workloads: Iterable[dict[str, Any]], job_uid: str) -> dict[str, Any] | None:
     """The Workload Kueue made for a Job: the one the Job owns (ownerReferences)."""
     for w in workloads:
-        if any(r.get("uid") == job_uid for r in w["metadata"].get("ownerReferences") or []):
+        if owned_by(w, job_uid):
             return w
     return None
