@@ -17,17 +17,15 @@ start time), then any such stray, then removes the run directory and the state f
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
-import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +45,7 @@ from gpufleet.core.sandbox_contract import (
     write_kube_state,
 )
 from gpufleet.core.yamlio import safe_load_all
-from gpufleet.sandbox import processes
+from gpufleet.sandbox import processes, run_teardown
 from gpufleet.sandbox.kube import daemons, kueue, rbac, workload
 from gpufleet.sandbox.kube.api import ApiError, KubeApi, object_path, owned_by, ssl_context
 from gpufleet.sandbox.kube.binaries import KubePaths, require_kube_paths
@@ -68,6 +66,7 @@ from gpufleet.sandbox.kube.versions import load_versions
 from gpufleet.sandbox.layout import new_run_id
 from gpufleet.sandbox.processes import Timings
 from gpufleet.sandbox.readiness import wait_for
+from gpufleet.sandbox.run_teardown import RunDownReport
 
 # What `down` may stop when it finds one of them naming the run's directory (a daemon `up` started
 # but had no time to record): the Kubernetes programs, and Python (the remediation stand-in).
@@ -622,59 +621,30 @@ def restart_training(state: KubeSandboxState, spec: StackSpec, timeout_s: float 
 # ----------------------------------------------------------------------------- down
 
 
-@dataclass
-class KubeDownReport:
-    stack: str
-    run_id: str
-    stopped: int = 0
-    left_processes: list[int] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return not self.left_processes
-
-
-def _stop(recorded: Iterable[SandboxProcess], base_dir: str, grace_s: float) -> tuple[int, list[int]]:
-    """Clients of the API server first, then the API server, then etcd (each drains cleanly when
-    what talks to it is gone), then any stray naming the run directory."""
-    recorded = list(recorded)
-    live = {p.pid: p.start_time for p in recorded if processes.alive(p)}
-    tiers = [[p for p in recorded if p.name not in (APISERVER, ETCD)]]
-    tiers += [[p for p in recorded if p.name == APISERVER], [p for p in recorded if p.name == ETCD]]
-    left: list[int] = []
-    for tier in tiers:
-        left += processes.stop_pids({p.pid: p.start_time for p in tier if p.pid in live}, grace_s)
-    strays = {pid: st for pid, st in processes.pids_mentioning(base_dir, PROGRAMS).items() if pid not in live}
-    left += processes.stop_pids(strays, grace_s)
-    return len(live) + len(strays), sorted(set(left))
+# Clients of the API server first, then the API server, then etcd: each drains cleanly when what
+# talks to it is gone.
+STOP_ORDER: tuple[str | None, ...] = (None, APISERVER, ETCD)
 
 
 def kube_down(
     stack: str, root: Path | None = None, keep_files: bool = False, grace_s: float = 5.0
-) -> KubeDownReport | None:
+) -> RunDownReport | None:
     """Remove a stack's Kubernetes sandbox (any phase, idempotent). None if there is none."""
     state, error = existing_kube(stack, root)
     if state is None:
         if error is not None:
             raise KubeSandboxError(f"unreadable state file {error}; remove the run by hand")
         return None
-    path = kube_state_path(stack, root)
-    if state.phase != "deleting":
-        state = state.model_copy(update={"phase": "deleting"})
-        write_kube_state(state, root)
-    stopped, left = _stop(reversed(state.processes), state.base_dir, grace_s)
-    report = KubeDownReport(stack, state.run_id, stopped, left)
-    if not report.clean:
-        return report  # keep the state file: a second `down` retries
-    base = Path(state.base_dir)
-    if not keep_files and base.is_dir() and base.name == f"run-{state.run_id}" and base.parent == path.parent:
-        shutil.rmtree(base, ignore_errors=True)
-    path.unlink(missing_ok=True)
-    if not keep_files:
-        for d in (path.parent, path.parent.parent):  # kubernetes/, then <stack>/, only when empty
-            with contextlib.suppress(OSError):
-                d.rmdir()
-    return report
+    deleting = state.model_copy(update={"phase": "deleting"})
+    return run_teardown.remove_run(
+        state,
+        kube_state_path(stack, root),
+        lambda: write_kube_state(deleting, root),
+        STOP_ORDER,
+        PROGRAMS,
+        grace_s,
+        keep_files,
+    )
 
 
 # ----------------------------------------------------------------------------- status

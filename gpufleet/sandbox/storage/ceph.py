@@ -14,16 +14,14 @@ OSD block files included.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +40,12 @@ from gpufleet.core.storage_contract import (
     storage_state_path,
     write_storage_state,
 )
-from gpufleet.sandbox import processes
+from gpufleet.sandbox import processes, run_teardown
 from gpufleet.sandbox.kube.daemons import free_ports
 from gpufleet.sandbox.layout import new_run_id
 from gpufleet.sandbox.processes import Timings
 from gpufleet.sandbox.readiness import wait_for
+from gpufleet.sandbox.run_teardown import RunDownReport
 from gpufleet.sandbox.storage.ceph_config import (
     CAPS,
     MGR_ID,
@@ -481,65 +480,30 @@ def ceph_json(state: StorageSandboxState, *args: str, timeout_s: float = COMMAND
 # ----------------------------------------------------------------------------- down
 
 
-@dataclass
-class StorageDownReport:
-    stack: str
-    run_id: str
-    stopped: int = 0
-    left_processes: list[int] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return not self.left_processes
-
-
-def _stop(recorded: Iterable[SandboxProcess], base_dir: str, grace_s: float) -> tuple[int, list[int]]:
-    """The S3 clients first, then radosgw, the OSDs, the manager, the monitor last (the others talk
-    to it)."""
-    recorded = list(recorded)
-    live = {p.pid: p.start_time for p in recorded if processes.alive(p)}
-    order = (WRITER, BACKUP, "radosgw", "ceph-osd.", "ceph-mgr.", "ceph-mon.")
-    left: list[int] = []
-    for prefix in order:
-        tier = {p.pid: p.start_time for p in recorded if p.name.startswith(prefix) and p.pid in live}
-        left += processes.stop_pids(tier, grace_s)
-    rest = {
-        p.pid: p.start_time
-        for p in recorded
-        if p.pid in live and not any(p.name.startswith(o) for o in order)
-    }
-    left += processes.stop_pids(rest, grace_s)
-    strays = {pid: st for pid, st in processes.pids_mentioning(base_dir, PROGRAMS).items() if pid not in live}
-    left += processes.stop_pids(strays, grace_s)
-    return len(live) + len(strays), sorted(set(left))
+# The S3 clients first, then radosgw, the OSDs, the manager, the monitor last (the others talk to
+# it); anything else after them.
+STOP_ORDER: tuple[str | None, ...] = (WRITER, BACKUP, "radosgw", "ceph-osd.", "ceph-mgr.", "ceph-mon.", None)
 
 
 def storage_down(
     stack: str, root: Path | None = None, keep_files: bool = False, grace_s: float = 10.0
-) -> StorageDownReport | None:
+) -> RunDownReport | None:
     """Remove a stack's storage sandbox (any phase, idempotent). None if there is none."""
     state, error = existing_storage(stack, root)
     if state is None:
         if error is not None:
             raise StorageSandboxError(f"unreadable state file {error}; remove the run by hand")
         return None
-    path = storage_state_path(stack, root)
-    if state.phase != "deleting":
-        state = state.model_copy(update={"phase": "deleting"})
-        write_storage_state(state, root)
-    stopped, left = _stop(reversed(state.processes), state.base_dir, grace_s)
-    report = StorageDownReport(stack, state.run_id, stopped, left)
-    if not report.clean:
-        return report  # keep the state file: a second `down` retries
-    base = Path(state.base_dir)
-    if not keep_files and base.is_dir() and base.name == f"run-{state.run_id}" and base.parent == path.parent:
-        shutil.rmtree(base, ignore_errors=True)
-    path.unlink(missing_ok=True)
-    if not keep_files:
-        for d in (path.parent, path.parent.parent):  # storage/, then <stack>/, only when empty
-            with contextlib.suppress(OSError):
-                d.rmdir()
-    return report
+    deleting = state.model_copy(update={"phase": "deleting"})
+    return run_teardown.remove_run(
+        state,
+        storage_state_path(stack, root),
+        lambda: write_storage_state(deleting, root),
+        STOP_ORDER,
+        PROGRAMS,
+        grace_s,
+        keep_files,
+    )
 
 
 # ----------------------------------------------------------------------------- status
