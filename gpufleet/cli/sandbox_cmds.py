@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.common import console, fail, input_errors
+from gpufleet.cli.recorded_run_cmds import RunKind
 from gpufleet.config.load import load_named_stack
 from gpufleet.config.model import StackSpec
 from gpufleet.sandbox.doctor import Check, diagnose, diagnose_kube
@@ -45,6 +46,7 @@ StorageOpt = Annotated[
 # CLI's import stays light; a unit test holds them equal).
 MIN_KUBE_NODES = 1
 MAX_KUBE_NODES = 5000
+KUBE_RUN = RunKind("Kubernetes sandbox", "--kubernetes")
 NodesOpt = Annotated[
     int | None,
     typer.Option(
@@ -168,30 +170,16 @@ def _kube_up(
 
 
 def _kube_status(stack: str, as_json: bool) -> None:
+    from gpufleet.cli.recorded_run_cmds import print_header, print_processes, require_run
     from gpufleet.sandbox.kube.cluster import existing_kube, kube_status
 
-    state, error = existing_kube(stack)
-    if error:
-        raise fail(f"unreadable state file {error}")
-    if state is None:
-        raise fail(
-            f"no Kubernetes sandbox for stack {stack!r}; start one with "
-            f"`gpufleet sandbox up --kubernetes --stack {stack}`"
-        )
-    info = kube_status(state)
+    info = kube_status(require_run(KUBE_RUN, stack, existing_kube))
     if as_json:
         print(json.dumps(info, indent=2))
         return
-    console.print(
-        f"Kubernetes sandbox {info['stack']} run {info['run_id']}: phase {info['phase']}", highlight=False
-    )
+    print_header(KUBE_RUN, info)
     console.print(f"  API server: {info['api_url']}  base: {info['base_dir']}", highlight=False)
-    dead = [n for n, ok in info["processes"].items() if not ok]
-    console.print(
-        f"  processes: {len(info['processes']) - len(dead)} running"
-        + (f", NOT running: {', '.join(dead)}" if dead else ""),
-        highlight=False,
-    )
+    print_processes(info)
     if info["error"]:
         console.print(f"  [red]{info['error']}[/]", highlight=False)
     if info["nodes"] is not None:
@@ -305,30 +293,11 @@ def down_cmd(
 
 
 def _kube_down(stack: str, all_: bool, keep_files: bool) -> None:
+    from gpufleet.cli.recorded_run_cmds import take_down
     from gpufleet.sandbox.kube.cluster import KubeSandboxError, all_kube_stacks, kube_down
 
     stacks = all_kube_stacks() if all_ else [stack]
-    bad = False
-    for s in stacks:
-        try:
-            report = kube_down(s, keep_files=keep_files)
-        except KubeSandboxError as e:
-            raise fail(str(e)) from None
-        if report is None:
-            console.print(f"no Kubernetes sandbox for stack {s!r}: nothing to do", highlight=False)
-        elif report.clean:
-            console.print(
-                f"Kubernetes sandbox {s} (run {report.run_id}) removed; {report.stopped} processes stopped",
-                highlight=False,
-            )
-        else:
-            bad = True
-            console.print(
-                f"[red]Kubernetes sandbox {s} (run {report.run_id}) NOT fully removed[/]: processes "
-                f"{report.left_processes} still run; state kept, run `down --kubernetes` again",
-                highlight=False,
-            )
-    if bad:
+    if not take_down(KUBE_RUN, stacks, lambda s: kube_down(s, keep_files=keep_files), KubeSandboxError):
         raise typer.Exit(1)
 
 

@@ -9,6 +9,7 @@ import json
 import typer
 
 from gpufleet.cli.common import console, fail
+from gpufleet.cli.recorded_run_cmds import RunKind, print_header, print_processes, require_run, take_down
 from gpufleet.config.model import StackSpec
 
 
@@ -35,35 +36,22 @@ def storage_up(stack: str, spec: StackSpec, timeout: float) -> None:
     console.print(f"  state: {rec.path}", highlight=False, soft_wrap=True)
 
 
+STORAGE_RUN = RunKind("storage sandbox", "--storage")
+
+
 def storage_status(stack: str, as_json: bool) -> None:
     from gpufleet.sandbox.storage.ceph import existing_storage
     from gpufleet.sandbox.storage.ceph import storage_status as status
 
-    state, error = existing_storage(stack)
-    if error:
-        raise fail(f"unreadable state file {error}")
-    if state is None:
-        raise fail(
-            f"no storage sandbox for stack {stack!r}; start one with "
-            f"`gpufleet sandbox up --storage --stack {stack}`"
-        )
-    info = status(state)
+    info = status(require_run(STORAGE_RUN, stack, existing_storage))
     if as_json:
         print(json.dumps(info, indent=2))
         return
-    console.print(
-        f"storage sandbox {info['stack']} run {info['run_id']}: phase {info['phase']}", highlight=False
-    )
+    print_header(STORAGE_RUN, info)
     console.print(
         f"  {info['ceph_version']}; S3 {info['s3_endpoint']}; buckets {info['buckets']}", highlight=False
     )
-    dead = [n for n, ok in info["processes"].items() if not ok]
-    rss = sum(info["rss_bytes"].values()) / 2**20
-    console.print(
-        f"  processes: {len(info['processes']) - len(dead)} running, {rss:.0f} MiB resident"
-        + (f", NOT running: {', '.join(dead)}" if dead else ""),
-        highlight=False,
-    )
+    print_processes(info)
     if info["health"] is not None:
         checks = info["health"]["checks"]
         console.print(
@@ -79,28 +67,10 @@ def storage_down(stack: str, all_: bool, keep_files: bool, quiet_if_none: bool =
     from gpufleet.sandbox.storage.ceph import StorageSandboxError, all_storage_stacks
     from gpufleet.sandbox.storage.ceph import storage_down as down
 
-    ok = True
-    for s in all_storage_stacks() if all_ else [stack]:
-        try:
-            report = down(s, keep_files=keep_files)
-        except StorageSandboxError as e:
-            raise fail(str(e)) from None
-        if report is None:
-            if not quiet_if_none:
-                console.print(f"no storage sandbox for stack {s!r}: nothing to do", highlight=False)
-        elif report.clean:
-            console.print(
-                f"storage sandbox {s} (run {report.run_id}) removed; {report.stopped} processes stopped",
-                highlight=False,
-            )
-        else:
-            ok = False
-            console.print(
-                f"[red]storage sandbox {s} (run {report.run_id}) NOT fully removed[/]: processes "
-                f"{report.left_processes} still run; state kept, run `down --storage` again",
-                highlight=False,
-            )
-    return ok
+    stacks = all_storage_stacks() if all_ else [stack]
+    return take_down(
+        STORAGE_RUN, stacks, lambda s: down(s, keep_files=keep_files), StorageSandboxError, quiet_if_none
+    )
 
 
 def storage_doctor() -> None:
