@@ -16,8 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gpufleet.core.jsonl import READ_LIMIT_BYTES, json_lines, read_lines
+
 EventName = Literal["start", "step", "checkpoint", "checkpoint_failed", "resume", "exit", "error"]
-READ_LIMIT_BYTES = 50_000_000  # a runaway file is read only this far (bounded memory)
 
 
 class TrainingEvent(BaseModel):
@@ -56,13 +57,7 @@ def parse_events(lines: Iterable[str | bytes], source: str = "training events") 
     """Events from JSONL lines: torn (not yet JSON) lines are skipped; a JSON line that does not fit
     the model raises ValueError naming `source`, the line number and what is wrong."""
     out: list[TrainingEvent] = []
-    for i, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            continue  # torn: being appended right now
+    for i, doc in json_lines(lines):
         try:
             out.append(TrainingEvent.model_validate(doc))
         except ValidationError as e:
@@ -74,9 +69,4 @@ def parse_events(lines: Iterable[str | bytes], source: str = "training events") 
 
 def read_events(path: str | Path, limit_bytes: int = READ_LIMIT_BYTES) -> list[TrainingEvent]:
     """The events of a file (none when it does not exist yet)."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit_bytes)
-    except OSError:
-        return []
-    return parse_events(data.splitlines(), str(path))
+    return parse_events(read_lines(path, limit_bytes), str(path))

@@ -9,7 +9,6 @@ import logging
 import os
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
@@ -18,6 +17,7 @@ from chaoslib.types import Configuration, Secrets
 from gpufleet.chaos import engine
 from gpufleet.core.ceph_admin import CephCommandError, ceph_json
 from gpufleet.core.checkpoint_manifest import CheckpointManifest, stem
+from gpufleet.core.jsonl import read_objects
 from gpufleet.core.s3_checkpoints import S3CheckpointStore, store_for
 from gpufleet.core.storage_contract import BACKUP_PREFIX, StorageSandboxState
 from gpufleet.slo.dr import DrillInputs, DrTargets, RestoredCheckpoint, judge_drill
@@ -171,20 +171,6 @@ def checkpoints_intact(
     }
 
 
-def _events(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for raw in path.read_text().splitlines():
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            out.append(doc)
-    return out
-
-
 DRILL_FAULTS = frozenset({"bucket-loss", "osd-kill"})
 
 
@@ -270,7 +256,7 @@ def drill_within_targets(
         return _osd_lost(drill, ctx, state, faults[-1].at, resume_timeout_seconds)
     failed_at = faults[-1].at
     problems: list[str] = []
-    restores = [e for e in _events(state.events_file("restore")) if float(e.get("t", 0)) >= failed_at]
+    restores = [e for e in read_objects(state.events_file("restore")) if float(e.get("t", 0)) >= failed_at]
     restore = restores[-1] if restores else None
     if restore is None:
         problems.append("no restore was recorded after the fault")
@@ -278,7 +264,8 @@ def drill_within_targets(
     deadline = time.monotonic() + resume_timeout_seconds
     resumed_at = None
     while restore is not None and resumed_at is None and time.monotonic() < deadline:
-        resumed = [e for e in _events(writer) if e.get("event") == "resume" and float(e["t"]) > failed_at]
+        events = read_objects(writer)
+        resumed = [e for e in events if e.get("event") == "resume" and float(e["t"]) > failed_at]
         resumed_at = float(resumed[0]["t"]) if resumed else None
         if resumed_at is None:
             time.sleep(0.5)
@@ -306,7 +293,7 @@ def drill_within_targets(
             f"{pruned} restored checkpoint(s) pruned by the writer's retention before this check "
             "(verified by the restore itself)"
         )
-    before = [e for e in _events(writer) if e.get("event") == "checkpoint" and float(e["t"]) < failed_at]
+    before = [e for e in read_objects(writer) if e.get("event") == "checkpoint" and float(e["t"]) < failed_at]
     newest_before = None
     if before:
         b = max(before, key=lambda e: int(e["step"]))

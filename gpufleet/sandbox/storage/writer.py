@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.core.checkpoint_manifest import stem
+from gpufleet.core.jsonl import read_objects
 from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.core.storage_contract import StorageSandboxState
 
@@ -43,17 +44,7 @@ class Events:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for raw in path.read_text().splitlines():
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            continue  # a line torn by a kill
-        if isinstance(doc, dict):
-            out.append(doc)
-    return out
+    return read_objects(path)
 
 
 def _shards(step: int, count: int, size: int) -> dict[str, bytes]:

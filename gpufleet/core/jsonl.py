@@ -1,0 +1,37 @@
+"""JSON lines files that processes append to (one object per line, each a single O_APPEND write):
+the training ranks' events, the storage sandbox's writer and restore events. A line being appended
+right now may be torn, not JSON yet: readers skip it; what a complete line means is each reader's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+READ_LIMIT_BYTES = 50_000_000  # a runaway file is read only this far (bounded memory)
+
+
+def json_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, Any]]:
+    """(line number from 1, parsed JSON) of every line that is JSON; blank and torn lines skipped."""
+    for i, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            yield i, json.loads(raw)
+        except ValueError:
+            continue  # torn: being appended right now, or cut by a kill
+
+
+def read_lines(path: str | Path, limit_bytes: int = READ_LIMIT_BYTES) -> list[bytes]:
+    """The file's lines, up to `limit_bytes`; none when it does not exist yet."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit_bytes).splitlines()
+    except OSError:
+        return []
+
+
+def read_objects(path: str | Path, limit_bytes: int = READ_LIMIT_BYTES) -> list[dict[str, Any]]:
+    """The JSON objects of a file, in order (other JSON values and torn lines skipped)."""
+    return [doc for _, doc in json_lines(read_lines(path, limit_bytes)) if isinstance(doc, dict)]
