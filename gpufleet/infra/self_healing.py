@@ -56,6 +56,7 @@ import pulumi_kubernetes as k8s
 
 from gpufleet.catalog import XidRule, isolating_xids
 from gpufleet.config.model import RemediationSpec, SloSpec
+from gpufleet.core.breaker import breaker_percentage
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.node_health import CONDITION, HEALTHY_MESSAGE, HEALTHY_REASON, PROBLEM_REASON
 from gpufleet.core.taxonomy import FaultClass, LadderAction
@@ -310,7 +311,7 @@ def nvsentinel_values(
             "circuitBreaker": {
                 "enabled": True,
                 # A whole percent, rounded up so a small share never becomes 0 (which would block all).
-                "percentage": max(1, math.ceil(breaker.max_quarantined_share * 100)),
+                "percentage": breaker_percentage(breaker.max_quarantined_share),
                 "duration": f"{round(breaker.window_minutes * 60)}s",
             },
             "ruleSets": xid_rule_sets(table),
