@@ -79,7 +79,7 @@ def configure_control(
         logger.warning(
             "gpufleet: %d fault(s) of earlier runs are still in the ledger %s: run `gpufleet chaos revert`",
             stale,
-            engine.ledger_path_of(_configuration),
+            engine.ledger_location_of(_configuration),
         )
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, TypeVar
 
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
@@ -28,6 +27,7 @@ from gpufleet.chaos.settings import RUN_KEY, Settings, parse_settings
 from gpufleet.chaos.watch import PodWatcher, SchedulerWatcher
 from gpufleet.config import StackSpec, load_named_stack
 from gpufleet.core.errors import InputError
+from gpufleet.core.ledger_location import configmap_location
 from gpufleet.core.sandbox_contract import KubeSandboxState, read_kube_state
 
 logger = logging.getLogger("chaostoolkit")
@@ -111,7 +111,18 @@ class Context:
 
     @property
     def ledger(self) -> Ledger:
-        return Ledger(self.settings.ledger)
+        """The fault ledger: a file, or a ConfigMap of the cluster (kube_ledger) reached the way
+        the kubernetes backend reaches it."""
+        cm = configmap_location(self.settings.ledger)
+        if cm is None:
+            return Ledger(self.settings.ledger)
+        if self.backend_name != "kubernetes":
+            raise InvalidActivity(
+                f"a ConfigMap ledger ({self.settings.ledger}) needs the kubernetes backend "
+                f"(this run's is {self.backend_name})")
+        from gpufleet.chaos.backends.kube_ledger import ConfigMapStore
+
+        return Ledger(ConfigMapStore(self.kube_connection(), *cm))
 
     @property
     def catalog(self) -> Catalog:
@@ -168,11 +179,10 @@ class Context:
         kubeconfig, the fault namespace, the training Job and its daemons), else to the default
         kubeconfig or the in-cluster service account."""
         from gpufleet.catalog import isolating_xids, xid_policy
-        from gpufleet.chaos.backends.kubernetes import KubernetesBackend, connection
+        from gpufleet.chaos.backends.kubernetes import KubernetesBackend
 
         s = self.settings
-        explicit = s.k8s_host or s.kubeconfig or s.k8s_context
-        kube = None if explicit else self.kube_sandbox()
+        kube = self._kube_sandbox_unless_explicit()
         image = s.k8s_image or (self.stack.gameday.image if self.stack else "")
         if not image:
             raise InvalidActivity(
@@ -185,14 +195,27 @@ class Context:
         if training is None and kube is not None and kube.training_job_name:
             training = (kube.training_namespace or "default", kube.training_job_name)
         table, _ = xid_policy(self.catalog, self.stack.remediation.xid_overrides if self.stack else {})
-        kubeconfig = kube.chaos_kubeconfig if kube is not None else s.kubeconfig
         return KubernetesBackend(
-            connection(s.k8s_host, kubeconfig, s.k8s_context),
+            self.kube_connection(),
             ns, image, s.fabric_ifname, s.prometheus_url,
             isolating_xids=isolating_xids(table),
             training_job=training,
             daemons=kube.processes if kube is not None else (),
         )
+
+    def _kube_sandbox_unless_explicit(self) -> KubeSandboxState | None:
+        s = self.settings
+        return None if (s.k8s_host or s.kubeconfig or s.k8s_context) else self.kube_sandbox()
+
+    def kube_connection(self) -> dict[str, Any]:
+        """The API server the configuration names, else the stack's Kubernetes sandbox's (its chaos
+        ServiceAccount's kubeconfig), else the default kubeconfig or the in-cluster account."""
+        from gpufleet.chaos.backends.kubernetes import connection
+
+        s = self.settings
+        kube = self._kube_sandbox_unless_explicit()
+        kubeconfig = kube.chaos_kubeconfig if kube is not None else s.kubeconfig
+        return connection(s.k8s_host, kubeconfig, s.k8s_context)
 
     def kube_sandbox(self) -> KubeSandboxState | None:
         """The stack's Kubernetes sandbox, when one is up (its state file; ADR 0034)."""
@@ -374,8 +397,7 @@ def revert(
     node: str | None = None,
     this_run_only: bool = False,
 ) -> list[RevertResult]:
-    s = parse_settings(configuration)
-    ledger = Ledger(s.ledger)
+    ledger = ledger_of(configuration)
     ids = {
         r.id
         for r in ledger.pending(run_of(configuration).run_id if this_run_only else None)
@@ -393,7 +415,7 @@ def revert_summary(results: list[RevertResult]) -> dict[str, Any]:
     }
 
 
-def ledger_path_of(configuration: Configuration | None) -> Path:
+def ledger_location_of(configuration: Configuration | None) -> str:
     return parse_settings(configuration).ledger
 
 
@@ -498,4 +520,10 @@ def run_plan(
 
 
 def ledger_pending_other_runs(configuration: Configuration | None, run_id: str) -> int:
-    return sum(1 for r in Ledger(parse_settings(configuration).ledger).pending() if r.run_id != run_id)
+    return sum(1 for r in ledger_of(configuration).pending() if r.run_id != run_id)
+
+
+def ledger_of(configuration: Configuration | None) -> Ledger:
+    """The configuration's ledger; a file ledger needs neither a stack nor a backend."""
+    s = parse_settings(configuration)
+    return Ledger(s.ledger) if configmap_location(s.ledger) is None else context(configuration).ledger

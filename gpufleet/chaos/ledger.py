@@ -1,9 +1,12 @@
 """The fault ledger: every fault is written here, durably, BEFORE it is applied.
 
-A JSON-lines file (one object per line, appended with O_APPEND, fsync'd file and directory), so a
-runner killed with `kill -9` mid-fault leaves a record of exactly what it did and how to undo it.
-`gpufleet chaos revert` (and the experiment control, and the signal handlers) replay the named
-rollback of every entry that has no successful `reverted` line, newest first.
+Where it lives (`LedgerStore`): a JSON-lines file (one object per line, appended with O_APPEND,
+fsync'd file and directory; `FileStore`), or, for a runner whose files die with it (the game-day
+CronJob's pod), a ConfigMap of the cluster it injects into (`configmap://<namespace>/<name>`,
+gpufleet.chaos.backends.kube_ledger). Either way a runner killed with `kill -9` mid-fault leaves a
+record of exactly what it did and how to undo it. `gpufleet chaos revert` (and the experiment
+control, and the signal handlers) replay the named rollback of every entry that has no successful
+`reverted` line, newest first.
 
 Records:
   {"op": "apply", "id", "run_id", "at", "kind", "backend", "stack", "target", "params",
@@ -22,7 +25,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from gpufleet.core.ledger_location import CONFIGMAP_SCHEME
 
 logger = logging.getLogger("chaostoolkit")
 
@@ -92,41 +97,47 @@ class RevertResult:
     error: str | None
 
 
-class Ledger:
+class LedgerStore(Protocol):
+    """Where ledger objects are appended and read back, in the order they were appended."""
+
+    @property
+    def where(self) -> str: ...
+
+    def append(self, obj: dict[str, Any]) -> None: ...
+
+    def objects(self) -> Iterator[dict[str, Any]]: ...
+
+
+class FileStore:
+    """A JSON-lines file on this machine."""
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
-    # ---------------------------------------------------------------- writing
-    def _append(self, obj: dict[str, Any]) -> None:
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def append(self, obj: dict[str, Any]) -> None:
         line = (json.dumps(obj, sort_keys=True, default=str) + "\n").encode()
-        with _APPEND_LOCK:
-            new_dir = not self.path.parent.exists()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        new_dir = not self.path.parent.exists()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)  # one write(2) of one line: never interleaved with another
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if new_dir or os.path.getsize(self.path) == len(line):
+            # A new file's directory entry must be durable too (fsync(2): "Calling fsync()
+            # does not necessarily ensure that the entry in the directory ... has reached disk").
+            dfd = os.open(self.path.parent, os.O_RDONLY)
             try:
-                os.write(fd, line)  # one write(2) of one line: never interleaved with another
-                os.fsync(fd)
+                os.fsync(dfd)
             finally:
-                os.close(fd)
-            if new_dir or os.path.getsize(self.path) == len(line):
-                # A new file's directory entry must be durable too (fsync(2): "Calling fsync()
-                # does not necessarily ensure that the entry in the directory ... has reached disk").
-                dfd = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
+                os.close(dfd)
 
-    def record(self, rec: FaultRecord) -> FaultRecord:
-        """Write the fault BEFORE it is applied; returns the record."""
-        self._append(rec.to_json())
-        return rec
-
-    def mark_reverted(self, rec_id: str, ok: bool = True, error: str | None = None) -> None:
-        self._append({"op": "reverted", "id": rec_id, "at": time.time(), "ok": ok, "error": error})
-
-    # ---------------------------------------------------------------- reading
-    def _lines(self) -> Iterator[dict[str, Any]]:
+    def objects(self) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
             return
         with open(self.path, "rb") as fh:
@@ -139,6 +150,35 @@ class Ledger:
                     continue
                 if isinstance(obj, dict):
                     yield obj
+
+
+class Ledger:
+    def __init__(self, store: LedgerStore | Path | str) -> None:
+        if isinstance(store, str) and store.startswith(CONFIGMAP_SCHEME):
+            # Needs a connection to the cluster: gpufleet.chaos.engine.open_ledger builds that store.
+            raise ValueError(f"ledger {store}: a ConfigMap ledger is opened with its cluster connection")
+        self.store: LedgerStore = FileStore(store) if isinstance(store, Path | str) else store
+
+    @property
+    def where(self) -> str:
+        return self.store.where
+
+    # ---------------------------------------------------------------- writing
+    def _append(self, obj: dict[str, Any]) -> None:
+        with _APPEND_LOCK:
+            self.store.append(obj)
+
+    def record(self, rec: FaultRecord) -> FaultRecord:
+        """Write the fault BEFORE it is applied; returns the record."""
+        self._append(rec.to_json())
+        return rec
+
+    def mark_reverted(self, rec_id: str, ok: bool = True, error: str | None = None) -> None:
+        self._append({"op": "reverted", "id": rec_id, "at": time.time(), "ok": ok, "error": error})
+
+    # ---------------------------------------------------------------- reading
+    def _lines(self) -> Iterator[dict[str, Any]]:
+        return self.store.objects()
 
     def records(self) -> list[FaultRecord]:
         return [FaultRecord.from_json(o) for o in self._lines() if o.get("op") == "apply"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from chaoslib.exceptions import InvalidActivity
 
+from gpufleet.core.ledger_location import configmap_location
 from gpufleet.slo import parse_budget_override
 
 DEFAULT_LEDGER = "/var/lib/gpufleet/ledger/faults.jsonl"
@@ -32,7 +33,8 @@ CONFIG_KEYS: dict[str, str] = {
     "gpufleet_dry_run": "true: record and print every fault, apply nothing",
     "gpufleet_allow_production": "true: needed to inject into a stack whose cluster.environment is "
     "production",
-    "gpufleet_ledger": "path of the fault ledger (else $GPUFLEET_LEDGER, else " + DEFAULT_LEDGER + ")",
+    "gpufleet_ledger": "the fault ledger: a file path, or configmap://<namespace>/<name> for a ConfigMap "
+    "of the cluster the kubernetes backend injects into (else $GPUFLEET_LEDGER, else " + DEFAULT_LEDGER + ")",
     "gpufleet_catalog_dir": "an extended fault catalog directory (default: the packaged one)",
     "gpufleet_ssh": "slurm backend: ssh argv prefix (default: ssh -o BatchMode=yes -o ConnectTimeout=5)",
     "gpufleet_fabric_ifname": "slurm/kubernetes: host netdev of rail {rail} (default: ib{rail})",
@@ -56,9 +58,11 @@ RUN_KEY = "gpufleet_run"
 KNOWN_KEYS = frozenset(CONFIG_KEYS)
 
 
-def ledger_path(configuration: Mapping[str, Any] | None = None) -> Path:
+def ledger_location(configuration: Mapping[str, Any] | None = None) -> str:
+    """Where the fault ledger is: a file path, or configmap://<namespace>/<name> (kept as text: a
+    Path would fold the scheme's `//`)."""
     cfg = configuration or {}
-    return Path(str(cfg.get("gpufleet_ledger") or os.environ.get("GPUFLEET_LEDGER") or DEFAULT_LEDGER))
+    return str(cfg.get("gpufleet_ledger") or os.environ.get("GPUFLEET_LEDGER") or DEFAULT_LEDGER)
 
 
 def _bool(cfg: Mapping[str, Any], key: str, problems: list[str]) -> bool:
@@ -80,7 +84,7 @@ class Settings:
     budget_override: dict[str, float] | None
     dry_run: bool
     allow_production: bool
-    ledger: Path
+    ledger: str  # ledger_location
     catalog_dir: Path | None
     ssh: tuple[str, ...]
     fabric_ifname: str
@@ -133,6 +137,14 @@ def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
             training_job = (ns, name)
     dry = _bool(cfg, "gpufleet_dry_run", problems)
     prod = _bool(cfg, "gpufleet_allow_production", problems)
+    ledger = ledger_location(cfg)
+    try:
+        cm = configmap_location(ledger)
+    except ValueError as e:
+        problems.append(str(e))
+    else:
+        if cm is not None and backend not in (None, "kubernetes"):
+            problems.append(f"a ConfigMap ledger ({ledger}) needs the kubernetes backend (got {backend!r})")
     if problems:
         raise InvalidActivity("invalid gpufleet configuration: " + "; ".join(problems))
     catalog_dir = cfg.get("gpufleet_catalog_dir")
@@ -144,7 +156,7 @@ def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
         budget_override=budget,
         dry_run=dry,
         allow_production=prod,
-        ledger=ledger_path(cfg),
+        ledger=ledger,
         catalog_dir=Path(catalog_dir) if catalog_dir else None,
         ssh=tuple(ssh),
         fabric_ifname=str(cfg.get("gpufleet_fabric_ifname", "ib{rail}")),

@@ -5,39 +5,72 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from gpufleet.cli.common import console, err_console, fail, print_input_error
 
+if TYPE_CHECKING:
+    from gpufleet.chaos.ledger import Ledger
+
 chaos_app = typer.Typer(help="Chaos Toolkit extension: fault ledger, revert, checks.", no_args_is_help=True)
 
 LedgerOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
-        "--ledger", help="fault ledger (default: $GPUFLEET_LEDGER or /var/lib/gpufleet/ledger/faults.jsonl)"
+        "--ledger", help="fault ledger: a file, or configmap://<namespace>/<name> (default: $GPUFLEET_LEDGER "
+        "or /var/lib/gpufleet/ledger/faults.jsonl)"
     ),
+]
+StackOpt = Annotated[
+    str | None,
+    typer.Option("--stack", help="a ConfigMap ledger: through this stack's Kubernetes sandbox's API server"),
+]
+KubeconfigOpt = Annotated[
+    str | None,
+    typer.Option("--kubeconfig", help="a ConfigMap ledger: this kubeconfig (default: $KUBECONFIG, "
+                 "~/.kube/config, else the pod's service account)"),
 ]
 
 
-def _ledger(path: Path | None) -> Path:
-    from gpufleet.chaos.settings import ledger_path
+def _ledger(location: str | None, stack: str | None, kubeconfig: str | None) -> Ledger:
+    """The ledger at `location`; a ConfigMap one through the Kubernetes API (the chaos backend's
+    connection rules: --kubeconfig, else the stack's Kubernetes sandbox, else the defaults)."""
+    from chaoslib.exceptions import InvalidActivity
 
-    return path if path is not None else ledger_path({})
+    from gpufleet.chaos import engine
+    from gpufleet.chaos.settings import ledger_location
+    from gpufleet.core.ledger_location import configmap_location
+
+    where = location or ledger_location({})
+    cfg: dict[str, str] = {"gpufleet_ledger": where}
+    try:
+        if configmap_location(where) is not None:
+            cfg["gpufleet_backend"] = "kubernetes"
+            extra = (("gpufleet_stack", stack), ("gpufleet_kubeconfig", kubeconfig))
+            cfg.update({k: v for k, v in extra if v})
+        return engine.ledger_of(cfg)
+    except (InvalidActivity, ValueError) as e:
+        raise fail(f"--ledger {where}: {e}", code=2) from None
 
 
 @chaos_app.command("revert")
-def revert_cmd(ledger: LedgerOpt = None, dry_run: Annotated[bool, typer.Option("--dry-run")] = False) -> None:
+def revert_cmd(
+    ledger: LedgerOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run")] = False,
+    stack: StackOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
     """Undo every fault still recorded in the ledger (after a crash or kill -9 of a run). Idempotent."""
-    from gpufleet.chaos.ledger import Ledger, revert_pending
+    from gpufleet.chaos.ledger import revert_pending
     from gpufleet.chaos.rollbacks import ROLLBACKS
 
-    led = Ledger(_ledger(ledger))
+    led = _ledger(ledger, stack, kubeconfig)
     pending = led.pending()
     if not pending:
-        console.print(f"nothing to revert in {led.path}")
+        console.print(f"nothing to revert in {led.where}")
         return
     if dry_run:
         for r in reversed(pending):
@@ -56,11 +89,11 @@ def ledger_cmd(
     ledger: LedgerOpt = None,
     pending: Annotated[bool, typer.Option("--pending", help="only faults not yet reverted")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    stack: StackOpt = None,
+    kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """List the faults in the ledger."""
-    from gpufleet.chaos.ledger import Ledger
-
-    led = Ledger(_ledger(ledger))
+    led = _ledger(ledger, stack, kubeconfig)
     records = led.pending() if pending else led.records()
     reverted = {r.id: r for r in led.reverts() if r.ok}
     rows = [{**r.to_json(), "reverted_at": reverted[r.id].at if r.id in reverted else None} for r in records]

@@ -262,7 +262,8 @@ def run_one(
 
 def _revert(opts: GamedayOptions) -> str:
     """Undo whatever the fault ledger still holds (the run was killed before its rollbacks)."""
-    argv = list(opts.revert_argv) or _gpufleet(opts, "chaos", "revert")
+    # --stack: a ConfigMap ledger ($GPUFLEET_LEDGER) is reached through the stack's Kubernetes sandbox.
+    argv = list(opts.revert_argv) or _gpufleet(opts, "chaos", "revert", "--stack", opts.stack)
     shown = "gpufleet chaos revert" if not opts.revert_argv else " ".join(argv)
     try:
         proc = subprocess.run(argv, timeout=120, check=False, capture_output=True)

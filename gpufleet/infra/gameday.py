@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from gpufleet.config import StackSpec
+from gpufleet.core.ledger_location import LEDGER_CONFIGMAP, configmap_ledger
 from gpufleet.infra.common import MANAGED_BY, child
 
 REDACTED = {"secure": "redacted-by-gpufleet"}
@@ -46,19 +47,30 @@ def gameday_rbac_rules() -> list[dict[str, Any]]:
 
 def gameday_namespace_rules() -> list[dict[str, Any]]:
     """The Role's rules in the game-day namespace: the backend's fault pods (a GPU injection, a link
-    down, a node crash on a real node) are created there and deleted by their rollbacks."""
-    return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}]
+    down, a node crash on a real node) are created there and deleted by their rollbacks; the fault
+    ledger's ConfigMap is created there, then read and patched by its name only (RBAC cannot
+    narrow `create` to a name)."""
+    return [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [LEDGER_CONFIGMAP],
+         "verbs": ["get", "patch"]},
+    ]
 
 
-def rules_allow(rules: list[dict[str, Any]], verb: str, resource: str, group: str = "") -> bool:
+def rules_allow(
+    rules: list[dict[str, Any]], verb: str, resource: str, group: str = "", name: str | None = None
+) -> bool:
     """Whether RBAC rules grant `verb` on `resource` (wildcards included), as the API server
-    evaluates a PolicyRule."""
+    evaluates a PolicyRule: a rule with resourceNames grants only requests for one of them."""
     for r in rules:
         groups, resources, verbs = r.get("apiGroups", []), r.get("resources", []), r.get("verbs", [])
+        names = r.get("resourceNames") or []
         if (
             (group in groups or "*" in groups)
             and (resource in resources or "*" in resources)
             and (verb in verbs or "*" in verbs)
+            and (not names or name in names)
         ):
             return True
     return False
@@ -118,6 +130,11 @@ def cronjob_spec(spec: StackSpec, stack_name: str, service_account: str, config_
                                     "readOnlyRootFilesystem": True,
                                     "capabilities": {"drop": ["ALL"]},
                                 },
+                                # The fault ledger outlives the pod (its emptyDir does not): the
+                                # next game-day, or `gpufleet chaos revert`, undoes what a killed
+                                # pod left (gpufleet.chaos.backends.kube_ledger).
+                                "env": [{"name": "GPUFLEET_LEDGER",
+                                         "value": configmap_ledger(gd.namespace)}],
                                 "volumeMounts": [
                                     {"name": "stack", "mountPath": f"{WORKDIR}/stacks", "readOnly": True},
                                     {"name": "reports", "mountPath": f"{WORKDIR}/reports"},

@@ -7,23 +7,34 @@ PodDisruptionBudget honoured). At 3 nodes (2 compute + 1 spare) the training Job
 nodes, so the replacement lands on the spare. Each must meet the sandbox stack's budgets; the report
 is the same as the sandbox backend's.
 
+The fault ledger is a ConfigMap in the game-day namespace, as in the CronJob (its pod's files die
+with it): the game-day's faults are recorded there, and a runner killed with SIGKILL mid-fault
+leaves its fault there for `gpufleet chaos revert` to undo.
+
 Needs the programs `make kube-bins` builds; no root (state in a temporary folder, loopback only).
-About 2.5 minutes on a quiet 2-core machine.
+About 3 minutes on a quiet 2-core machine.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from gpufleet.chaos.backends.kube_ledger import ConfigMapStore
+from gpufleet.chaos.backends.kubernetes import connection
 from gpufleet.chaos.ledger import Ledger
-from gpufleet.core.sandbox_contract import kube_state_path, read_kube_state
+from gpufleet.config import load_named_stack
+from gpufleet.core.ledger_location import LEDGER_CONFIGMAP, configmap_ledger
+from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
 from gpufleet.sandbox.kube import require_kube_paths
+from gpufleet.sandbox.kube.api import object_path
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
 
 pytestmark = pytest.mark.sandbox
@@ -38,8 +49,9 @@ def test_gameday_on_the_kubernetes_backend_meets_the_budgets(tmp_path: Path) -> 
         require_kube_paths()
     except RuntimeError as e:
         pytest.fail(str(e))  # `make test` builds them first: missing is a failure, not a skip
-    root, report, ledger = tmp_path / "root", tmp_path / "report", tmp_path / "faults.jsonl"
-    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root), "GPUFLEET_LEDGER": str(ledger)}
+    root, report = tmp_path / "root", tmp_path / "report"
+    namespace = load_named_stack("sandbox", REPO / "stacks").gameday.namespace
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root), "GPUFLEET_LEDGER": configmap_ledger(namespace)}
     try:
         run = subprocess.run(
             [GPUFLEET, "gameday", "--stack", "sandbox", "--backend", "kubernetes", "--nodes", "3",
@@ -68,13 +80,16 @@ def test_gameday_on_the_kubernetes_backend_meets_the_budgets(tmp_path: Path) -> 
         assert any(ev["kind"] == "isolated" and "gpufleet.io/quarantine" in ev["detail"] for ev in xid)
         assert any(ev["kind"] == "returned" for ev in xid)  # released once the condition cleared
 
-        records = Ledger(ledger).records()
+        state = read_kube_state("sandbox", root)
+        ledger = _ledger(state, namespace)
+        records = ledger.records()
         assert {r.kind for r in records} == {"node-crash", "dcgm-inject"}
         assert all(r.params["node_kind"] == "simulated" for r in records)
-        assert Ledger(ledger).pending() == []
+        assert ledger.pending() == []
+
+        _kill_9_mid_fault_then_revert(state, ledger, env, tmp_path)
 
         # The platform's remediation acted as its own least-privilege identity, and left its status.
-        state = read_kube_state("sandbox", root)
         assert state.remediation_service_account == "gpufleet-system/gpufleet-remediation"
         assert state.remediation_status is not None
         status = json.loads(Path(state.remediation_status).read_text())
@@ -89,3 +104,54 @@ def test_gameday_on_the_kubernetes_backend_meets_the_budgets(tmp_path: Path) -> 
                               capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
         assert down.returncode == 0, down.stdout + down.stderr
         assert not kube_state_path("sandbox", root).exists()
+
+
+def _ledger(state: KubeSandboxState, namespace: str) -> Ledger:
+    """The ConfigMap ledger, read as the chaos backend's least-privilege ServiceAccount."""
+    assert state.chaos_kubeconfig is not None
+    return Ledger(ConfigMapStore(connection(None, state.chaos_kubeconfig, None), namespace, LEDGER_CONFIGMAP))
+
+
+def _kill_9_mid_fault_then_revert(state: KubeSandboxState, ledger: Ledger, env: dict[str, str],
+                                  tmp_path: Path) -> None:
+    """A `chaos run` cordons a node and is SIGKILLed while it holds the fault: the ConfigMap still
+    names it, and `gpufleet chaos revert` (a new process, as the next game-day pod would be) undoes it."""
+    node = "gpu-1"
+    exp = {
+        "title": "held cordon", "description": "a fault held until the runner is killed",
+        "configuration": {"gpufleet_backend": "kubernetes", "gpufleet_stack": "sandbox"},
+        "controls": [{"name": "gpufleet-safety",
+                      "provider": {"type": "python", "module": "gpufleet.chaos.control"}}],
+        "method": [{"type": "action", "name": "cordon",
+                    "provider": {"type": "python", "module": "gpufleet.chaos.node.actions",
+                                 "func": "cordon_node", "arguments": {"node": node}},
+                    "pauses": {"after": 300}}],
+    }
+    path = tmp_path / "hold.json"
+    path.write_text(json.dumps(exp))
+    before = {r.id for r in ledger.records()}
+    runner = subprocess.Popen(
+        [str(Path(sys.executable).parent / "chaos"), "--log-file", str(tmp_path / "hold.log"), "run",
+         "--journal-path", str(tmp_path / "hold.journal.json"), str(path)],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not [r for r in ledger.pending() if r.id not in before]:
+            time.sleep(0.5)
+        time.sleep(2)  # recorded before applied: let the cordon itself land
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=10)
+    (held,) = ledger.pending()
+    assert (held.kind, held.target["node"]) == ("cordon", node)
+    admin = state.admin_kubeconfig
+    assert admin is not None
+    with api_from_kubeconfig(Path(admin)) as api:
+        assert api.get(object_path("Node", node))["spec"].get("unschedulable") is True
+        rev = subprocess.run([GPUFLEET, "chaos", "revert", "--stack", "sandbox"],
+                             capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+        assert rev.returncode == 0, rev.stdout + rev.stderr
+        assert "reverted" in rev.stdout and held.id in rev.stdout
+        assert not api.get(object_path("Node", node))["spec"].get("unschedulable")
+    assert ledger.pending() == []

@@ -340,13 +340,16 @@ def check_gameday_cronjob(d: Deployment) -> None:
     assert pod.status.phase == "Pending"  # never started: see the docstring
 
 
-def can_i(d: Deployment, verb: str, resource: str, namespace: str | None = None) -> bool:
+def can_i(
+    d: Deployment, verb: str, resource: str, namespace: str | None = None, name: str | None = None
+) -> bool:
     """`kubectl auth can-i` as the game-day ServiceAccount (a SubjectAccessReview of the real RBAC);
-    `pods/eviction` is the resource `pods` with the subresource `eviction`."""
+    `pods/eviction` is the resource `pods` with the subresource `eviction`; `name`: one object."""
     assert d.state.admin_kubeconfig is not None
     resource, _, sub = resource.partition("/")
     who = f"system:serviceaccount:{d.spec.gameday.namespace}:{GAMEDAY_SA}"
-    argv = [str(d.kubectl), "--kubeconfig", d.state.admin_kubeconfig, "auth", "can-i", verb, resource]
+    what = f"{resource}/{name}" if name else resource
+    argv = [str(d.kubectl), "--kubeconfig", d.state.admin_kubeconfig, "auth", "can-i", verb, what]
     argv += ["--as", who] + (["--subresource", sub] if sub else [])
     argv += ["-n", namespace] if namespace else ["--all-namespaces"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
@@ -365,12 +368,16 @@ def check_gameday_rbac(d: Deployment) -> None:
                     base, _, sub = res.partition("/")
                     name = (f"{base}.{group}" if group else base) + (f"/{sub}" if sub else "")
                     for verb in rule["verbs"]:
-                        assert can_i(d, verb, name, scope), (verb, name, scope)
+                        for one in rule.get("resourceNames") or [None]:
+                            assert can_i(d, verb, name, scope, one), (verb, name, scope, one)
     for verb in ("get", "list", "watch"):
         assert not can_i(d, verb, "secrets"), verb
         assert not can_i(d, verb, "secrets", ns), verb
     assert not can_i(d, "delete", "nodes")
     assert not can_i(d, "create", "pods", "default")  # fault pods only in the game-day namespace
+    # The fault ledger's ConfigMap by its name only: not the stack's copy beside it.
+    assert not can_i(d, "patch", "configmaps", ns, "gpufleet-stack")
+    assert not can_i(d, "get", "configmaps", ns)
     assert not can_i(d, "update", "clusterroles.rbac.authorization.k8s.io")
 
 

@@ -12,6 +12,8 @@ nothing else (a unit test reads the backend's calls and holds these rules to the
 |   node-health condition)                 |                                            |                    |
 | create_namespaced_pod_eviction           | pods/eviction: create (honours PDBs)       | cluster (any job)  |
 | create_namespaced_pod, delete_…_pod      | pods: create, delete (fault, undo pods)    | game-day ns only   |
+| create/read/patch_namespaced_config_map  | configmaps: create; get, patch of the      | game-day ns only   |
+|   (the fault ledger, kube_ledger)        |   ledger's name only                       |                    |
 | read/patch_namespaced_lease (a simulated | leases: get, patch                         | kube-node-lease ns |
 |   node's crash and return)               |                                            |                    |
 | list_namespaced_pod, read_namespaced_job | pods: list; jobs: get (the training Job)   | training ns only   |
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.core.ledger_location import LEDGER_CONFIGMAP
 from gpufleet.sandbox.kube.pki import KWOK_USER
 
 CHAOS_SERVICE_ACCOUNT = "gpufleet-chaos"
@@ -62,8 +65,18 @@ def chaos_cluster_rules() -> list[Rule]:
     ]
 
 
+def ledger_rules() -> list[Rule]:
+    """The fault ledger's ConfigMap (chaos.backends.kube_ledger): created on the first fault, then
+    read and patched by that name only (RBAC cannot narrow `create` to a name)."""
+    return [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [LEDGER_CONFIGMAP],
+         "verbs": ["get", "patch"]},
+    ]
+
+
 def chaos_namespace_rules() -> list[Rule]:
-    return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}]
+    return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}, *ledger_rules()]
 
 
 def chaos_lease_rules() -> list[Rule]:

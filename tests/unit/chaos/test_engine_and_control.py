@@ -186,10 +186,10 @@ def test_cli_revert_after_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
             rollback=Rollback("test.touch", {"n": 1}),
         )
     )
-    r = CliRunner().invoke(app, ["chaos", "revert", "--ledger", str(led.path)])
+    r = CliRunner().invoke(app, ["chaos", "revert", "--ledger", led.where])
     assert r.exit_code == 0, r.output
     assert done == [1] and "reverted" in r.output
-    r = CliRunner().invoke(app, ["chaos", "revert", "--ledger", str(led.path)])
+    r = CliRunner().invoke(app, ["chaos", "revert", "--ledger", led.where])
     assert r.exit_code == 0 and "nothing to revert" in r.output and done == [1]
-    r = CliRunner().invoke(app, ["chaos", "ledger", "--ledger", str(led.path), "--json"])
+    r = CliRunner().invoke(app, ["chaos", "ledger", "--ledger", led.where, "--json"])
     assert json.loads(r.output)[0]["reverted_at"] is not None

@@ -68,7 +68,7 @@ def test_dry_run_records_are_never_pending(tmp_path: Path) -> None:
 def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "faults.jsonl")
     r = led.record(_rec(1))
-    with open(led.path, "a") as fh:
+    with open(led.where, "a") as fh:
         fh.write('{"op": "apply", "id": "tor')  # power loss mid-append
     assert [p.id for p in led.pending()] == [r.id]
 

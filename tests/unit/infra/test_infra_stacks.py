@@ -141,9 +141,14 @@ def test_gameday_cronjob_runs_under_a_role_that_cannot_read_secrets(stack) -> No
     # Fault pods only in the game-day namespace (created there, deleted by their rollbacks).
     (pods_role,) = view.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
     assert pods_role.inputs["metadata"]["name"] == "gpufleet-gameday-fault-pods"
-    assert pods_role.inputs["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}
-    ]
+    ns_rules = pods_role.inputs["rules"]
+    assert ns_rules[0] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}
+    # The fault ledger's ConfigMap (it outlives the pod): created, then read and patched by name only.
+    assert rules_allow(ns_rules, "create", "configmaps")
+    for verb in ("get", "patch"):
+        assert rules_allow(ns_rules, verb, "configmaps", name="gpufleet-fault-ledger")
+        assert not rules_allow(ns_rules, verb, "configmaps", name="gpufleet-stack")
+    assert not any(rules_allow(ns_rules, v, "configmaps") for v in ("list", "delete", "update"))
     (binding,) = [
         b
         for b in view.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
@@ -162,6 +167,8 @@ def test_gameday_cronjob_runs_under_a_role_that_cannot_read_secrets(stack) -> No
         "--backend",
         "kubernetes",
     ]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["GPUFLEET_LEDGER"] == f"configmap://{spec.gameday.namespace}/gpufleet-fault-ledger"
 
 
 def test_nic_cluster_policy_is_a_cr_not_a_hook(stack) -> None:

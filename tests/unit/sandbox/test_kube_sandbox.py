@@ -21,6 +21,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from typer.testing import CliRunner
 
+from gpufleet.chaos.backends import kube_ledger
 from gpufleet.chaos.backends import kubernetes as chaos_k8s
 from gpufleet.cli import sandbox_cmds
 from gpufleet.cli.main import app
@@ -374,22 +375,27 @@ CALLS = {
     "patch_namespaced_lease": ("leases", "patch", "node-lease"),
     "list_namespaced_pod": ("pods", "list", "training"),
     "read_namespaced_job": ("jobs", "get", "training"),
+    # The fault ledger's ConfigMap (chaos.backends.kube_ledger), in the game-day namespace.
+    "create_namespaced_config_map": ("configmaps", "create", "namespace"),
+    "read_namespaced_config_map": ("configmaps", "get", "namespace"),
+    "patch_namespaced_config_map": ("configmaps", "patch", "namespace"),
 }
 CLIENTS = ("api", "leases", "batch")  # the backend's CoreV1Api, CoordinationV1Api, BatchV1Api
 
 
 def _backend_calls() -> set[str]:
-    """Every `<client>.<method>` / `self.<client>.<method>` the chaos backend's module uses."""
+    """Every `<client>.<method>` / `self.<client>.<method>` the chaos backend's modules use (the
+    backend and its ConfigMap ledger)."""
 
     def is_api(node: ast.expr) -> bool:
         return (isinstance(node, ast.Name) and node.id in CLIENTS) or (
             isinstance(node, ast.Attribute) and node.attr in CLIENTS
         )
 
-    tree = ast.parse(inspect.getsource(chaos_k8s))
     return {
         node.attr
-        for node in ast.walk(tree)
+        for module in (chaos_k8s, kube_ledger)
+        for node in ast.walk(ast.parse(inspect.getsource(module)))
         if isinstance(node, ast.Attribute) and is_api(node.value) and node.attr != "api_client"
     }
 
