@@ -126,7 +126,7 @@ def detection_path(fault: Fault, catalog: Catalog, exporters: Exporters, st: Pat
             continue  # another vendor's exporter: not deployed on this stack
         timing = st.exporters.get(ex_name)
         if timing is None:
-            raise ValueError(f"no timing for exporter {ex_name}")
+            continue  # not run where this stack runs (the sandbox's own exporters: can_fire)
         cost = (timing.collect_s or 0.0) + timing.scrape_s
         if worst is None or cost > worst[0]:
             worst = (cost, ex_name, timing)
@@ -147,6 +147,19 @@ def detection_path(fault: Fault, catalog: Catalog, exporters: Exporters, st: Pat
     return DetectionPath(fault.alert.name, fault.id, tuple(terms))
 
 
+def can_fire(fault: Fault, catalog: Catalog, exporters: Exporters, st: PathSettings) -> bool:
+    """Whether some series the fault's alert reads comes from an exporter that runs where the stack
+    runs (every exporter on a cluster, the operator's included; on a sandbox only those it serves,
+    `sandbox: true` in exporters.yaml). An alert none of whose series is produced never fires, so it
+    detects nothing and times nothing."""
+    for name in series_read(fault, catalog, st.rules):
+        found = exporters.producer(name)
+        if found is not None and found[0] in st.exporters and (
+                found[1].vendor is None or found[1].vendor in st.vendors):
+            return True
+    return False
+
+
 def budget_alerts(catalog: Catalog, cls: FaultClass, vendors: frozenset[str]) -> list[Fault]:
     """The faults whose alert is the first detection of a fault of `cls` (see the module's doc)."""
     if cls in SCHEDULER_DETECTED:
@@ -159,19 +172,59 @@ def budget_alerts(catalog: Catalog, cls: FaultClass, vendors: frozenset[str]) ->
 
 
 def budget_problems(catalog: Catalog, exporters: Exporters, detect_budgets: Mapping[FaultClass, float],
-                    st: PathSettings, where: str = "slos.budgets") -> list[Problem]:
-    """A problem per (class, alert) whose worst-case detection path is longer than the class's
-    detect budget, naming each term of the sum."""
+                    st: PathSettings, fault_budgets: Mapping[str, float] | None = None,
+                    where: str = "slos", fault_key: str = "faultBudgets",
+                    fault_field: str = ".detectSeconds") -> list[Problem]:
+    """A problem per (class, alert) whose worst-case detection path is longer than its detect
+    budget (the fault's own in `fault_budgets`, else its class's), naming each term of the sum;
+    and per `fault_budgets` entry that no budgeted alert uses (every key changes a verdict or is
+    refused)."""
+    own = dict(fault_budgets or {})
     out = []
+    used: set[str] = set()
     for cls, budget in detect_budgets.items():
         for fault in budget_alerts(catalog, cls, st.vendors):
+            if not can_fire(fault, catalog, exporters, st):
+                continue
             path = detection_path(fault, catalog, exporters, st)
-            if path.total_s > budget:
+            limit, at = budget, f"{where}.budgets.{cls.value}.detectSeconds"
+            if fault.id in own:
+                used.add(fault.id)
+                limit, at = own[fault.id], f"{where}.{fault_key}.{fault.id}{fault_field}"
+            if path.total_s > limit:
                 out.append(Problem(
-                    f"{where}.{cls.value}.detectSeconds",
-                    f"{budget:g} s is less than the worst-case detection of {path.alert} "
-                    f"(fault {path.fault}): {path.text()}"))
+                    at, f"{limit:g} s is less than the worst-case detection of {path.alert} "
+                        f"(fault {path.fault}): {path.text()}"))
+    for fid in sorted(set(own) - used):
+        at = f"{where}.{fault_key}.{fid}"
+        if fid not in {f.id for f in catalog}:
+            out.append(Problem(at, "not a fault of the catalog"))
+            continue
+        fault = catalog.get(fid)
+        if fault.fault_class not in detect_budgets:
+            out.append(Problem(at, f"its class {fault.fault_class.value} has no budget in {where}.budgets"))
+        else:
+            budgeted = fault in budget_alerts(catalog, fault.fault_class, st.vendors)
+            why = ("no exporter it reads runs where this stack runs" if budgeted
+                   else unbudgeted_reason(fault, st.vendors))
+            out.append(Problem(at, f"{fid}'s alert does not time its detection on this stack ({why}): "
+                                   "drop the key"))
     return out
+
+
+def unbudgeted_reason(fault: Fault, vendors: frozenset[str]) -> str:
+    """Why a fault's alert binds no detect budget (budget_alerts)."""
+    if fault.alert is None:
+        return "it has no alert"
+    if fault.fault_class in SCHEDULER_DETECTED:
+        return "the scheduler notices its class first"
+    if fault.severity != Severity.CRITICAL:
+        return f"its alert is {fault.severity.value}, not a page"
+    if fault.health_check is not None:
+        return "the node health check detects it first"
+    if fault.vendor is not None and fault.vendor not in vendors:
+        return f"the stack has no {fault.vendor} accelerators"
+    return GROUPING_ALERTS.get(fault.alert.name, "it is not budgeted")
 
 
 def used_severities(rule_groups: Iterable[Mapping[str, object]]) -> dict[str, list[str]]:

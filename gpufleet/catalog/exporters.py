@@ -43,6 +43,10 @@ class Exporter(Model):
     vendor: str | None = None
     version: str
     deployed_by: str | None  # None: gpufleet does not deploy it; `setting` says what to run
+    # The sandbox serves this exporter's series (its node agents speak dcgm-exporter's, node_exporter's
+    # and ipmi_exporter's formats; its own Prometheus; the training job): an alert reading only
+    # other exporters cannot fire there (catalog.detection.can_fire).
+    sandbox: bool = False
     source: str
     labels: list[str]
     optional_labels: list[str] = Field(default_factory=list)

@@ -549,11 +549,31 @@ class FaultBudget(Model):
         return self
 
 
+class FaultBudgetOverride(Model):
+    """Keys of a class budget replaced for one fault (slos.faultBudgets.<fault id>)."""
+
+    detect_seconds: Annotated[float, Field(gt=0)] | None = None
+    isolate_seconds: Annotated[float, Field(gt=0)] | None = None
+    recover_seconds: Annotated[float, Field(gt=0)] | None = None
+
+
 class SloSpec(Model):
     availability: Annotated[float, Field(gt=0, lt=1)] = 0.999
     max_job_interruption_share: Annotated[float, Field(ge=0, le=1)] = 0.005
     ettr: Annotated[float, Field(gt=0, le=1)] = 0.95
     budgets: dict[FaultClass, FaultBudget] = Field(default_factory=dict)
+    # Catalog fault id -> keys of its class's budget replaced for that fault only, where its alert is
+    # a slower detector than the rest of its class (GpuMissing beside the XIDs' health check): the
+    # detection-path check and the game-day's judge use the merged budget (ADR 0046).
+    fault_budgets: dict[str, FaultBudgetOverride] = Field(default_factory=dict)
+
+    def budget_of(self, fault_id: str, cls: FaultClass) -> FaultBudget | None:
+        """The class's budget with the fault's own keys in place (None: the class has none)."""
+        base = self.budgets.get(cls)
+        own = self.fault_budgets.get(fault_id)
+        if base is None or own is None:
+            return base
+        return FaultBudget.model_validate({**base.model_dump(), **own.model_dump(exclude_none=True)})
 
 
 _CRON_FIELD = r"(\*|[0-9,\-*/]+|[A-Za-z]{3}(-[A-Za-z]{3})?)"

@@ -25,6 +25,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import ValidationError
 
 from gpufleet.catalog.detection import (
     ExporterTiming,
@@ -93,6 +94,8 @@ def path_settings(spec: StackSpec) -> PathSettings:
     sandbox = spec.cluster.environment.value == "sandbox"
     timings: dict[str, ExporterTiming] = {}
     for name, ex in exporters.items():
+        if sandbox and not ex.sandbox:
+            continue  # not run in the sandbox: its alerts cannot fire there (detection.can_fire)
         if sandbox:
             # The sandbox's Prometheus scrapes everything at sandbox.scrapeInterval (sandbox.layout).
             every = spec.sandbox.scrape_interval if spec.sandbox is not None else mon.scrape_interval
@@ -133,9 +136,33 @@ def path_settings(spec: StackSpec) -> PathSettings:
 
 def detection_budget_problems(spec: StackSpec) -> list[Problem]:
     """A problem per detect budget shorter than the worst-case detection path of an alert that binds
-    it (gpufleet.catalog.detection.budget_alerts), each term of the sum named (ADR 0044)."""
-    detect = {cls: b.detect_seconds for cls, b in spec.slos.budgets.items()}
-    return budget_problems(load_catalog(), load_exporters(), detect, path_settings(spec))
+    it (gpufleet.catalog.detection.budget_alerts), each term of the sum named (ADR 0044); per
+    `slos.faultBudgets` entry that binds nothing, or whose keys merged into its class's budget
+    break detect <= isolate <= recover (ADR 0046)."""
+    slos, catalog = spec.slos, load_catalog()
+    detect = {cls: b.detect_seconds for cls, b in slos.budgets.items()}
+    classes = {f.id: f.fault_class for f in catalog}
+    own: dict[str, float] = {}
+    out: list[Problem] = []
+    for fid, override in sorted(slos.fault_budgets.items()):
+        at, cls = f"slos.faultBudgets.{fid}", classes.get(fid)
+        if cls is None:
+            out.append(Problem(at, "not a fault of the catalog"))
+            continue
+        if cls not in slos.budgets:
+            out.append(Problem(at, f"its class {cls.value} has no budget in slos.budgets to replace keys of"))
+            continue
+        try:
+            merged = slos.budget_of(fid, cls)
+        except ValidationError as e:
+            out.extend(Problem(at, f"merged into slos.budgets.{cls.value}: {err['msg']}")
+                       for err in e.errors())
+            continue
+        if merged is not None and override.detect_seconds is not None:
+            own[fid] = merged.detect_seconds
+    out += budget_problems(catalog, load_exporters(), detect, path_settings(spec), own,
+                           fault_key="faultBudgets", fault_field=".detectSeconds")
+    return out
 
 
 def alert_routing_problems(spec: StackSpec) -> list[Problem]:

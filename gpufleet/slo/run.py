@@ -77,11 +77,19 @@ def parse_budget_override(value: Any) -> dict[str, float]:
 
 
 def resolve_budget(
-    fault_class: str | None, budgets: Mapping[str, BudgetLike], override: Any
+    fault_class: str | None,
+    budgets: Mapping[str, BudgetLike],
+    override: Any,
+    fault_keys: Mapping[str, float] | None = None,
 ) -> tuple[Budget | None, str | None, str | None]:
-    """(budget, source "stack" | "override", problem): the stack's budget for the class, replaced
-    key by key by the override."""
-    base = budgets.get(fault_class) if fault_class else None
+    """(budget, source "stack" | "override", problem): the stack's budget for the class, with the
+    fault's own keys (slos.faultBudgets, snake_case) in place of the class's, replaced key by key
+    by the override."""
+    base: BudgetLike | None = budgets.get(fault_class) if fault_class else None
+    if base is not None and fault_keys:
+        base = Budget(fault_keys.get("detect_seconds", base.detect_seconds),
+                      fault_keys.get("isolate_seconds", base.isolate_seconds),
+                      fault_keys.get("recover_seconds", base.recover_seconds))
     if override is None:
         if base is None:
             return None, None, f"the stack declares no budget for fault class {fault_class!r} (slos.budgets)"
@@ -128,6 +136,8 @@ class RunInputs:
     fault_class: str | None = None  # configured (gpufleet_fault_class); None: the timeline's
     budgets: Mapping[str, BudgetLike] | None = None  # the stack's slos.budgets by class value
     budget_override: Any = None  # the experiment's gpufleet_budget_override, as written
+    # The stack's slos.faultBudgets by fault id: the keys each fault sets (snake_case), rest None.
+    fault_budgets: Mapping[str, Mapping[str, float | None]] | None = None
     expect_isolation: bool | None = None  # the probe's arguments; None: the class default
     expect_interruption: bool | None = None
     timeline_problem: str | None = None  # why there is no timeline
@@ -175,7 +185,12 @@ def judge_run(inputs: RunInputs) -> RunVerdict:
     else:
         measurement = measure(tl)
         notes.extend(measurement.notes)
-    budget, source, problem = resolve_budget(name, inputs.budgets or {}, inputs.budget_override)
+    set_keys = (inputs.fault_budgets or {}).get(tl.fault_id, {}) if tl is not None else {}
+    own = {k: v for k, v in set_keys.items() if v is not None}
+    if own and tl is not None:
+        shown = ", ".join(f"{k} {v:g} s" for k, v in sorted(own.items()))
+        notes.append(f"fault {tl.fault_id}'s own budget keys (slos.faultBudgets): {shown}")
+    budget, source, problem = resolve_budget(name, inputs.budgets or {}, inputs.budget_override, own)
     if budget is None:
         checks.append(Check("budget", None, None, Outcome.UNKNOWN, problem or "no budget"))
     fc: FaultClass | None = None

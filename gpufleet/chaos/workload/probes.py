@@ -277,6 +277,8 @@ def recovery_within_budget(
             timeline=Timeline.model_validate(tl_doc),
             fault_class=ctx.settings.fault_class,
             budgets={fc.value: b for fc, b in ctx.stack.slos.budgets.items()} if ctx.stack else None,
+            fault_budgets={fid: o.model_dump() for fid, o in ctx.stack.slos.fault_budgets.items()}
+            if ctx.stack else None,
             budget_override=ctx.settings.budget_override,
             expect_isolation=expect_isolation,
             expect_interruption=expect_interruption,

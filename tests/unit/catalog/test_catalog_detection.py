@@ -15,6 +15,7 @@ from gpufleet.catalog.detection import (
     PathSettings,
     budget_alerts,
     budget_problems,
+    can_fire,
     detection_path,
     routing_problems,
     used_severities,
@@ -154,3 +155,78 @@ def test_validate_refuses_a_stack_leaving_warning_unrouted(unrouted_stack: Path)
     out = " ".join(result.output.split())
     assert str(unrouted_stack.name) in out and "monitoring.alertRoutes" in out
     assert "severity warning has no route" in out and "Traceback" not in out
+
+
+# ----------------------------------------------------------------------------- refused budgets (ADR 0046)
+
+
+def test_an_alert_whose_exporter_the_sandbox_does_not_run_binds_nothing_there() -> None:
+    st = path_settings(load_stack(ROOT / "stacks/Pulumi.sandbox.yaml"))
+    # No blackbox probe runs in the sandbox: StorageObjectStoreDown cannot fire, so it times nothing.
+    assert "blackbox-exporter" not in st.exporters and "dcgm-exporter" in st.exporters
+    assert not can_fire(CATALOG.get("storage-object-store-outage"), CATALOG, EXPORTERS, st)
+    assert can_fire(CATALOG.get("gpu-missing"), CATALOG, EXPORTERS, st)
+    assert budget_problems(CATALOG, EXPORTERS, {FaultClass.STORAGE_OUTAGE: 1.0}, st) == []
+    # On a cluster the operator's probe is assumed deployed (exporters.yaml `setting`): it binds.
+    assert can_fire(CATALOG.get("storage-object-store-outage"), CATALOG, EXPORTERS, _settings())
+
+
+def test_a_fault_budget_replaces_its_class_budget_for_that_alert_only() -> None:
+    budgets = {FaultClass.GPU_FATAL: 60.0}
+    (problem,) = budget_problems(CATALOG, EXPORTERS, budgets, _settings(), {"gpu-missing": 120.0})
+    assert problem.path == "slos.faultBudgets.gpu-missing.detectSeconds"
+    assert "120 s is less than the worst-case detection of GpuMissing" in problem.message
+    assert budget_problems(CATALOG, EXPORTERS, budgets, _settings(), {"gpu-missing": 125.0}) == []
+
+
+def test_a_fault_budget_that_times_nothing_is_refused() -> None:
+    budgets = {FaultClass.GPU_FATAL: 60.0}
+    problems = budget_problems(CATALOG, EXPORTERS, budgets, _settings(),
+                               {"gpu-missing": 125.0, "gpu-xid-79": 90.0, "no-such-fault": 5.0})
+    by_path = {p.path: p.message for p in problems}
+    assert set(by_path) == {"slos.faultBudgets.gpu-xid-79", "slos.faultBudgets.no-such-fault"}
+    assert "the node health check detects it first" in by_path["slos.faultBudgets.gpu-xid-79"]
+    assert "not a fault of the catalog" in by_path["slos.faultBudgets.no-such-fault"]
+
+
+def _stack_with(tmp_path: Path, slos_extra: str) -> Path:
+    """The h200 stack with its faultBudgets block replaced by `slos_extra`."""
+    text = (ROOT / "stacks/Pulumi.h200-ib.yaml").read_text()
+    start = text.index("    faultBudgets:")
+    end = text.index("  gpufleet:gameday:")
+    text = text[:start] + textwrap.indent(slos_extra, "    ") + text[end:]
+    path = tmp_path / "Pulumi.h200-ib.yaml"
+    path.write_text(text)
+    return path
+
+
+def _validate(path: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["validate", str(path), "--experiments-dir", str(ROOT / "experiments")])
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_validate_refuses_budgets_the_monitoring_cannot_meet(tmp_path: Path) -> None:
+    code, out = _validate(_stack_with(tmp_path, "faultBudgets: {}\n"))
+    assert code == 2 and "Traceback" not in out
+    assert ("slos.budgets.gpu-fatal.detectSeconds: 60 s is less than the worst-case detection of "
+            "GpuMissing") in out
+    assert "Alertmanager group_wait 30 s (monitoring.groupWait) = 125 s" in out
+    assert "slos.budgets.storage-outage.detectSeconds: 120 s" in out and "StorageObjectStoreDown" in out
+
+
+def test_validate_refuses_a_fault_budget_that_breaks_its_class_order(tmp_path: Path) -> None:
+    # GpuMissing's 125 s detection after gpu-fatal's 120 s isolation: detect <= isolate broken.
+    extra = ("faultBudgets:\n  gpu-missing: {detectSeconds: 125}\n"
+             "  storage-object-store-outage: {detectSeconds: 195}\n"
+             "  storage-metadata-loss: {detectSeconds: 135}\n")
+    code, out = _validate(_stack_with(tmp_path, extra))
+    assert code == 2
+    assert "slos.faultBudgets.gpu-missing: merged into slos.budgets.gpu-fatal" in out
+    assert "detectSeconds <= isolateSeconds <= recoverSeconds" in out
+
+
+def test_every_shipped_stack_meets_its_detection_budgets() -> None:
+    from gpufleet.infra.monitoring import detection_budget_problems
+
+    for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
+        assert detection_budget_problems(load_stack(path)) == [], path.name

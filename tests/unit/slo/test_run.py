@@ -101,6 +101,23 @@ def test_budget_from_the_stack_or_nothing() -> None:
     )
 
 
+def test_a_fault_budget_replaces_its_keys_then_the_override_replaces_its_own() -> None:
+    keys = {"detect_seconds": 10.0}
+    assert resolve_budget("gpu-fatal", STACK, None, keys) == (Budget(10.0, 15.0, 60.0), "stack", None)
+    assert resolve_budget("gpu-fatal", STACK, {"recoverSeconds": 30}, keys) == (
+        Budget(10.0, 15.0, 30.0), "override", None)
+
+
+def test_the_judge_uses_the_injected_fault_s_own_budget_keys(recorded: Recorded) -> None:
+    tl = recorded("gpu_fatal_recovered")
+    other = judge_run(RunInputs(tl, budgets=STACK, fault_budgets={"another-fault": {"detect_seconds": 1.0}}))
+    assert other == judge_run(RunInputs(tl, budgets=STACK))  # another fault's keys change nothing
+    tight = {tl.fault_id: {"detect_seconds": 0.001, "isolate_seconds": None, "recover_seconds": None}}
+    v = judge_run(RunInputs(tl, budgets=STACK, fault_budgets=tight))
+    assert v.budget == Budget(0.001, 15.0, 60.0) and v.outcome is Outcome.FAIL
+    assert f"fault {tl.fault_id}'s own budget keys (slos.faultBudgets): detect_seconds 0.001 s" in v.notes
+
+
 def test_left_out_arguments_judge_like_the_class_defaults(recorded: Recorded) -> None:
     tl = recorded("gpu_fatal_recovered")
     left_out = judge_run(RunInputs(tl, budgets=STACK))
