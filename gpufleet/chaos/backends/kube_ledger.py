@@ -28,7 +28,7 @@ from gpufleet.core.ledger_location import configmap_ledger
 
 MERGE = "application/merge-patch+json"
 PRUNE_AT_BYTES = 768 * 1024  # well under the 1 MiB a ConfigMap may hold
-LEDGER_LABEL = {"app.kubernetes.io/managed-by": "gpufleet", "gpufleet.dev/role": "fault-ledger"}
+LEDGER_LABEL = {"app.kubernetes.io/managed-by": "gpufleet", "gpufleet.io/fault-ledger": "true"}
 
 
 def entry_key(obj: Mapping[str, Any]) -> str:
