@@ -22,7 +22,7 @@ from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import check_output_dir, read_json
 from gpufleet.sim import SimParams, Study, load_scenario, parse_report, resolve, run_study, write_study
 from gpufleet.sim.stats import Estimate
-from gpufleet.sim.study import CALIBRATION
+from gpufleet.sim.study import AUTO_MAX_RUNS, CALIBRATION, DEFAULT_PRECISION, MIN_PRECISE_RUNS
 
 # Bounds of the numeric options: a typo (`--days 1e9`) must be refused at once, not run for hours.
 # MAX_DAYS: ten years, more than a GPU server's service life (3-5 years); the catalog's failure rates
@@ -139,8 +139,13 @@ def register(app: typer.Typer) -> None:
         days: float | None = typer.Option(
             None, "--days", min=0.001, max=MAX_DAYS, help=f"horizon (default 54, at most {MAX_DAYS:g})"
         ),
-        runs: int = typer.Option(
-            200, "--runs", min=1, max=MAX_RUNS, help=f"Monte Carlo replications (at most {MAX_RUNS:,})"
+        runs: int | None = typer.Option(
+            None, "--runs", min=1, max=MAX_RUNS, help=f"Monte Carlo replications, exactly (at most "
+            f"{MAX_RUNS:,}); default: as many as --precision needs, {MIN_PRECISE_RUNS} to {AUTO_MAX_RUNS}"
+        ),
+        precision: float = typer.Option(
+            DEFAULT_PRECISION, "--precision", min=0.0001, max=0.5,
+            help="without --runs: stop once the ETTR's 95% interval is within +/- this",
         ),
         scenario: Path | None = typer.Option(None, "--scenario", help="scenario YAML (overrides)"),
         from_report: Path | None = typer.Option(None, "--from-report", help="game-day report JSON"),
@@ -164,9 +169,11 @@ def register(app: typer.Typer) -> None:
         measured = parse_report(read_json(from_report), str(from_report)) if from_report is not None else None
         params = resolve(spec, load_catalog(), sc, scenario_file=str(scenario or "(scenario)"),
                          measured=measured, report_file=str(from_report or ""), days=days, pool=pool)
-        check_size(params, runs, "--days" if days is not None else str(scenario or stack_file))
+        most = runs if runs is not None else AUTO_MAX_RUNS
+        check_size(params, most, "--days" if days is not None else str(scenario or stack_file))
         inputs = {"stack": stack_file, "scenario": str(scenario or ""), "report": str(from_report or "")}
-        what = f"simulating {runs:,} runs of {params.days:g} days at {params.job_gpus:,} GPUs"
+        how = f"{runs:,} runs" if runs is not None else f"up to {most:,} runs (ETTR +/- {precision:g})"
+        what = f"simulating {how} of {params.days:g} days at {params.job_gpus:,} GPUs"
         # The spinner goes to stderr and only on a terminal: stdout stays clean for --output json.
         what += " and searching for the SLOs" if recommend else ""
         with err_console.status(what) as status:
@@ -174,7 +181,8 @@ def register(app: typer.Typer) -> None:
             def progress(stage: str, done: int, total: int) -> None:  # replications finished, per stage
                 status.update(f"{what}: {stage} {done:,} of {total:,}")
 
-            study = run_study(params, seed, runs, workers=workers, ettr_target=spec.slos.ettr,
+            study = run_study(params, seed, most, precision=None if runs is not None else precision,
+                              workers=workers, ettr_target=spec.slos.ettr,
                               availability_target=spec.slos.availability, inputs=inputs,
                               do_recommend=recommend, progress=progress)
         files = write_study(study, target, plots=plots)

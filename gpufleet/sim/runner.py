@@ -34,14 +34,15 @@ Progress = Callable[[int, int], None]  # (replications done, replications asked 
 
 def run_replications(
     p: SimParams, seed: int, runs: int, workers: int | None = None, *,
-    progress: Progress | None = None, pool: Executor | None = None,
+    progress: Progress | None = None, pool: Executor | None = None, start: int = 0,
 ) -> list[ReplicationResult]:
-    """`runs` replications of `p`; workers=1 runs in this process, more use a process pool (or the
-    given `pool`, so that a study starts its processes once). `progress` is called after each
-    finished batch."""
+    """`runs` replications of `p`, replication i with child `start + i` of the seed (so more runs
+    continue a sequence rather than repeat it); workers=1 runs in this process, more use a process
+    pool (or the given `pool`, so that a study starts its processes once). `progress` is called
+    after each finished batch."""
     if runs < 1:
         raise ValueError("runs must be >= 1")
-    seeds = replication_seeds(seed, runs)
+    seeds = replication_seeds(seed, start + runs)[start:]
     w = min(workers if workers is not None else default_workers(), runs)
     if w <= 1 and pool is None:
         out = []

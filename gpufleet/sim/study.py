@@ -43,6 +43,15 @@ CALIBRATION = (
     "detection mode, checkpoint interval and write cost (see `sensitivity`)."
 )
 WRITE_FACTORS = (0.0, 0.5, 1.0, 2.0, 4.0)
+# Runs chosen by precision (`precision=`, `gpufleet simulate` without --runs): at least
+# MIN_PRECISE_RUNS, so the interval itself is trusted (the t-based 95% interval of fewer runs is
+# wide and its own width noisy), until the ETTR's 95% interval is within +/- DEFAULT_PRECISION (a
+# quarter of a percentage point: finer than a stack's ETTR target is written), at most
+# AUTO_MAX_RUNS (the former fixed default). A 131k-GPU year stops at the first 10 runs; a small
+# cluster's, whose runs differ more, runs longer.
+MIN_PRECISE_RUNS = 10
+DEFAULT_PRECISION = 0.0025
+AUTO_MAX_RUNS = 200
 
 
 @dataclass(frozen=True)
@@ -62,12 +71,15 @@ class Study:
     recommended: bool = False
     sensitivity: dict[str, Any] = field(default_factory=dict)
     gameday: list[dict[str, Any]] = field(default_factory=list)
+    # How `runs` was chosen: None = asked for; else the ETTR half-width it stopped at (precise_runs).
+    precision: dict[str, float | int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "schema": SCHEMA,
             "seed": self.seed,
             "runs": self.runs,
+            "runs_chosen_by_precision": self.precision,
             "inputs": self.inputs,
             "config": self.params.as_dict(),
             "calibration": CALIBRATION,
@@ -171,11 +183,43 @@ def gameday_projection(p: SimParams, results: list[ReplicationResult]) -> list[d
     return out
 
 
+def ettr_half_width(p: SimParams, results: list[ReplicationResult]) -> float:
+    e = summarize(p, results).ettr
+    return (e.high - e.low) / 2.0
+
+
+def precise_runs(
+    p: SimParams, seed: int, precision: float, max_runs: int, workers: int | None, *,
+    pool: Executor | None = None, progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[ReplicationResult], dict[str, float | int]]:
+    """Replications until the ETTR's 95% interval is within +/- `precision` (sequential sampling:
+    MIN_PRECISE_RUNS first, then doubling, at most `max_runs`). Replication i is always child i of
+    the seed, so the runs are the first N of the `--runs max_runs` study, whatever N comes out."""
+    n = min(MIN_PRECISE_RUNS, max_runs)
+    results = run_replications(p, seed, n, workers, pool=pool, progress=_offset(progress, 0, max_runs))
+    while (width := ettr_half_width(p, results)) > precision and len(results) < max_runs:
+        more = min(max_runs - len(results), len(results))
+        results += run_replications(p, seed, more, workers, pool=pool, start=len(results),
+                                    progress=_offset(progress, len(results), max_runs))
+    return results, {"target_half_width": precision, "half_width": width, "max_runs": max_runs,
+                     "min_runs": min(MIN_PRECISE_RUNS, max_runs)}
+
+
+def _offset(progress: Callable[[int, int], None] | None, base: int,
+            total: int) -> Callable[[int, int], None] | None:
+    """A batch's progress as the whole sequence's (`base` runs done before the batch)."""
+    if progress is None:
+        return None
+    report = progress
+    return lambda done, _: report(base + done, total)
+
+
 def run_study(
     p: SimParams,
     seed: int,
     runs: int,
     *,
+    precision: float | None = None,
     workers: int | None = None,
     ettr_target: float = 0.95,
     availability_target: float = 0.999,
@@ -187,13 +231,20 @@ def run_study(
     progress: StudyProgress | None = None,
 ) -> Study:
     """`progress(stage, done, total)` is called as replications finish (stages: replications,
-    sensitivity, spares, recommend). Sweeps and sensitivities use `sweep_runs` replications per
-    point, by default as many as an event budget allows (2 to min(runs, 50))."""
+    sensitivity, spares, recommend). With `precision`, `runs` is the most replications and fewer
+    are run once the ETTR's 95% interval is that narrow (precise_runs). Sweeps and sensitivities
+    use `sweep_runs` replications per point, by default as many as an event budget allows (2 to
+    min(runs, 50))."""
     t0 = time.perf_counter()
+    chosen: dict[str, float | int] | None = None
     with _pool(workers, runs) as pool:
         step = (lambda done, total: progress("replications", done, total)) if progress else None
-        results: list[ReplicationResult] = run_replications(p, seed, runs, workers, progress=step,
-                                                            pool=pool)
+        results: list[ReplicationResult]
+        if precision is None:
+            results = run_replications(p, seed, runs, workers, progress=step, pool=pool)
+        else:
+            results, chosen = precise_runs(p, seed, precision, runs, workers, pool=pool, progress=step)
+            runs = len(results)
         # Sweeps get an event budget (sweeps.budget_runs) unless told how many runs to use.
         srun = (sweep_runs if sweep_runs is not None
                 else min(runs, budget_runs(results, len(spare_grid(p)) // 2 + 2, runs)))
@@ -220,7 +271,7 @@ def run_study(
                                        reuse=reuse, progress=sstep)
     return Study(p, seed, runs, metrics, by_interval, by_spares, ettr_target, availability_target,
                  inputs or {}, time.perf_counter() - t0, best, cands, do_recommend, sens,
-                 gameday_projection(p, results))
+                 gameday_projection(p, results), chosen)
 
 
 def _ci(e: dict[str, Any] | Estimate, fmt: str = "{:.4f}") -> str:
@@ -235,6 +286,10 @@ def report_markdown(s: Study) -> str:
         f"# Reliability projection: {p.job_gpus:,} GPUs ({p.pool}), {p.days:g} days, {s.runs} runs, "
         f"seed {s.seed}",
         "",
+        *([f"- {s.runs} runs chosen by precision: the ETTR 95% interval reached +/- "
+           f"{s.precision['half_width']:.4f} (asked +/- {s.precision['target_half_width']:g}; "
+           f"{s.precision['min_runs']} to {s.precision['max_runs']} runs, `--runs N` for exactly N)"]
+          if s.precision else []),
         f"- ETTR {_ci(m.ettr)} (target {s.ettr_target:g}); job MTBF {_ci(m.mtbf_hours, '{:.2f}')} h; "
         f"interruptions per day {_ci(m.interruptions_per_day, '{:.2f}')}",
         f"- job capacity availability {_ci(m.job_capacity_availability, '{:.5f}')}; "

@@ -105,6 +105,21 @@ def test_simulate_json_is_the_study_document(tmp_path: Path) -> None:
     assert "wrote" in result.stderr and "wrote" not in result.stdout
 
 
+def test_simulate_without_runs_chooses_them_by_precision(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "--stack", "sandbox", "--stacks-dir", str(STACKS), "--days", "3",
+                                 "--precision", "0.05", "--workers", "1", "--no-plots", "--out",
+                                 str(tmp_path / "sim"), "--output", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    chosen = doc["runs_chosen_by_precision"]
+    assert chosen["target_half_width"] == 0.05 and chosen["max_runs"] == 200
+    assert 10 <= doc["runs"] <= 200 and doc["metrics"]["ettr"]["runs"] == doc["runs"]
+    ettr = doc["metrics"]["ettr"]
+    reached = (ettr["ci95_high"] - ettr["ci95_low"]) / 2
+    assert reached == pytest.approx(chosen["half_width"])
+    assert reached <= 0.05 or doc["runs"] == 200
+
+
 def test_preview_json(tmp_path: Path) -> None:
     result = runner.invoke(app, ["preview", "--stack", "sandbox", "--stacks-dir", str(STACKS), "-o", "json"])
     assert result.exit_code == 0, result.output

@@ -100,3 +100,31 @@ def test_a_detection_mode_that_changes_nothing_reuses_the_main_replications(
     assert len(calls) == 2  # the main run and "all active"; "all passive" is the main run
     det = {row["mode"]: row["ettr"] for row in s.sensitivity["detection"]}
     assert det["all passive"] == det["as configured"]
+
+
+def test_runs_chosen_by_precision_are_the_first_runs_of_the_fixed_study() -> None:
+    from gpufleet.sim.study import MIN_PRECISE_RUNS, ettr_half_width, precise_runs
+
+    p = resolve(stack(nodes=32, spares=2), llama3_catalog(), days=10)
+    # A loose precision stops at the minimum; those runs are the fixed study's first ones, seed by seed.
+    loose, how = precise_runs(p, 1, 1.0, 200, 1)
+    assert len(loose) == MIN_PRECISE_RUNS and how["half_width"] <= 1.0
+    fixed = run_replications(p, 1, 14, workers=1)
+    assert [r.events for r in loose] == [r.events for r in fixed[:MIN_PRECISE_RUNS]]
+    # An unreachable one doubles until the cap: 10, then 4 more (the cap), the same sequence.
+    capped, how = precise_runs(p, 1, 1e-12, 14, 1)
+    assert [r.events for r in capped] == [r.events for r in fixed]
+    assert how["half_width"] == ettr_half_width(p, capped) > 1e-12 and how["max_runs"] == 14
+
+
+def test_a_study_by_precision_says_how_its_runs_were_chosen() -> None:
+    p = resolve(stack(nodes=32, spares=2), llama3_catalog(), days=10)
+    seen: dict[str, tuple[int, int]] = {}
+    s = run_study(p, seed=1, runs=40, precision=0.5, workers=1, sweep_spares=False, do_sensitivity=False,
+                  progress=lambda st, d, t: seen.__setitem__(st, (d, t)))
+    assert s.runs == 10 and s.metrics.ettr.n == 10
+    assert seen["replications"] == (10, 40)  # done of the most it could run
+    doc = s.as_dict()["runs_chosen_by_precision"]
+    assert doc["target_half_width"] == 0.5 and doc["min_runs"] == 10 and doc["max_runs"] == 40
+    assert run_study(p, seed=1, runs=4, workers=1, sweep_spares=False,
+                     do_sensitivity=False).as_dict()["runs_chosen_by_precision"] is None
