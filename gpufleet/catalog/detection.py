@@ -173,12 +173,11 @@ def budget_alerts(catalog: Catalog, cls: FaultClass, vendors: frozenset[str]) ->
 
 def budget_problems(catalog: Catalog, exporters: Exporters, detect_budgets: Mapping[FaultClass, float],
                     st: PathSettings, fault_budgets: Mapping[str, float] | None = None,
-                    where: str = "slos", fault_key: str = "faultBudgets",
-                    fault_field: str = ".detectSeconds") -> list[Problem]:
+                    where: str = "slos") -> list[Problem]:
     """A problem per (class, alert) whose worst-case detection path is longer than its detect
-    budget (the fault's own in `fault_budgets`, else its class's), naming each term of the sum;
-    and per `fault_budgets` entry that no budgeted alert uses (every key changes a verdict or is
-    refused)."""
+    budget (the fault's own in `fault_budgets`, `<where>.faultBudgets.<id>.detectSeconds`, else its
+    class's), naming each term of the sum; and per `fault_budgets` entry that no budgeted alert
+    uses (every key changes a verdict or is refused)."""
     own = dict(fault_budgets or {})
     out = []
     used: set[str] = set()
@@ -190,13 +189,13 @@ def budget_problems(catalog: Catalog, exporters: Exporters, detect_budgets: Mapp
             limit, at = budget, f"{where}.budgets.{cls.value}.detectSeconds"
             if fault.id in own:
                 used.add(fault.id)
-                limit, at = own[fault.id], f"{where}.{fault_key}.{fault.id}{fault_field}"
+                limit, at = own[fault.id], f"{where}.faultBudgets.{fault.id}.detectSeconds"
             if path.total_s > limit:
                 out.append(Problem(
                     at, f"{limit:g} s is less than the worst-case detection of {path.alert} "
                         f"(fault {path.fault}): {path.text()}"))
     for fid in sorted(set(own) - used):
-        at = f"{where}.{fault_key}.{fid}"
+        at = f"{where}.faultBudgets.{fid}"
         if fid not in {f.id for f in catalog}:
             out.append(Problem(at, "not a fault of the catalog"))
             continue

@@ -160,8 +160,7 @@ def detection_budget_problems(spec: StackSpec) -> list[Problem]:
             continue
         if merged is not None and override.detect_seconds is not None:
             own[fid] = merged.detect_seconds
-    out += budget_problems(catalog, load_exporters(), detect, path_settings(spec), own,
-                           fault_key="faultBudgets", fault_field=".detectSeconds")
+    out += budget_problems(catalog, load_exporters(), detect, path_settings(spec), own)
     return out
 
 
