@@ -85,8 +85,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Validate a stack file: every problem is reported with its path; exit 2 if any. Also checks
-        the catalog's XID policy against the stack's overrides and that every experiment the stack's
-        game-day names exists."""
+        the catalog's XID policy against the stack's overrides, that every experiment the stack's
+        game-day names exists, and that the stack's monitoring can meet each detect budget."""
         stack = load_stack(stack_file)
         check_stack_policy(stack, str(stack_file))
         from gpufleet.infra.monitoring import detection_budget_problems
