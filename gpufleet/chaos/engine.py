@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, TypeVar
 
 from chaoslib.exceptions import ActivityFailed, InvalidActivity
@@ -109,17 +109,13 @@ class Context:
     backend_name: str
     run: RunState
 
-    @property
+    @cached_property
     def ledger(self) -> Ledger:
         """The fault ledger: a file, or a ConfigMap of the cluster (kube_ledger) reached the way
-        the kubernetes backend reaches it."""
+        the kubernetes backend reaches it (context() made sure the backend is that one)."""
         cm = configmap_location(self.settings.ledger)
         if cm is None:
             return Ledger(self.settings.ledger)
-        if self.backend_name != "kubernetes":
-            raise InvalidActivity(
-                f"a ConfigMap ledger ({self.settings.ledger}) needs the kubernetes backend "
-                f"(this run's is {self.backend_name})")
         from gpufleet.chaos.backends.kube_ledger import ConfigMapStore
 
         return Ledger(ConfigMapStore(self.kube_connection(), *cm))
@@ -241,6 +237,8 @@ def context(configuration: Configuration | None) -> Context:
         raise InvalidActivity(
             "set configuration gpufleet_backend (sandbox | slurm | kubernetes) or gpufleet_stack"
         )
+    if backend != "kubernetes" and configmap_location(s.ledger) is not None:
+        raise InvalidActivity(f"a ConfigMap ledger ({s.ledger}) needs the kubernetes backend (this run's is {backend})")
     return Context(s, stack, backend, run_of(configuration))
 
 

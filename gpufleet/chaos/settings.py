@@ -138,13 +138,10 @@ def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
     dry = _bool(cfg, "gpufleet_dry_run", problems)
     prod = _bool(cfg, "gpufleet_allow_production", problems)
     ledger = ledger_location(cfg)
-    try:
-        cm = configmap_location(ledger)
+    try:  # its backend is checked once it is known (engine.context: the stack may name it)
+        configmap_location(ledger)
     except ValueError as e:
         problems.append(str(e))
-    else:
-        if cm is not None and backend not in (None, "kubernetes"):
-            problems.append(f"a ConfigMap ledger ({ledger}) needs the kubernetes backend (got {backend!r})")
     if problems:
         raise InvalidActivity("invalid gpufleet configuration: " + "; ".join(problems))
     catalog_dir = cfg.get("gpufleet_catalog_dir")

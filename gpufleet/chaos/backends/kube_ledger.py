@@ -23,7 +23,7 @@ from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
 
-from gpufleet.chaos.backends.kubernetes import core_api
+from gpufleet.chaos.backends.kubernetes import api_error, core_api
 from gpufleet.core.ledger_location import configmap_ledger
 
 MERGE = "application/merge-patch+json"
@@ -90,19 +90,26 @@ class ConfigMapStore:
 
     def __init__(self, conn: dict[str, Any], namespace: str, name: str) -> None:
         self.conn, self.namespace, self.name = conn, namespace, name
+        self._api: Any = None
+
+    @property
+    def api(self) -> Any:
+        """One CoreV1Api for the store's life: a record and the pending read after it share it."""
+        if self._api is None:
+            self._api = core_api(self.conn)
+        return self._api
 
     @property
     def where(self) -> str:
         return configmap_ledger(self.namespace, self.name)
 
     def _fail(self, what: str, e: Any) -> ActivityFailed:
-        return ActivityFailed(
-            f"fault ledger {self.where}: {what}: {e.status} {e.reason}: {str(e.body)[:300]}")
+        return api_error(f"fault ledger {self.where}: {what}", e)
 
     def append(self, obj: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        api = core_api(self.conn)
+        api = self.api
         patch = {"data": {entry_key(obj): entry_value(obj)}}
         try:
             resp = api.patch_namespaced_config_map(self.name, self.namespace, patch, _content_type=MERGE,
@@ -142,7 +149,7 @@ class ConfigMapStore:
     def objects(self) -> Iterator[dict[str, Any]]:
         from kubernetes.client.exceptions import ApiException
 
-        api = core_api(self.conn)
+        api = self.api
         try:
             resp = api.read_namespaced_config_map(self.name, self.namespace, _preload_content=False)
         except ApiException as e:

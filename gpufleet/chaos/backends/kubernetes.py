@@ -124,13 +124,18 @@ def lease_api(conn: dict[str, Any]) -> Any:
     return client.CoordinationV1Api(api_client(conn))
 
 
+def api_error(what: str, e: Any) -> ActivityFailed:
+    """An API server's refusal as an activity failure: what was tried, status, reason, body head."""
+    return ActivityFailed(f"{what}: {e.status} {e.reason}: {str(e.body)[:300]}")
+
+
 def _call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     from kubernetes.client.exceptions import ApiException
 
     try:
         return fn(*args, **kwargs)
     except ApiException as e:
-        raise ActivityFailed(f"Kubernetes {what}: {e.status} {e.reason}: {str(e.body)[:300]}") from None
+        raise api_error(f"Kubernetes {what}", e) from None
 
 
 def _raw(what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -139,14 +139,23 @@ def test_a_full_configmap_is_pruned_in_a_second_patch(
 
 
 def test_a_configmap_ledger_needs_the_kubernetes_backend(tmp_path: Path) -> None:
-    with pytest.raises(InvalidActivity, match="needs the kubernetes backend"):
-        engine.parse_settings({"gpufleet_backend": "sandbox", "gpufleet_ledger": "configmap://gd/led"})
+    with pytest.raises(InvalidActivity, match=r"needs the kubernetes backend \(this run's is sandbox\)"):
+        engine.context({"gpufleet_backend": "sandbox", "gpufleet_ledger": "configmap://gd/led"})
     with pytest.raises(InvalidActivity, match="expected configmap://<namespace>/<name>"):
         engine.parse_settings({"gpufleet_ledger": "configmap://gd"})
-    # The stack's game-day backend is the sandbox's: refused when the ledger is opened.
-    ctx = engine.context({"gpufleet_stack": "sandbox", "gpufleet_ledger": "configmap://gd/led"})
+    # The stack's game-day backend is the sandbox's: refused as soon as the backend is known.
     with pytest.raises(InvalidActivity, match="needs the kubernetes backend"):
-        _ = ctx.ledger
+        engine.context({"gpufleet_stack": "sandbox", "gpufleet_ledger": "configmap://gd/led"})
+    with pytest.raises(InvalidActivity, match="needs the kubernetes backend"):
+        engine.ledger_of({"gpufleet_stack": "sandbox", "gpufleet_ledger": "configmap://gd/led"})
+
+
+def test_a_context_opens_its_configmap_ledger_once(api_server: Any) -> None:
+    ctx = engine.context({"gpufleet_backend": "kubernetes", "gpufleet_k8s_host": api_server.url,
+                          "gpufleet_ledger": "configmap://gd/led"})
+    assert ctx.ledger is ctx.ledger
+    store = ctx.ledger.store
+    assert isinstance(store, ConfigMapStore) and store.api is store.api
 
 
 def test_cli_names_a_malformed_configmap_ledger() -> None:
