@@ -15,7 +15,9 @@ A fault that starts just after a collection is seen, at the latest, after the su
 Which alerts a class's detect budget binds (`budget_alerts`): the game-day's detection of a fault is the
 first of its own alert firing, the node-local health check and the scheduler noticing the node. An
 alert binds the budget only where it is that first detection: a critical (paging) alert of a fault of
-the class, for the stack's vendors, whose fault has no health check, outside the classes the
+the class, for the stack's vendors, whose fault has no health check that the stack's node health
+check reads (PathSettings.health_sources: the NPD script of a Kubernetes stack reads only XIDs and
+fabric ports, infra.npd_check), outside the classes the
 scheduler itself notices (a node that stops answering), and not an alert that groups other faults'
 alerts (FabricSwitchDown: its ports go down with it and are detected per port first).
 """
@@ -25,10 +27,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import get_args
 
 from gpufleet.catalog.exporters import RECORDING_PREFIX, Exporters
 from gpufleet.catalog.load import Catalog
-from gpufleet.catalog.model import Fault
+from gpufleet.catalog.model import Fault, HealthCheck
 from gpufleet.catalog.promql import metric_names
 from gpufleet.catalog.rules import RuleSettings, effective_for, render_expr, seconds
 from gpufleet.core.errors import Problem
@@ -54,6 +57,11 @@ class ExporterTiming:
     scrape_source: str
 
 
+# Every HealthCheck.source (catalog.model): what `gpufleet node-health` reads on a Slurm node and in
+# the sandbox.
+ALL_HEALTH_SOURCES = frozenset(get_args(HealthCheck.model_fields["source"].annotation))
+
+
 @dataclass(frozen=True)
 class PathSettings:
     """What the detection path of the stack's alerts depends on."""
@@ -65,6 +73,9 @@ class PathSettings:
     group_wait_s: Mapping[str, tuple[float, str]] | None
     rules: RuleSettings
     vendors: frozenset[str]
+    # The health-check sources the stack's node health check reads (catalog HealthCheck.source): a
+    # fault whose check reads another source is detected by its alert there.
+    health_sources: frozenset[str] = ALL_HEALTH_SOURCES
 
 
 @dataclass(frozen=True)
@@ -160,13 +171,16 @@ def can_fire(fault: Fault, catalog: Catalog, exporters: Exporters, st: PathSetti
     return False
 
 
-def budget_alerts(catalog: Catalog, cls: FaultClass, vendors: frozenset[str]) -> list[Fault]:
-    """The faults whose alert is the first detection of a fault of `cls` (see the module's doc)."""
+def budget_alerts(catalog: Catalog, cls: FaultClass, vendors: frozenset[str],
+                  health_sources: frozenset[str] = ALL_HEALTH_SOURCES) -> list[Fault]:
+    """The faults whose alert is the first detection of a fault of `cls` (see the module's doc);
+    a health check counts where the stack's node health check reads its source."""
     if cls in SCHEDULER_DETECTED:
         return []
     return [
         f for f in catalog.of_class(cls)
-        if f.alert is not None and f.severity == Severity.CRITICAL and f.health_check is None
+        if f.alert is not None and f.severity == Severity.CRITICAL
+        and (f.health_check is None or f.health_check.source not in health_sources)
         and (f.vendor is None or f.vendor in vendors) and f.alert.name not in GROUPING_ALERTS
     ]
 
@@ -182,7 +196,7 @@ def budget_problems(catalog: Catalog, exporters: Exporters, detect_budgets: Mapp
     out = []
     used: set[str] = set()
     for cls, budget in detect_budgets.items():
-        for fault in budget_alerts(catalog, cls, st.vendors):
+        for fault in budget_alerts(catalog, cls, st.vendors, st.health_sources):
             if not can_fire(fault, catalog, exporters, st):
                 continue
             path = detection_path(fault, catalog, exporters, st)
@@ -203,15 +217,16 @@ def budget_problems(catalog: Catalog, exporters: Exporters, detect_budgets: Mapp
         if fault.fault_class not in detect_budgets:
             out.append(Problem(at, f"its class {fault.fault_class.value} has no budget in {where}.budgets"))
         else:
-            budgeted = fault in budget_alerts(catalog, fault.fault_class, st.vendors)
+            budgeted = fault in budget_alerts(catalog, fault.fault_class, st.vendors, st.health_sources)
             why = ("no exporter it reads runs where this stack runs" if budgeted
-                   else unbudgeted_reason(fault, st.vendors))
+                   else unbudgeted_reason(fault, st.vendors, st.health_sources))
             out.append(Problem(at, f"{fid}'s alert does not time its detection on this stack ({why}): "
                                    "drop the key"))
     return out
 
 
-def unbudgeted_reason(fault: Fault, vendors: frozenset[str]) -> str:
+def unbudgeted_reason(fault: Fault, vendors: frozenset[str],
+                      health_sources: frozenset[str] = ALL_HEALTH_SOURCES) -> str:
     """Why a fault's alert binds no detect budget (budget_alerts)."""
     if fault.alert is None:
         return "it has no alert"
@@ -219,7 +234,7 @@ def unbudgeted_reason(fault: Fault, vendors: frozenset[str]) -> str:
         return "the scheduler notices its class first"
     if fault.severity != Severity.CRITICAL:
         return f"its alert is {fault.severity.value}, not a page"
-    if fault.health_check is not None:
+    if fault.health_check is not None and fault.health_check.source in health_sources:
         return "the node health check detects it first"
     if fault.vendor is not None and fault.vendor not in vendors:
         return f"the stack has no {fault.vendor} accelerators"

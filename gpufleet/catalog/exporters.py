@@ -19,7 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from gpufleet.catalog.model import Model
+from gpufleet.catalog.injection import ExporterInject
+from gpufleet.catalog.model import Fault, Model
 from gpufleet.catalog.promql import metric_names
 from gpufleet.core.errors import Problem
 from gpufleet.core.inputs import load_yaml_model
@@ -112,6 +113,29 @@ def signal_problems(readers: Iterable[Reader], exporters: Exporters, recorded: s
                        "declare the exporter and setting that produce it"
                 out.append(Problem(r.where, f"reads {name}, which no exporter in exporters.yaml "
                                             f"produces: {hint}"))
+    return out
+
+
+def vendor_series_problems(faults: Iterable[Fault], exporters: Exporters) -> list[Problem]:
+    """A problem per `exporter-inject` or `exporter-field` series that the exporter of the fault's
+    own vendor does not declare (a series of another vendor, of no exporter, or a fault with no
+    vendor): what is injected and checked is what that exporter really publishes."""
+    out = []
+    for f in faults:
+        named: list[tuple[str, str]] = []
+        inj = f.injection
+        if isinstance(inj, ExporterInject):
+            named.append(("injection.metric", inj.metric))
+        if f.health_check is not None and f.health_check.metric is not None:
+            named.append(("healthCheck.metric", f.health_check.metric))
+        for where, metric in named:
+            found = exporters.producer(metric)
+            if f.vendor is None or f.vendor == "nvidia":
+                out.append(Problem(f"{f.id}.{where}", "an exporter series is for an AMD or Huawei fault "
+                                   "(`vendor`); NVIDIA's are DCGM fields (dcgm-inject, dcgm-field)"))
+            elif found is None or found[1].vendor != f.vendor:
+                out.append(Problem(f"{f.id}.{where}", f"{metric} is not a series of the {f.vendor} "
+                                   "exporter in exporters.yaml"))
     return out
 
 

@@ -21,6 +21,7 @@ from gpufleet.catalog.exporters import (
     collectors_csv,
     load_exporters,
     signal_problems,
+    vendor_series_problems,
 )
 from gpufleet.catalog.injection import Capabilities
 from gpufleet.catalog.load import Catalog
@@ -59,6 +60,7 @@ def check_signals(catalog: Catalog, exporters: Exporters, board: dict[str, Any])
     """Refuse a rule or panel that reads a series no declared exporter produces (for a DCGM field:
     that the generated collectors file would not collect). Raises InputError naming each."""
     problems = signal_problems(readers(rule_groups(catalog), board), exporters, recorded_names(catalog))
+    problems += vendor_series_problems(catalog, exporters)
     if problems:
         raise InputError(str(EXPORTERS_FILE), problems)
 

@@ -85,6 +85,17 @@ class DcgmInject(InjectionModel):
         return self
 
 
+class ExporterInject(InjectionModel):
+    """A value written into one GPU's series of its vendor's exporter (AMD's device-metrics-exporter,
+    Huawei's npu-exporter), read from then on as `dcgm-inject` does for a DCGM field: the vendors
+    have no XIDs, their faults are these health and error series. `metric` must be a series the
+    fault's vendor's exporter declares in exporters.yaml (checked when the catalog is generated)."""
+
+    method: Literal["exporter-inject"] = "exporter-inject"
+    metric: Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")]
+    value: int | float
+
+
 class NodeCrash(InjectionModel):
     """Every process of the node dies at once (a power loss / kernel crash)."""
 
@@ -241,13 +252,13 @@ class NicRemove(InjectionModel):
 
 
 AnyInjection = (
-    DcgmInject | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap | LinkDegrade | StorageOutage
+    DcgmInject | ExporterInject | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap | LinkDegrade | StorageOutage
     | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove | OsdKill | OsdHang | OsdNearFull
     | ObjectStoreOutage | BucketLoss
 )
 Injection = Annotated[AnyInjection, Field(discriminator="method")]
 INJECTION_MODELS: tuple[type[InjectionModel], ...] = (
-    DcgmInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade, StorageOutage,
+    DcgmInject, ExporterInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade, StorageOutage,
     StorageSlow, KillRank, HostSignal, SwitchDown, NicRemove, OsdKill, OsdHang, OsdNearFull,
     ObjectStoreOutage, BucketLoss,
 )

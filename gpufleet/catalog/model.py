@@ -65,6 +65,8 @@ class HealthCheck(Model):
     source:
       xid        - the XID codes in `xids` seen in the kernel log / XID field since the last check
       dcgm-field - DCGM field `fieldId` compared with `threshold` (`op`), per GPU
+      exporter-field - a vendor exporter's per-GPU series `metric` (AMD's device-metrics-exporter,
+                   Huawei's npu-exporter; exporters.yaml) compared with `threshold` (`op`)
       link       - fabric port state (down = fault) or error-counter growth
       mount      - the checkpoint mount answers a stat within `threshold` seconds
       host       - a host signal (`signal`, see HOST_SIGNALS) compared with `threshold` (`op`)
@@ -72,9 +74,10 @@ class HealthCheck(Model):
     signal matches a port that is down.
     """
 
-    source: Literal["xid", "dcgm-field", "link", "mount", "host"]
+    source: Literal["xid", "dcgm-field", "exporter-field", "link", "mount", "host"]
     xids: list[int] | None = None
     field_id: int | None = None
+    metric: Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")] | None = None
     op: Literal[">", ">=", "==", "!="] = ">"
     threshold: float | None = None
     signal: str | None = None
@@ -85,6 +88,10 @@ class HealthCheck(Model):
             raise ValueError("source xid needs xids")
         if self.source == "dcgm-field" and (self.field_id is None or self.threshold is None):
             raise ValueError("source dcgm-field needs fieldId and threshold")
+        if self.source == "exporter-field" and (self.metric is None or self.threshold is None):
+            raise ValueError("source exporter-field needs metric and threshold")
+        if self.source != "exporter-field" and self.metric is not None:
+            raise ValueError(f"source {self.source} takes no metric")
         if self.source == "host" and (self.signal not in HOST_SIGNALS or self.threshold is None):
             raise ValueError(f"source host needs threshold and a signal of {sorted(HOST_SIGNALS)}")
         if self.source == "link" and self.signal not in (None, "absent"):
@@ -189,6 +196,17 @@ class Fault(Model):
             if name == backend:
                 return inj
         return self.injection
+
+    @property
+    def gpu_vendor(self) -> str | None:
+        """Whose accelerators the fault can happen on: `vendor`, else NVIDIA for a fault spoken in
+        XIDs or DCGM fields (only NVIDIA has them), else None (any node)."""
+        if self.vendor is not None:
+            return self.vendor
+        dcgm = (self.xid is not None or self.dcgm_health is not None
+                or (self.injection is not None and self.injection.method == "dcgm-inject")
+                or (self.health_check is not None and self.health_check.source == "dcgm-field"))
+        return "nvidia" if dcgm else None
 
     @property
     def runbook(self) -> str | None:

@@ -70,6 +70,19 @@ class Experiment:
     fault_ids: tuple[str, ...] = ()  # the catalog faults its method injects (fault_id_of)
 
     @property
+    def gpu_vendors(self) -> frozenset[str]:
+        """The accelerator vendors its faults need (catalog Fault.gpu_vendor); empty: any node."""
+        out = set()
+        for fid in self.fault_ids:
+            try:
+                vendor = catalog().get(fid).gpu_vendor
+            except (KeyError, InputError):
+                continue
+            if vendor is not None:
+                out.add(vendor)
+        return frozenset(out)
+
+    @property
     def fault_class(self) -> str | None:
         """`gpufleet_fault_class` when the experiment sets it (the chaos extension checks that it
         agrees with the fault's), else the class of the first fault its method injects."""
@@ -215,11 +228,13 @@ def load_experiment(path: Path) -> Experiment:
 
 
 def select(
-    experiments: list[Experiment], backend: str, names: list[str] | None
+    experiments: list[Experiment], backend: str, names: list[str] | None,
+    vendors: frozenset[str] | None = None,
 ) -> list[Experiment]:
-    """The suite: the named experiments in the order given, else every one tagged for `backend`
-    and not tagged `known-issue`, sorted by (order, name). Unknown names are an input error
-    listing what exists."""
+    """The suite: the named experiments in the order given, else every one tagged for `backend`,
+    not tagged `known-issue` and whose faults can happen on the stack's accelerators (`vendors`;
+    None: any), sorted by (order, name). Unknown names are an input error listing what exists; a
+    named experiment of another vendor's faults is one too (it could only fail at injection)."""
     by_name = {e.name: e for e in experiments}
     if names:
         unknown = [n for n in names if n not in by_name]
@@ -228,9 +243,21 @@ def select(
             raise InputError(
                 "--experiments", [Problem(n, f"no experiment file {n}.json; known: {known}") for n in unknown]
             )
+        wrong = [by_name[n] for n in names if not fits(by_name[n], vendors)]
+        if wrong and vendors is not None:
+            have = ", ".join(sorted(vendors))
+            raise InputError("--experiments", [
+                Problem(e.name, f"injects faults of {', '.join(sorted(e.gpu_vendors))} accelerators; "
+                                f"the stack has {have}") for e in wrong])
         return [by_name[n] for n in names]
-    chosen = (e for e in experiments if backend in e.tags and KNOWN_ISSUE_TAG not in e.tags)
+    chosen = (e for e in experiments
+              if backend in e.tags and KNOWN_ISSUE_TAG not in e.tags and fits(e, vendors))
     return sorted(chosen, key=lambda e: (e.order, e.name))
+
+
+def fits(experiment: Experiment, vendors: frozenset[str] | None) -> bool:
+    """Whether the experiment's faults can happen on accelerators of `vendors` (None: any)."""
+    return vendors is None or experiment.gpu_vendors <= vendors
 
 
 def left_out(experiments: list[Experiment], backend: str) -> list[str]:

@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "when it is visible and every fabric port is absent, the ports are gone (failed NICs), "
                    "not in another network namespace")
     p.add_argument("--checkpoint-mount", type=Path, help="check that this mount answers a stat in time")
+    p.add_argument("--exporter-url", help="an AMD or Ascend node: read the GPUs from the node's own "
+                   "exporter instead of DCGM/NVML (device-metrics-exporter http://127.0.0.1:5000/metrics, "
+                   "npu-exporter's /metrics); the catalog's exporter-field checks read its series")
     p.add_argument("--lock-file", type=Path, help="one check at a time per node (default under /run/lock)")
     sb = p.add_argument_group("sandbox")
     sb.add_argument("--sandbox", action="store_true", help="read the sandbox node agent instead of DCGM/NVML")
@@ -106,17 +109,23 @@ def gather_real(args: argparse.Namespace, now: float) -> Observations:
     unknown: list[str] = []
     gpus: list[GpuReading] | None = None
     pci: dict[str, int] = {}
-    try:
-        gpus, pci = S.read_nvml()
-    except S.SourceError as e:
-        nvml_err = str(e)
+    if args.exporter_url:
+        try:
+            gpus = S.read_exporter(args.exporter_url)
+        except S.SourceError as e:
+            unknown.append(f"no GPU source: {e}")
     else:
-        nvml_err = ""
-    try:
-        gpus = S.read_dcgm()  # DCGM has more fields; NVML still gave the PCI map
-    except S.SourceError as e:
-        if gpus is None:
-            unknown.append(f"no GPU source: {e}; {nvml_err}")
+        try:
+            gpus, pci = S.read_nvml()
+        except S.SourceError as e:
+            nvml_err = str(e)
+        else:
+            nvml_err = ""
+        try:
+            gpus = S.read_dcgm()  # DCGM has more fields; NVML still gave the PCI map
+        except S.SourceError as e:
+            if gpus is None:
+                unknown.append(f"no GPU source: {e}; {nvml_err}")
     try:
         xids = S.read_kernel_log(args.kernel_log, pci, now) if args.kernel_log else S.read_dmesg(pci, now)
     except S.SourceError as e:

@@ -4,7 +4,8 @@
   (an XID 45 burst after another XID is an echo and never drains), escalated with
   `escalated_action` over the history in the escalation window (e.g. a second XID 79 in a week on
   one node -> replace). Only XIDs after the GPU's last reset / node reboot are current faults.
-- DCGM fields: every catalog fault with a `dcgm-field` health check, per GPU.
+- DCGM fields: every catalog fault with a `dcgm-field` health check, per GPU; the other vendors'
+  exporter series likewise (`exporter-field`).
 - Links: every catalog fault of class fabric-link-down with a `link` check, per fabric port.
 - Mount: every catalog fault with a `mount` check, when a mount was checked.
 - Host: every catalog fault with a `host` check (BMC sensors, EDAC, local disk, port counters).
@@ -136,16 +137,22 @@ def xid_findings(obs: Observations, catalog: Catalog, table: Mapping[int, XidRul
 
 
 def field_findings(obs: Observations, catalog: Catalog) -> list[Finding]:
+    """DCGM fields (`dcgm-field`) and the other vendors' exporter series (`exporter-field`)."""
     out = []
     for fault in catalog:
         hc = fault.health_check
-        if hc is None or hc.source != "dcgm-field" or hc.field_id is None or hc.threshold is None:
+        if hc is None or hc.threshold is None:
             continue
         for g in obs.gpus or ():
-            v = g.fields.get(hc.field_id)
+            if hc.source == "dcgm-field" and hc.field_id is not None:
+                v, what = g.fields.get(hc.field_id), f"DCGM field {hc.field_id}"
+            elif hc.source == "exporter-field" and hc.metric is not None:
+                v, what = g.metrics.get(hc.metric), hc.metric
+            else:
+                continue
             if v is not None and _OPS[hc.op](v, hc.threshold):
                 out.append(Finding(fault.id, fault.title, fault.action, g.index, None, fault.xid, None,
-                                   f"DCGM field {hc.field_id} = {v:g} {hc.op} {hc.threshold:g}"))
+                                   f"{what} = {v:g} {hc.op} {hc.threshold:g}"))
     return out
 
 

@@ -23,6 +23,7 @@ class XidSeen:
 class GpuReading:
     index: int
     fields: dict[int, float] = field(default_factory=dict)  # DCGM field id -> value
+    metrics: dict[str, float] = field(default_factory=dict)  # AMD / Ascend exporter series -> value
     reset_at: float | None = None  # last GPU reset / node reboot: older XIDs are history only
 
 

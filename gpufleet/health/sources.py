@@ -139,6 +139,7 @@ def agent_readings(doc: dict[str, Any]) -> tuple[list[GpuReading], dict[str, int
     for g in doc["gpus"]:
         idx = int(g["index"])
         gpus.append(GpuReading(idx, {int(k): float(v) for k, v in g.get("fields", {}).items()},
+                               {str(k): float(v) for k, v in g.get("metrics", {}).items()},
                                g.get("reset_at")))
         if g.get("pci_bus_id"):
             pci[normalize_pci(str(g["pci_bus_id"]))] = idx
@@ -147,6 +148,47 @@ def agent_readings(doc: dict[str, Any]) -> tuple[list[GpuReading], dict[str, int
 
 
 # --------------------------------------------------------------------------- real GPUs
+
+# The label that numbers the GPUs in each vendor exporter's series (exporters.yaml):
+# device-metrics-exporter's gpu_id, npu-exporter's id.
+GPU_INDEX_LABELS = ("gpu_id", "id")
+
+
+def parse_exporter(text: str) -> list[GpuReading]:
+    """Per-GPU series of an AMD or Ascend exporter's /metrics text: every sample that carries a GPU
+    index label, by index (a series the catalog does not read is kept and ignored)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    by_gpu: dict[int, dict[str, float]] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for sample in fam.samples:
+                label = next((k for k in GPU_INDEX_LABELS if k in sample.labels), None)
+                if label is None:
+                    continue
+                try:
+                    idx = int(sample.labels[label])
+                except ValueError:
+                    continue
+                by_gpu.setdefault(idx, {})[sample.name] = float(sample.value)
+    except ValueError as e:
+        raise SourceError(f"exporter text unreadable: {e}") from None
+    return [GpuReading(i, metrics=m) for i, m in sorted(by_gpu.items())]
+
+
+def read_exporter(url: str, timeout: float = 5.0) -> list[GpuReading]:
+    import httpx
+
+    try:
+        r = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as e:
+        raise SourceError(f"exporter {url}: {e}") from None
+    if r.status_code != 200:
+        raise SourceError(f"exporter {url} answered HTTP {r.status_code}")
+    gpus = parse_exporter(r.text)
+    if not gpus:
+        raise SourceError(f"exporter {url} publishes no per-GPU series ({'/'.join(GPU_INDEX_LABELS)} label)")
+    return gpus
 
 
 DMON_FIELDS = (230, 310, 311, 393, 394, 395, 396, 150, 409)

@@ -28,6 +28,7 @@ import pulumi_kubernetes as k8s
 from pydantic import ValidationError
 
 from gpufleet.catalog.detection import (
+    ALL_HEALTH_SOURCES,
     ExporterTiming,
     PathSettings,
     budget_problems,
@@ -38,10 +39,11 @@ from gpufleet.catalog.exporters import DCGM_EXPORTER, load_exporters
 from gpufleet.catalog.load import load_catalog
 from gpufleet.catalog.rules import RUNBOOK_BASE, RuleSettings, rule_groups
 from gpufleet.config.accelerators import accelerator_spec
-from gpufleet.config.model import MonitoringSpec, StackSpec, duration_seconds
+from gpufleet.config.model import MonitoringSpec, SchedulerKind, StackSpec, duration_seconds
 from gpufleet.core.errors import Problem
 from gpufleet.infra.charts import CHARTS, chart_install, chart_namespace, custom_resource
 from gpufleet.infra.common import MANAGED_BY, child, secret_input
+from gpufleet.infra.npd_check import NPD_HEALTH_SOURCES
 
 # prometheus-operator RelabelConfig: the target pod's node name into `node` (kube-prometheus-stack
 # 72.6.2 values.yaml shows the same source label under prometheus-node-exporter.prometheus.monitor).
@@ -131,7 +133,9 @@ def path_settings(spec: StackSpec) -> PathSettings:
         exporters=timings, evaluation_s=duration_seconds(mon.evaluation_interval),
         evaluation_source="monitoring.evaluationInterval", group_wait_s=waits,
         rules=rule_settings(spec),
-        vendors=frozenset(accelerator_spec(p.accelerator).vendor.value for p in spec.node_pools))
+        vendors=frozenset(accelerator_spec(p.accelerator).vendor.value for p in spec.node_pools),
+        health_sources=ALL_HEALTH_SOURCES if sandbox or spec.scheduler.kind == SchedulerKind.SLURM
+        else NPD_HEALTH_SOURCES)
 
 
 def detection_budget_problems(spec: StackSpec) -> list[Problem]:

@@ -21,6 +21,11 @@ from collections.abc import Mapping
 from gpufleet.catalog import XidRule, isolating_xids
 
 SCRIPT_NAME = "gpufleet-node-health.sh"
+# The catalog's health-check sources this script reads (HealthCheck.source): an isolating XID in the
+# kernel log and InfiniBand port state. A fault checked from another source (a DCGM field, a vendor
+# exporter's series, a host signal) is detected by its alert on a Kubernetes stack
+# (catalog.detection.budget_alerts).
+NPD_HEALTH_SOURCES = frozenset({"xid", "link"})
 MAX_OUTPUT = 200  # NPD pluginConfig.max_output_length the plugin config sets
 
 _TEMPLATE = r"""#!/bin/sh

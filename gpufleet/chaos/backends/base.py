@@ -23,6 +23,7 @@ from gpufleet.catalog.injection import (
     AnyInjection,
     BucketLoss,
     DcgmInject,
+    ExporterInject,
     HostSignal,
     InjectionModel,
     KillRank,
@@ -157,6 +158,8 @@ class Backend:
         match injection:
             case DcgmInject():
                 return self.plan_dcgm_inject(node, gpu, injection)
+            case ExporterInject():
+                return self.plan_exporter_inject(node, gpu, injection)
             case NodeCrash():
                 return self.plan_node_crash(node)
             case NodeHang():
@@ -201,6 +204,9 @@ class Backend:
 
     def plan_dcgm_inject(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
         raise self._unsupported("dcgm-inject")
+
+    def plan_exporter_inject(self, node: str, gpu: int, inj: ExporterInject) -> Plan:
+        raise self._unsupported("exporter-inject")
 
     def plan_node_crash(self, node: str) -> Plan:
         raise self._unsupported("node-crash")

@@ -20,6 +20,7 @@ from chaoslib.exceptions import ActivityFailed, InvalidActivity
 
 from gpufleet.catalog.injection import (
     DcgmInject,
+    ExporterInject,
     HostSignal,
     InjectionModel,
     KillRank,
@@ -75,8 +76,8 @@ logger = logging.getLogger("chaostoolkit")
 class SandboxBackend(Backend):
     name = "sandbox"
     capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset({
-        DcgmInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade, StorageOutage,
-        KillRank, HostSignal, SwitchDown, NicRemove,
+        DcgmInject, ExporterInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
+        StorageOutage, KillRank, HostSignal, SwitchDown, NicRemove,
     })
     not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {
         StorageSlow: "the sandbox's checkpoint store is a local directory; slowing it needs a "
@@ -186,18 +187,23 @@ class SandboxBackend(Backend):
 
     # ------------------------------------------------------------ GPU
     def plan_dcgm_inject(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
+        body = {"gpu": gpu, "field_id": inj.field_id, "value": inj.value, "kmsg": inj.kmsg, "burst": inj.burst}
+        return self._agent_inject("dcgm-inject", node, gpu, body,
+                                  f"DCGM field {inj.field_id}={inj.value}")
+
+    def plan_exporter_inject(self, node: str, gpu: int, inj: ExporterInject) -> Plan:
+        """The node agent speaks the stack's vendor's exporter format (docs/node-agent.md) and
+        refuses a series that format lacks."""
+        body = {"gpu": gpu, "metric": inj.metric, "value": inj.value}
+        return self._agent_inject("exporter-inject", node, gpu, body, f"{inj.metric}={inj.value}")
+
+    def _agent_inject(self, method: str, node: str, gpu: int, body: dict[str, Any], what: str) -> Plan:
+        """POST /inject to the node's agent; undone by clearing the GPU (a GPU reset)."""
         n = self._node(node)
         if n.agent_socket is None:
             raise ActivityFailed(f"node {node} has no agent socket in the sandbox state")
         if not 0 <= gpu < max(n.gpus, 1):
             raise InvalidActivity(f"node {node} has GPUs 0..{n.gpus - 1}, not {gpu}")
-        body = {
-            "gpu": gpu,
-            "field_id": inj.field_id,
-            "value": inj.value,
-            "kmsg": inj.kmsg,
-            "burst": inj.burst,
-        }
         sock, token = n.agent_socket, self.state.agent_token_file
         rb = Rollback(
             "sandbox.agent-clear",
@@ -213,14 +219,8 @@ class SandboxBackend(Backend):
         def apply() -> dict[str, Any]:
             return {"agent": agent_request(sock, token, "POST", "/inject", body) or {}}
 
-        return Plan(
-            "dcgm-inject",
-            {"node": node, "gpu": gpu},
-            body,
-            rb,
-            apply,
-            f"inject DCGM field {body['field_id']}={body['value']} on {node} GPU {gpu} via {sock}",
-        )
+        return Plan(method, {"node": node, "gpu": gpu}, body, rb, apply,
+                    f"inject {what} on {node} GPU {gpu} via {sock}")
 
     # ------------------------------------------------------------ node
     def _daemons(self, n: SandboxNode) -> list[dict[str, Any]]:

@@ -11,6 +11,10 @@ from gpufleet.chaos import engine
 __all__ = ["clear_gpu_faults", "inject_gpu_fault"]
 
 
+# The ledger kinds of GPU faults: DCGM fields (NVIDIA) and the other vendors' exporter series.
+GPU_INJECTIONS = frozenset({"dcgm-inject", "exporter-inject"})
+
+
 def inject_gpu_fault(
     fault_id: str,
     node: str,
@@ -19,10 +23,10 @@ def inject_gpu_fault(
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
-    """Inject the catalog GPU fault `fault_id` (e.g. `gpu-xid-79`) on one GPU of `node`, the way the
-    catalog's injection entry for the configured backend says: a DCGM field injection
-    (`dcgmi test --inject` semantics) and, where the entry says `kmsg`, an `NVRM: Xid` kernel-log
-    line. Written to the fault ledger first; undone by `clear_gpu_faults` (rollback: GPU clear and
+    """Inject the catalog GPU fault `fault_id` (e.g. `gpu-xid-79`, `amd-gpu-unhealthy`) on one GPU of
+    `node`, the way the catalog's injection entry for the configured backend says: a DCGM field
+    injection (`dcgmi test --inject` semantics) and, where the entry says `kmsg`, an `NVRM: Xid`
+    kernel-log line; on an AMD or Ascend node, a value of its vendor exporter's series. Written to the fault ledger first; undone by `clear_gpu_faults` (rollback: GPU clear and
     `scontrol update state=resume` on the sandbox, value 0 injected on Slurm/Kubernetes).
     Faults of isolating classes count against the blast-radius limit."""
     return engine.inject_catalog_fault(configuration, fault_id, node, gpu, allow_spare_exhaustion)
@@ -33,4 +37,4 @@ def clear_gpu_faults(
 ) -> dict[str, Any]:
     """Undo every GPU fault still in the ledger (on `node` only, if given): clears the injected
     fields (a GPU reset) and returns a drained node to service."""
-    return engine.revert_summary(engine.revert(configuration, {"dcgm-inject"}, node))
+    return engine.revert_summary(engine.revert(configuration, GPU_INJECTIONS, node))

@@ -25,6 +25,7 @@ from gpufleet.sandbox.agent.control import serve_control
 from gpufleet.sandbox.agent.exposition import AgentCollector
 from gpufleet.sandbox.agent.fields import MODEL_NAMES
 from gpufleet.sandbox.agent.runtime import Agent
+from gpufleet.sandbox.agent.vendors import vendor_format
 
 log = logging.getLogger("gpufleet.sandbox.agent")
 
@@ -46,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", required=True, help="node name (Hostname label, kernel-log host)")
     p.add_argument("--gpus", type=int, default=8, help="number of fake GPUs")
     p.add_argument("--model", default=AcceleratorModel.H100_SXM.value,
-                   choices=[m.value for m in MODEL_NAMES], help="accelerator model (stack name)")
+                   choices=[m.value for m in AcceleratorModel],
+                   help="accelerator model (stack name): NVIDIA's publish dcgm-exporter's format, AMD's "
+                        "device-metrics-exporter's, Ascend's npu-exporter's")
     p.add_argument("--listen", required=True, help="IP:PORT of /metrics (management network)")
     p.add_argument("--control-socket", required=True, type=Path, help="unix socket of the control API")
     p.add_argument("--token-file", required=True, type=Path, help="file holding the bearer token")
@@ -82,8 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     ifnames = [n.strip() for n in args.fabric_ifnames.split(",") if n.strip()]
+    model = AcceleratorModel(args.model)
+    vendor = vendor_format(model)
     agent = Agent(
-        node=args.node, gpus=args.gpus, model_name=MODEL_NAMES[AcceleratorModel(args.model)],
+        node=args.node, gpus=args.gpus,
+        model_name=vendor.model_label if vendor is not None else MODEL_NAMES[model], vendor=vendor,
         state_dir=args.state_dir, kernel_log=args.kernel_log, fabric_ifnames=ifnames,
         catalog=catalog, xid_rules=rules, link_speed_gbps=args.link_speed_gbps,
     )

@@ -3,6 +3,7 @@
   GET  /healthz            liveness
   GET  /state              injected state, XID events, fabric link state (what node-health reads)
   POST /inject             {"gpu", "field_id", "value", "kmsg"?, "burst"?}  (dcgmi test --inject)
+                           {"gpu", "metric", "value"}  (an AMD / Ascend node: its exporter's series)
   POST /clear              {"gpu": int | null}  (GPU reset / node reboot; null = every GPU)
   POST /host               {"signal", "value" | "add", "kill_processes"?}  (BMC, EDAC, disk, port)
   POST /host/clear         {}  (the node was repaired)
@@ -100,7 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._body()
             if self.path == "/inject":
-                self._reply(200, agent.inject(parse_injection(body, agent.gpus)))
+                self._reply(200, agent.inject(parse_injection(body, agent.gpus, agent.vendor)))
             elif self.path == "/clear":
                 self._reply(200, agent.clear(parse_clear(body, agent.gpus)))
             elif self.path == "/host":

@@ -1,5 +1,6 @@
 """Metric families the agent publishes (pure: state in, prometheus_client families out).
 
+On an AMD or Ascend node the GPU metrics are its vendor's exporter's instead (vendors.py). NVIDIA
 GPU metrics use dcgm-exporter's names and labels (gpu, UUID, device, modelName, Hostname,
 pci_bus_id). dcgm-exporter writes its counters WITHOUT a `_total` suffix (e.g.
 DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, DCGM_FI_DEV_PCIE_REPLAY_COUNTER); prometheus_client's text writer
@@ -29,6 +30,7 @@ from gpufleet.sandbox.agent.fabric import (
     port_rate_bytes,
 )
 from gpufleet.sandbox.agent.state import AgentState
+from gpufleet.sandbox.agent.vendors import VendorFormat
 
 DCGM_LABELS = ["gpu", "UUID", "device", "pci_bus_id", "modelName", "Hostname"]
 
@@ -41,6 +43,7 @@ class Snapshot:
     links: Sequence[LinkStats]
     link_speed_gbps: float | None = None  # the stack's fabric link speed; None: no rate metric
     host: Mapping[str, float] = field(default_factory=dict)  # injected host signals (host.py)
+    vendor: VendorFormat | None = None  # None: NVIDIA, dcgm-exporter's format
 
 
 def gpu_values(snap: Snapshot, gpu: int) -> dict[int, float]:
@@ -60,7 +63,40 @@ def _dcgm_labels(snap: Snapshot, gpu: int) -> list[str]:
             snap.state.node]
 
 
+def vendor_values(snap: Snapshot, gpu: int) -> dict[str, float]:
+    """Every series the vendor's exporter publishes for one GPU: baseline, then injected values,
+    then the link-following series at 0 while the GPU's rail is down (GPU i on rail i mod rails)."""
+    fmt = snap.vendor
+    assert fmt is not None
+    g = snap.state.gpus[gpu]
+    busy = gpu in snap.busy_gpus and not (g.fault is not None and g.fault.fatal)
+    out = {name: (s.busy if busy else s.idle) for name, s in fmt.series.items()}
+    out.update(g.metrics)
+    link_up = snap.links[gpu % len(snap.links)].up if snap.links else True
+    for name, s in fmt.series.items():
+        if s.follows_link and not link_up:
+            out[name] = 0.0
+    return out
+
+
+def vendor_families(snap: Snapshot) -> list[Metric]:
+    """The vendor's exporter's GPU series (both vendors' are gauges: exporters.yaml)."""
+    fmt = snap.vendor
+    assert fmt is not None
+    values = [vendor_values(snap, g.index) for g in snap.state.gpus]
+    out: list[Metric] = []
+    for name, s in fmt.series.items():
+        fam = GaugeMetricFamily(name, s.help, labels=list(fmt.labels))
+        for g in snap.state.gpus:
+            fam.add_metric(list(fmt.label_values(snap.state.node, g.index, fmt.model_label)), values[g.index][name])
+        out.append(fam)
+    return out
+
+
 def families(snap: Snapshot) -> list[Metric]:
+    if snap.vendor is not None:
+        return (vendor_families(snap) + link_families(snap.links, snap.link_speed_gbps)
+                + host.families(snap.host, [link.ifname for link in snap.links]))
     out: list[Metric] = []
     per_gpu = [gpu_values(snap, g.index) for g in snap.state.gpus]
     for fid, spec in F.FIELDS.items():

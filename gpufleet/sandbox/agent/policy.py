@@ -106,6 +106,33 @@ def classify_field(field_id: int, value: float, catalog: Catalog) -> GpuFault | 
     )
 
 
+def classify_metric(metric: str, value: float, catalog: Catalog) -> GpuFault | None:
+    """The catalog fault a vendor exporter's series value matches (its `exporter-field` health
+    check), if any; as classify_field, the highest on the ladder wins."""
+    matches = [
+        f for f in catalog
+        if f.health_check is not None
+        and f.health_check.source == "exporter-field"
+        and f.health_check.metric == metric
+        and f.health_check.threshold is not None
+        and _OPS[f.health_check.op](value, f.health_check.threshold)
+    ]
+    if not matches:
+        return None
+    fault = max(matches, key=lambda f: (is_fatal(f), f.action.rank))
+    # What the vendor's runtime returns to the process (HIP's hipErrorECCNotCorrectable, ACL's
+    # device error) is not modelled per vendor: the rank fails with the fault named.
+    what = "uncorrectable ECC error" if "ecc" in metric else "device error"
+    return GpuFault(
+        fatal=is_fatal(fault),
+        fault_id=fault.id,
+        xid=None,
+        title=fault.title,
+        error=f"device error: {what} ({fault.title}: {metric}={value:g})",
+        kills_process=kills_process(fault),
+    )
+
+
 def worse(a: GpuFault | None, b: GpuFault | None) -> GpuFault | None:
     """The fault to keep when a GPU already holds `a` and `b` arrives: a fatal fault is never
     replaced by a non-fatal one (an XID 45 after an XID 79 leaves the GPU dead); otherwise the

@@ -25,11 +25,12 @@ from typing import Any
 from gpufleet.catalog import Catalog, XidRule, xid_policy
 from gpufleet.sandbox.agent import fields as F
 from gpufleet.sandbox.agent import host, kmsg
-from gpufleet.sandbox.agent.exposition import Snapshot
+from gpufleet.sandbox.agent.exposition import Snapshot, vendor_values
 from gpufleet.sandbox.agent.fabric import SYS_CLASS_NET, read_link, read_shaped_rate
 from gpufleet.sandbox.agent.state import (
     AgentState,
     Injection,
+    MetricInjection,
     clear,
     from_json,
     health_doc,
@@ -38,6 +39,7 @@ from gpufleet.sandbox.agent.state import (
     to_json,
     write_json_atomic,
 )
+from gpufleet.sandbox.agent.vendors import VendorFormat
 
 log = logging.getLogger("gpufleet.sandbox.agent")
 
@@ -72,8 +74,10 @@ class Agent:
         clock: Callable[[], float] = time.time,
         sys_class_net: Path = SYS_CLASS_NET,
         link_speed_gbps: float | None = None,
+        vendor: VendorFormat | None = None,
     ) -> None:
         self.node, self.gpus, self.model_name = node, gpus, model_name
+        self.vendor = vendor  # None: NVIDIA (dcgm-exporter's format); else the vendor's exporter
         self.state_dir, self.kernel_log = state_dir, kernel_log
         self.fabric_ifnames = list(fabric_ifnames)
         self.link_speed_gbps = link_speed_gbps
@@ -119,11 +123,11 @@ class Agent:
             return None
         return (pid, name) if _pid_alive(pid) else None
 
-    def inject(self, inj: Injection) -> dict[str, Any]:
+    def inject(self, inj: Injection | MetricInjection) -> dict[str, Any]:
         with self._lock:
             now = self.clock()
             self.state, events = inject(self.state, inj, self.catalog, self.xid_rules, now)
-            if inj.kmsg and events:
+            if isinstance(inj, Injection) and inj.kmsg and events:
                 proc = self.proc_of(inj.gpu)
                 fault = self.catalog.by_xid().get(events[0].xid)
                 text = (fault.title if fault else f"Xid {events[0].xid}") + "."
@@ -135,8 +139,7 @@ class Agent:
                 ])
             self._persist()
             g = self.state.gpus[inj.gpu]
-            log.info("inject gpu=%d field=%d value=%g burst=%d kmsg=%s -> fault=%s", inj.gpu, inj.field_id,
-                     inj.value, inj.burst, inj.kmsg, g.fault)
+            log.info("inject gpu=%d %s -> fault=%s", inj.gpu, inj, g.fault)
             return {"gpu": inj.gpu, "fatal": bool(g.fault and g.fault.fatal),
                     "fault_id": g.fault.fault_id if g.fault else None, "events": len(events)}
 
@@ -181,7 +184,7 @@ class Agent:
                 dataclasses.replace(link, shaped_rate=read_shaped_rate(link.ifname)) if link.present else link
                 for link in links
             ]
-        return Snapshot(state, self.model_name, busy, links, self.link_speed_gbps, dict(self.host))
+        return Snapshot(state, self.model_name, busy, links, self.link_speed_gbps, dict(self.host), self.vendor)
 
     def state_doc(self) -> dict[str, Any]:
         snap = self.snapshot()
@@ -190,6 +193,9 @@ class Agent:
             g["uuid"] = F.gpu_uuid(self.node, g["index"])
             g["pci_bus_id"] = F.pci_bus_id(g["index"])
             g["busy"] = g["index"] in snap.busy_gpus
+            if self.vendor is not None:  # what the vendor's exporter reads now, links applied
+                g["metrics"] = vendor_values(snap, g["index"])
+        doc["vendor"] = self.vendor.vendor.value if self.vendor is not None else "nvidia"
         doc["model_name"] = self.model_name
         doc["kernel_log"] = str(self.kernel_log)
         doc["fabric"] = [

@@ -18,7 +18,8 @@ from typing import Any
 
 from gpufleet.catalog import Catalog, XidRule
 from gpufleet.sandbox.agent import fields as F
-from gpufleet.sandbox.agent.policy import GpuFault, classify_field, classify_xid, worse
+from gpufleet.sandbox.agent.policy import GpuFault, classify_field, classify_metric, classify_xid, worse
+from gpufleet.sandbox.agent.vendors import VendorFormat
 
 MAX_EVENTS = 1000  # XID events kept for /state (bounded memory and state file)
 MAX_BURST = 1000
@@ -34,6 +35,15 @@ class Injection:
 
 
 @dataclass(frozen=True)
+class MetricInjection:
+    """A value written into one GPU's series of its vendor's exporter (vendors.py)."""
+
+    gpu: int
+    metric: str
+    value: float
+
+
+@dataclass(frozen=True)
 class XidEvent:
     gpu: int
     xid: int
@@ -44,6 +54,7 @@ class XidEvent:
 class GpuState:
     index: int
     fields: dict[int, float] = field(default_factory=dict)  # injected values (override baseline)
+    metrics: dict[str, float] = field(default_factory=dict)  # injected vendor-exporter series
     xid_counts: dict[int, int] = field(default_factory=dict)
     fault: GpuFault | None = None
     fault_since: float | None = None
@@ -62,10 +73,16 @@ def initial_state(node: str, gpus: int, now: float) -> AgentState:
     return AgentState(node, tuple(GpuState(i) for i in range(gpus)), (), now)
 
 
-def parse_injection(body: Any, gpus: int) -> Injection:
-    """Validate a POST /inject body; raises ValueError naming what is wrong."""
+def parse_injection(body: Any, gpus: int, fmt: VendorFormat | None = None) -> Injection | MetricInjection:
+    """Validate a POST /inject body (a DCGM field on an NVIDIA node, a series of its vendor's
+    exporter on another: `fmt`); raises ValueError naming what is wrong."""
     if not isinstance(body, dict):
         raise ValueError("body must be a JSON object")
+    if "metric" in body:
+        return _parse_metric_injection(body, gpus, fmt)
+    if fmt is not None:
+        raise ValueError(f"this node's GPUs are {fmt.vendor.value}'s: they have no DCGM fields; "
+                         f"inject a series of {fmt.exporter} (metric, value)")
     unknown = sorted(set(body) - {"gpu", "field_id", "value", "kmsg", "burst"})
     if unknown:
         raise ValueError(f"unknown keys: {', '.join(unknown)}")
@@ -89,11 +106,36 @@ def parse_injection(body: Any, gpus: int) -> Injection:
     return Injection(gpu, fid, float(value), kmsg, burst)
 
 
+def _parse_metric_injection(body: dict[str, Any], gpus: int, fmt: VendorFormat | None) -> MetricInjection:
+    unknown = sorted(set(body) - {"gpu", "metric", "value"})
+    if unknown:
+        raise ValueError(f"unknown keys: {', '.join(unknown)}")
+    if fmt is None:
+        raise ValueError("this node's GPUs are NVIDIA's: inject a DCGM field (field_id, value), not a metric")
+    gpu, metric, value = body.get("gpu"), body.get("metric"), body.get("value")
+    if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < gpus:
+        raise ValueError(f"gpu must be an integer 0..{gpus - 1}")
+    if not isinstance(metric, str):
+        raise ValueError("metric must be a series name")
+    if not fmt.spec(metric).injectable:
+        raise ValueError(f"{metric} reports the fabric link's state: take the link down instead")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError("value must be a number")
+    return MetricInjection(gpu, metric, float(value))
+
+
 def inject(
-    state: AgentState, inj: Injection, catalog: Catalog, rules: Mapping[int, XidRule], now: float
+    state: AgentState, inj: Injection | MetricInjection, catalog: Catalog, rules: Mapping[int, XidRule],
+    now: float,
 ) -> tuple[AgentState, list[XidEvent]]:
     """Apply one injection; returns the new state and the XID events it produced."""
     g = state.gpus[inj.gpu]
+    if isinstance(inj, MetricInjection):
+        found = classify_metric(inj.metric, inj.value, catalog)
+        kept = worse(g.fault, found)
+        since = g.fault_since if kept is g.fault else (now if kept is not None else None)
+        ng = replace(g, metrics={**g.metrics, inj.metric: inj.value}, fault=kept, fault_since=since)
+        return replace(state, gpus=tuple(ng if x.index == inj.gpu else x for x in state.gpus)), []
     fields_ = {**g.fields, inj.field_id: inj.value}
     counts = dict(g.xid_counts)
     new_events: list[XidEvent] = []
@@ -148,6 +190,7 @@ def to_json(state: AgentState) -> dict[str, Any]:
             {
                 "index": g.index,
                 "fields": {str(k): v for k, v in sorted(g.fields.items())},
+                "metrics": dict(sorted(g.metrics.items())),
                 "xid_counts": {str(k): v for k, v in sorted(g.xid_counts.items())},
                 "fault": None if g.fault is None else {
                     "fatal": g.fault.fatal, "fault_id": g.fault.fault_id, "xid": g.fault.xid,
@@ -182,6 +225,7 @@ def from_json(doc: dict[str, Any], node: str, gpus: int, now: float) -> AgentSta
         out.append(GpuState(
             i,
             fields={int(k): float(v) for k, v in g.get("fields", {}).items()},
+            metrics={str(k): float(v) for k, v in g.get("metrics", {}).items()},
             xid_counts={int(k): int(v) for k, v in g.get("xid_counts", {}).items()},
             fault=fault,
             fault_since=None if f is None else f.get("since"),

@@ -106,7 +106,11 @@ def test_h200_takes_group_wait_from_the_stack_and_dcgm_timing_from_its_interval(
     assert st.group_wait_s is not None and st.group_wait_s["critical"] == (30.0, "monitoring.groupWait")
     assert st.exporters["dcgm-exporter"].collect_s == 10.0 and st.exporters["dcgm-exporter"].scrape_s == 10.0
     assert st.exporters["node-exporter"].scrape_s == 30.0
-    assert st.exporters["amd-device-metrics-exporter"].collect_s is None
+    # Pinned from the exporters' sources (exporters.yaml): AMD's 30 s health refresh, npu-exporter's
+    # 5 s cache; none of the shipped exporters is left `unknown` any more.
+    assert st.exporters["amd-device-metrics-exporter"].collect_s == 30.0
+    assert st.exporters["npu-exporter"].collect_s == 5.0
+    assert all(t.collect_s is not None for t in st.exporters.values())
 
 
 def test_routing_refuses_an_unrouted_or_blackholed_severity_unless_declared() -> None:
@@ -230,3 +234,29 @@ def test_every_shipped_stack_meets_its_detection_budgets() -> None:
 
     for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
         assert detection_budget_problems(load_stack(path)) == [], path.name
+
+
+def test_a_health_check_counts_where_the_stacks_node_check_reads_it() -> None:
+    amd = frozenset({"amd"})
+    # gpufleet node-health (Slurm, sandbox) reads the AMD exporter's series: it detects first.
+    assert CATALOG.get("amd-gpu-unhealthy") not in budget_alerts(CATALOG, FaultClass.GPU_FATAL, amd)
+    # node-problem-detector's script reads XIDs and fabric ports only: the alert is the detector.
+    npd = frozenset({"xid", "link"})
+    fatal = {f.id for f in budget_alerts(CATALOG, FaultClass.GPU_FATAL, amd, npd)}
+    assert {"amd-gpu-unhealthy", "amd-gpu-ecc-uncorrectable"} <= fatal
+    k8s = path_settings(load_stack(ROOT / "stacks" / "Pulumi.mi300x-roce.yaml"))
+    sandbox = path_settings(load_stack(ROOT / "stacks" / "Pulumi.sandbox-mi300x.yaml"))
+    assert k8s.health_sources == npd and "exporter-field" in sandbox.health_sources
+
+
+def test_exporter_series_of_a_fault_must_be_its_vendors() -> None:
+    from gpufleet.catalog.exporters import vendor_series_problems
+
+    assert vendor_series_problems(CATALOG, EXPORTERS) == []
+    wrong = CATALOG.get("ascend-npu-unhealthy").model_copy(update={"vendor": "amd"})
+    problems = vendor_series_problems([wrong], EXPORTERS)
+    assert [p.path for p in problems] == ["ascend-npu-unhealthy.injection.metric",
+                                          "ascend-npu-unhealthy.healthCheck.metric"]
+    assert "npu_chip_info_health_status is not a series of the amd exporter" in problems[0].message
+    nv = CATALOG.get("amd-gpu-unhealthy").model_copy(update={"vendor": None})
+    assert "NVIDIA's are DCGM fields" in vendor_series_problems([nv], EXPORTERS)[0].message

@@ -151,3 +151,21 @@ def test_fault_class_is_derived_from_the_fault_the_method_injects(tmp_path: Path
     assert parse_experiment(tmp_path / "x.json", doc).fault_class == "node-crash"
     doc = {"title": "t", "method": []}
     assert parse_experiment(tmp_path / "x.json", doc).fault_class is None
+
+
+def test_the_suite_holds_the_experiments_of_the_stacks_accelerators() -> None:
+    real = discover(Path(__file__).parents[3] / "experiments")
+    nvidia = {e.name for e in select(real, "sandbox", None, frozenset({"nvidia"}))}
+    amd = {e.name for e in select(real, "sandbox", None, frozenset({"amd"}))}
+    ascend = {e.name for e in select(real, "sandbox", None, frozenset({"huawei"}))}
+    assert {"gpu-xid79-fallen-off-bus", "gpu-xid48-double-bit-ecc", "fabric-link-down"} <= nvidia
+    assert not nvidia & {"amd-gpu-unhealthy", "ascend-npu-unhealthy", "ascend-link-down"}
+    # The same GPU-fatal, ECC and link experiments on each vendor's sandbox; no XID one elsewhere.
+    assert {"amd-gpu-unhealthy", "amd-gpu-ecc-uncorrectable", "fabric-link-down"} <= amd
+    assert {"ascend-npu-unhealthy", "ascend-hbm-ecc-uncorrectable", "ascend-link-down"} <= ascend
+    assert not any(n.startswith("gpu-xid") or n.startswith("ascend") for n in amd)
+    assert not any(n.startswith("gpu-xid") or n.startswith("amd") for n in ascend)
+    assert "node-crash" in amd & ascend & nvidia  # faults of any node run everywhere
+    with pytest.raises(InputError) as e:
+        select(real, "sandbox", ["gpu-xid79-fallen-off-bus"], frozenset({"amd"}))
+    assert e.value.problems[0].message == "injects faults of nvidia accelerators; the stack has amd"
