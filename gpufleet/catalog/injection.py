@@ -252,14 +252,14 @@ class NicRemove(InjectionModel):
 
 
 AnyInjection = (
-    DcgmInject | ExporterInject | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap | LinkDegrade | StorageOutage
-    | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove | OsdKill | OsdHang | OsdNearFull
-    | ObjectStoreOutage | BucketLoss
+    DcgmInject | ExporterInject | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap | LinkDegrade
+    | StorageOutage | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove | OsdKill | OsdHang
+    | OsdNearFull | ObjectStoreOutage | BucketLoss
 )
 Injection = Annotated[AnyInjection, Field(discriminator="method")]
 INJECTION_MODELS: tuple[type[InjectionModel], ...] = (
-    DcgmInject, ExporterInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade, StorageOutage,
-    StorageSlow, KillRank, HostSignal, SwitchDown, NicRemove, OsdKill, OsdHang, OsdNearFull,
+    DcgmInject, ExporterInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
+    StorageOutage, StorageSlow, KillRank, HostSignal, SwitchDown, NicRemove, OsdKill, OsdHang, OsdNearFull,
     ObjectStoreOutage, BucketLoss,
 )
 METHODS: dict[str, type[InjectionModel]] = {

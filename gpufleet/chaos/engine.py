@@ -238,7 +238,8 @@ def context(configuration: Configuration | None) -> Context:
             "set configuration gpufleet_backend (sandbox | slurm | kubernetes) or gpufleet_stack"
         )
     if backend != "kubernetes" and configmap_location(s.ledger) is not None:
-        raise InvalidActivity(f"a ConfigMap ledger ({s.ledger}) needs the kubernetes backend (this run's is {backend})")
+        raise InvalidActivity(
+            f"a ConfigMap ledger ({s.ledger}) needs the kubernetes backend (this run's is {backend})")
     return Context(s, stack, backend, run_of(configuration))
 
 

@@ -187,7 +187,8 @@ class SandboxBackend(Backend):
 
     # ------------------------------------------------------------ GPU
     def plan_dcgm_inject(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
-        body = {"gpu": gpu, "field_id": inj.field_id, "value": inj.value, "kmsg": inj.kmsg, "burst": inj.burst}
+        body = {"gpu": gpu, "field_id": inj.field_id, "value": inj.value, "kmsg": inj.kmsg,
+                "burst": inj.burst}
         return self._agent_inject("dcgm-inject", node, gpu, body,
                                   f"DCGM field {inj.field_id}={inj.value}")
 

@@ -26,8 +26,9 @@ def inject_gpu_fault(
     """Inject the catalog GPU fault `fault_id` (e.g. `gpu-xid-79`, `amd-gpu-unhealthy`) on one GPU of
     `node`, the way the catalog's injection entry for the configured backend says: a DCGM field
     injection (`dcgmi test --inject` semantics) and, where the entry says `kmsg`, an `NVRM: Xid`
-    kernel-log line; on an AMD or Ascend node, a value of its vendor exporter's series. Written to the fault ledger first; undone by `clear_gpu_faults` (rollback: GPU clear and
-    `scontrol update state=resume` on the sandbox, value 0 injected on Slurm/Kubernetes).
+    kernel-log line; on an AMD or Ascend node, a value of its vendor exporter's series. Written to
+    the fault ledger first; undone by `clear_gpu_faults` (rollback: GPU clear and `scontrol update
+    state=resume` on the sandbox, value 0 injected on Slurm/Kubernetes).
     Faults of isolating classes count against the blast-radius limit."""
     return engine.inject_catalog_fault(configuration, fault_id, node, gpu, allow_spare_exhaustion)
 

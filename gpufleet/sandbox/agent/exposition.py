@@ -88,7 +88,8 @@ def vendor_families(snap: Snapshot) -> list[Metric]:
     for name, s in fmt.series.items():
         fam = GaugeMetricFamily(name, s.help, labels=list(fmt.labels))
         for g in snap.state.gpus:
-            fam.add_metric(list(fmt.label_values(snap.state.node, g.index, fmt.model_label)), values[g.index][name])
+            labels = list(fmt.label_values(snap.state.node, g.index, fmt.model_label))
+            fam.add_metric(labels, values[g.index][name])
         out.append(fam)
     return out
 

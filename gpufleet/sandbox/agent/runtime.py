@@ -184,7 +184,8 @@ class Agent:
                 dataclasses.replace(link, shaped_rate=read_shaped_rate(link.ifname)) if link.present else link
                 for link in links
             ]
-        return Snapshot(state, self.model_name, busy, links, self.link_speed_gbps, dict(self.host), self.vendor)
+        return Snapshot(state, self.model_name, busy, links, self.link_speed_gbps, dict(self.host),
+                        self.vendor)
 
     def state_doc(self) -> dict[str, Any]:
         snap = self.snapshot()

@@ -43,7 +43,8 @@ class VendorFormat:
             return self.series[metric]
         except KeyError:
             known = ", ".join(sorted(self.series))
-            raise ValueError(f"metric {metric!r} is not published by {self.exporter}; known: {known}") from None
+            raise ValueError(
+                f"metric {metric!r} is not published by {self.exporter}; known: {known}") from None
 
 
 def _hex(node: str, gpu: int, n: int) -> str:

@@ -126,8 +126,8 @@ def test_injections_are_checked_against_the_nodes_vendor() -> None:
 
 
 def test_state_round_trip_keeps_vendor_series() -> None:
-    s, _ = inject(initial_state("gpu-2", 8, 0.0), MetricInjection(4, "npu_chip_info_hbm_ecc_double_bit_error_cnt", 3),
-                  CAT, RULES, 2.0)
+    ecc = MetricInjection(4, "npu_chip_info_hbm_ecc_double_bit_error_cnt", 3)
+    s, _ = inject(initial_state("gpu-2", 8, 0.0), ecc, CAT, RULES, 2.0)
     back = from_json(to_json(s), "gpu-2", 8, 9.0)
     assert back.gpus[4].metrics == {"npu_chip_info_hbm_ecc_double_bit_error_cnt": 3.0}
     assert back.gpus[4].fault is not None and back.gpus[4].fault.fault_id == "ascend-hbm-ecc-uncorrectable"
