@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.catalog import Catalog, Fault, XidRule
+from gpufleet.catalog.model import HealthCheck
 from gpufleet.catalog.policy import ISOLATING_CLASSES
 from gpufleet.core.taxonomy import LadderAction
 from gpufleet.sandbox.agent import fields as F
@@ -79,21 +80,24 @@ def classify_xid(xid: int, catalog: Catalog, rules: Mapping[int, XidRule]) -> Gp
     )
 
 
+def _worst_match(catalog: Catalog, value: float, reads: Callable[[HealthCheck], bool]) -> Fault | None:
+    """The catalog fault whose health check reads this series (`reads`) and matches `value`; of
+    several, the one highest on the remediation ladder."""
+    matches = [
+        f for f in catalog
+        if f.health_check is not None and reads(f.health_check) and f.health_check.threshold is not None
+        and _OPS[f.health_check.op](value, f.health_check.threshold)
+    ]
+    return max(matches, key=lambda f: (is_fatal(f), f.action.rank)) if matches else None
+
+
 def classify_field(field_id: int, value: float, catalog: Catalog) -> GpuFault | None:
     """The catalog fault a non-XID field value matches (its `dcgm-field` health check), if any.
 
     When several match, the one highest on the remediation ladder wins."""
-    matches = [
-        f for f in catalog
-        if f.health_check is not None
-        and f.health_check.source == "dcgm-field"
-        and f.health_check.field_id == field_id
-        and f.health_check.threshold is not None
-        and _OPS[f.health_check.op](value, f.health_check.threshold)
-    ]
-    if not matches:
+    fault = _worst_match(catalog, value, lambda hc: hc.source == "dcgm-field" and hc.field_id == field_id)
+    if fault is None:
         return None
-    fault = max(matches, key=lambda f: (is_fatal(f), f.action.rank))
     cuda = _ECC if field_id in _ECC_FIELDS else _LAUNCH_FAILURE
     metric = F.FIELDS[field_id].metric if field_id in F.FIELDS else f"field {field_id}"
     return GpuFault(
@@ -109,17 +113,9 @@ def classify_field(field_id: int, value: float, catalog: Catalog) -> GpuFault | 
 def classify_metric(metric: str, value: float, catalog: Catalog) -> GpuFault | None:
     """The catalog fault a vendor exporter's series value matches (its `exporter-field` health
     check), if any; as classify_field, the highest on the ladder wins."""
-    matches = [
-        f for f in catalog
-        if f.health_check is not None
-        and f.health_check.source == "exporter-field"
-        and f.health_check.metric == metric
-        and f.health_check.threshold is not None
-        and _OPS[f.health_check.op](value, f.health_check.threshold)
-    ]
-    if not matches:
+    fault = _worst_match(catalog, value, lambda hc: hc.source == "exporter-field" and hc.metric == metric)
+    if fault is None:
         return None
-    fault = max(matches, key=lambda f: (is_fatal(f), f.action.rank))
     # What the vendor's runtime returns to the process (HIP's hipErrorECCNotCorrectable, ACL's
     # device error) is not modelled per vendor: the rank fails with the fault named.
     what = "uncorrectable ECC error" if "ecc" in metric else "device error"

@@ -132,9 +132,7 @@ def inject(
     g = state.gpus[inj.gpu]
     if isinstance(inj, MetricInjection):
         found = classify_metric(inj.metric, inj.value, catalog)
-        kept = worse(g.fault, found)
-        since = g.fault_since if kept is g.fault else (now if kept is not None else None)
-        ng = replace(g, metrics={**g.metrics, inj.metric: inj.value}, fault=kept, fault_since=since)
+        ng = _holding(replace(g, metrics={**g.metrics, inj.metric: inj.value}), found, now)
         return replace(state, gpus=tuple(ng if x.index == inj.gpu else x for x in state.gpus)), []
     fields_ = {**g.fields, inj.field_id: inj.value}
     counts = dict(g.xid_counts)
@@ -147,12 +145,17 @@ def inject(
         fault = classify_xid(xid, catalog, rules)
     else:
         fault = classify_field(inj.field_id, inj.value, catalog)
-    kept = worse(g.fault, fault)
-    since = g.fault_since if kept is g.fault else (now if kept is not None else None)
-    ng = replace(g, fields=fields_, xid_counts=counts, fault=kept, fault_since=since)
+    ng = _holding(replace(g, fields=fields_, xid_counts=counts), fault, now)
     gpus = tuple(ng if x.index == inj.gpu else x for x in state.gpus)
     events = (state.events + tuple(new_events))[-MAX_EVENTS:]
     return replace(state, gpus=gpus, events=events), new_events
+
+
+def _holding(g: GpuState, fault: GpuFault | None, now: float) -> GpuState:
+    """The GPU with the fault it holds after `fault` arrives (policy.worse), since when."""
+    kept = worse(g.fault, fault)
+    since = g.fault_since if kept is g.fault else (now if kept is not None else None)
+    return replace(g, fault=kept, fault_since=since)
 
 
 def clear(state: AgentState, gpu: int | None, now: float) -> AgentState:
