@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, TypeVar
@@ -392,7 +393,7 @@ def execute(
 
 def revert(
     configuration: Configuration | None = None,
-    kinds: set[str] | None = None,
+    kinds: AbstractSet[str] | None = None,
     node: str | None = None,
     this_run_only: bool = False,
 ) -> list[RevertResult]:

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from gpufleet.config.accelerators import AcceleratorModel, accelerator_spec
+from gpufleet.config.accelerators import AcceleratorModel, Vendor, accelerator_spec
 from gpufleet.core.taxonomy import FaultClass, LadderAction
 
 
@@ -680,6 +680,11 @@ class StackSpec(Model):
     sandbox: SandboxSpec | None = None
     dr: DrSpec | None = None
     charts: ChartsSpec = Field(default_factory=ChartsSpec)
+
+    @property
+    def vendors(self) -> frozenset[Vendor]:
+        """Whose accelerators the stack's node pools hold."""
+        return frozenset(accelerator_spec(p.accelerator).vendor for p in self.node_pools)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackSpec:

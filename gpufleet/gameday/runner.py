@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.config import load_named_stack
-from gpufleet.config.accelerators import accelerator_spec
 from gpufleet.core.procs import alive
 from gpufleet.core.sandbox_contract import KubeSandboxState, SandboxState, read_kube_state, read_state
 from gpufleet.gameday.evaluate import ExperimentResult, evaluate
@@ -369,8 +368,7 @@ def _ticker(listener: Listener, index: int, experiment: Experiment) -> Callable[
 
 def plan(opts: GamedayOptions) -> list[Experiment]:
     """The suite for the stack: its accelerators' vendors decide which GPU experiments apply."""
-    spec = load_named_stack(opts.stack, opts.stacks_dir)
-    vendors = frozenset(accelerator_spec(p.accelerator).vendor.value for p in spec.node_pools)
+    vendors = frozenset(v.value for v in load_named_stack(opts.stack, opts.stacks_dir).vendors)
     return select(discover(opts.experiments_dir), opts.backend, list(opts.experiments) or None, vendors)
 
 

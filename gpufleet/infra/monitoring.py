@@ -38,7 +38,6 @@ from gpufleet.catalog.detection import (
 from gpufleet.catalog.exporters import DCGM_EXPORTER, load_exporters
 from gpufleet.catalog.load import load_catalog
 from gpufleet.catalog.rules import RUNBOOK_BASE, RuleSettings, rule_groups
-from gpufleet.config.accelerators import accelerator_spec
 from gpufleet.config.model import MonitoringSpec, SchedulerKind, StackSpec, duration_seconds
 from gpufleet.core.errors import Problem
 from gpufleet.infra.charts import CHARTS, chart_install, chart_namespace, custom_resource
@@ -133,7 +132,7 @@ def path_settings(spec: StackSpec) -> PathSettings:
         exporters=timings, evaluation_s=duration_seconds(mon.evaluation_interval),
         evaluation_source="monitoring.evaluationInterval", group_wait_s=waits,
         rules=rule_settings(spec),
-        vendors=frozenset(accelerator_spec(p.accelerator).vendor.value for p in spec.node_pools),
+        vendors=frozenset(v.value for v in spec.vendors),
         health_sources=ALL_HEALTH_SOURCES if sandbox or spec.scheduler.kind == SchedulerKind.SLURM
         else NPD_HEALTH_SOURCES)
 

@@ -120,7 +120,7 @@ def training_pod_template(spec: StackSpec, pool: NodePool) -> dict[str, Any]:
 
 
 def vendors(spec: StackSpec) -> frozenset[Vendor]:
-    return frozenset(accelerator_spec(p.accelerator).vendor for p in spec.node_pools)
+    return spec.vendors
 
 
 def gpu_tolerations(spec: StackSpec) -> list[dict[str, str]]:
