@@ -124,7 +124,7 @@ def classify_metric(metric: str, value: float, catalog: Catalog) -> GpuFault | N
         fault_id=fault.id,
         xid=None,
         title=fault.title,
-        error=f"device error: {what} ({fault.title}: {metric}={value:g})",
+        error=f"{what} ({fault.title}: {metric}={value:g})",
         kills_process=kills_process(fault),
     )
 
