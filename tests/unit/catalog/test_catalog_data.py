@@ -91,7 +91,7 @@ def test_every_rate_names_its_source(catalog: Catalog) -> None:
 
 def test_the_vocabulary_is_one_union_of_strict_models() -> None:
     # One model per method, each rejecting unknown keys: the catalog loader is the validator.
-    assert len(METHODS) == len(INJECTION_MODELS) == 18
+    assert len(METHODS) == len(INJECTION_MODELS) == 19
     for method, model in METHODS.items():
         assert model.model_config.get("extra") == "forbid", method
         assert parse_injection({"method": method, **_minimal(method)}).method == method
@@ -99,7 +99,8 @@ def test_the_vocabulary_is_one_union_of_strict_models() -> None:
 
 def _minimal(method: str) -> dict[str, object]:
     return {
-        "dcgm-inject": {"fieldId": 230, "value": 79}, "node-reboot": {}, "link-down": {"rail": 0},
+        "dcgm-inject": {"fieldId": 230, "value": 79}, "exporter-inject": {"metric": "gpu_health", "value": 0},
+        "node-reboot": {}, "link-down": {"rail": 0},
         "link-flap": {"rail": 0, "periodSeconds": 4, "count": 5},
         "link-degrade": {"rail": 0, "lossPercent": 1},
         "storage-slow": {"rateMbit": 10}, "kill-rank": {"rank": 0},

@@ -186,6 +186,7 @@ def _minimal(model: type[InjectionModel]) -> AnyInjection:
     method = str(model.model_fields["method"].default)
     params: dict[str, dict[str, Any]] = {
         "dcgm-inject": {"fieldId": 230, "value": 79, "kmsg": True, "burst": 2},
+        "exporter-inject": {"metric": "gpu_health", "value": 0},
         "link-down": {"rail": 1}, "link-flap": {"rail": 1, "periodSeconds": 2, "count": 3},
         "link-degrade": {"rail": 1, "lossPercent": 5, "rateMbit": 50}, "storage-slow": {"rateMbit": 10},
         "kill-rank": {"rank": 0}, "host-signal": {"signal": "cpu-state", "value": 2, "effect": "crash"},

@@ -49,6 +49,11 @@ def test_the_sandbox_suite_has_a_breach_test() -> None:
 # (expect_isolation, expect_interruption) each experiment is judged with, as before issue 10 (when
 # every experiment spelled both out). None: isolation not judged.
 JUDGED_WITH = {
+    "amd-gpu-ecc-uncorrectable": (True, True),
+    "amd-gpu-unhealthy": (True, True),
+    "ascend-hbm-ecc-uncorrectable": (True, True),
+    "ascend-link-down": (True, True),
+    "ascend-npu-unhealthy": (True, True),
     "fabric-degraded": (None, False),
     "fabric-link-down": (True, True),
     "fabric-link-flap": (None, True),
