@@ -128,7 +128,10 @@ def _training(backend: Backend, now: float) -> tuple[float | None, int]:
 
 
 def _alert_name(labels: dict[str, str]) -> str:
-    return f"{labels.get('alertname')}{{{labels.get('host') or labels.get('instance', '')}}}"
+    """`Alert{where}`: the host, else the node (the fabric and GPU alerts carry only `node`), else
+    the scrape target."""
+    where = labels.get("host") or labels.get("node") or labels.get("instance", "")
+    return f"{labels.get('alertname')}{{{where}}}"
 
 
 def observe(

@@ -152,3 +152,10 @@ def test_a_node_reporting_a_problem_is_not_steady() -> None:
     assert steady.problems(obs(nodes={"gpu-1": sick})) == [
         "node gpu-1 reports a problem (GpuFleetProblem: PROBLEM: XID 79)"
     ]
+
+
+def test_a_firing_alert_is_named_with_where_it_fires() -> None:
+    assert steady._alert_name({"alertname": "FabricLinkFlapping", "node": "gpu-0", "device": "fab0"}) == \
+        "FabricLinkFlapping{gpu-0}"
+    assert steady._alert_name({"alertname": "NodeDown", "host": "h", "node": "n"}) == "NodeDown{h}"
+    assert steady._alert_name({"alertname": "Up", "instance": "10.0.0.1:9100"}) == "Up{10.0.0.1:9100}"
