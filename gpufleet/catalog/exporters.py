@@ -40,6 +40,17 @@ class Series(Model):
     extra_labels: list[str] = Field(default_factory=list)
 
 
+class Owner(Model):
+    """How an exporter names the workload that holds a device (ADR 0048): the labels gpufleet copies
+    onto that device's alerts as `namespace` and `pod`, read from a series every device reports."""
+
+    series: str  # present for every device while the exporter reports it
+    keys: Annotated[list[str], Field(min_length=1)]  # the labels that identify one device
+    namespace: str  # the scraped label holding the pod's namespace
+    pod: str  # ... and the pod's name
+    record: Annotated[str, Field(pattern=r"^gpufleet:[a-z0-9_]+:[a-z0-9_]+$")]
+
+
 class Exporter(Model):
     vendor: str | None = None
     version: str
@@ -59,6 +70,21 @@ class Exporter(Model):
         str, Field(pattern=r"^(scrape|dcgmScrapeInterval|unknown|[0-9]+(ms|s|m))$")]
     setting: str
     series: dict[str, Series]
+    owner: Owner | None = None
+
+    @model_validator(mode="after")
+    def _owner_from_own_series(self) -> Exporter:
+        o = self.owner
+        if o is None:
+            return self
+        if o.series not in self.series:
+            raise ValueError(f"owner.series: {o.series} is not a series of this exporter")
+        # `node` comes from the Pulumi program's relabelling (NODE_RELABELING), not the exporter.
+        known = {"node", *self.labels}
+        missing = [k for k in o.keys if k not in known]
+        if missing:
+            raise ValueError(f"owner.keys: {', '.join(missing)} not among the exporter's labels")
+        return self
 
 
 class Exporters(Model):

@@ -25,8 +25,10 @@ from typing import Any
 
 import jinja2
 
+from gpufleet.catalog.exporters import Exporters, Owner, load_exporters
 from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.model import Alert, Fault, runbook_url
+from gpufleet.catalog.owners import alert_owner, owned_expr, owner_record
 
 RUNBOOK_BASE = "https://github.com/gpufleet/gpufleet/blob/main/runbooks"
 DOMAINS = ("gpu", "node", "fabric", "storage", "workload")
@@ -105,15 +107,18 @@ def group_name(domain: str) -> str:
     return f"gpufleet-{domain}"
 
 
-def alert_rule(fault: Fault, settings: RuleSettings | None = None) -> dict[str, Any]:
-    """One alerting rule as a plain dict (Prometheus rule-file / PrometheusRule format)."""
+def alert_rule(fault: Fault, settings: RuleSettings | None = None, owner: Owner | None = None,
+               ) -> dict[str, Any]:
+    """One alerting rule as a plain dict (Prometheus rule-file / PrometheusRule format); with
+    `owner`, the device's workload joined on as `namespace` and `pod` (catalog.owners)."""
     if fault.alert is None:
         raise ValueError(f"fault {fault.id} has no alert (exempt: {fault.exemption})")
     st = settings or RuleSettings()
     a = fault.alert
+    expr = render_expr(a.expr, st)
     return {
         "alert": a.name,
-        "expr": render_expr(a.expr, st),
+        "expr": expr if owner is None else owned_expr(expr, owner),
         "for": effective_for(a, st),
         "labels": {
             "severity": fault.severity.value,
@@ -133,23 +138,46 @@ def recording_rules(fault: Fault, settings: RuleSettings | None = None) -> list[
     return [{"record": r.record, "expr": render_expr(r.expr, st)} for r in fault.records]
 
 
-def rule_groups(catalog: Catalog, settings: RuleSettings | None = None) -> list[dict[str, Any]]:
+def alert_owners(catalog: Catalog, exporters: Exporters | None = None) -> dict[str, Owner]:
+    """Alert name -> the owner join its rule gets (catalog.owners.alert_owner)."""
+    ex = exporters or load_exporters()
+    records = {r.record: r.expr for f in catalog for r in f.records}
+    out = {}
+    for fault in catalog:
+        if fault.alert is not None:
+            owner = alert_owner(fault.alert.expr, ex, records)
+            if owner is not None:
+                out[fault.alert.name] = owner
+    return out
+
+
+def rule_groups(catalog: Catalog, settings: RuleSettings | None = None,
+                exporters: Exporters | None = None) -> list[dict[str, Any]]:
     """The catalog's rules as rule groups (plain dicts), one group per domain, in a fixed order;
-    within a group, rules keep catalog order, a fault's recording rules before its alert.
+    within a group, rules keep catalog order, a fault's recording rules before its alert, and an
+    owner record (catalog.owners) just before the first alert that joins it.
     Deterministic for a given catalog and settings."""
+    owners = alert_owners(catalog, exporters)
+    recorded: set[str] = set()
     by_domain: dict[str, list[dict[str, Any]]] = {}
     for fault in catalog:
         rules = recording_rules(fault, settings)
         if fault.alert is not None:
-            rules.append(alert_rule(fault, settings))
+            owner = owners.get(fault.alert.name)
+            if owner is not None and owner.record not in recorded:
+                recorded.add(owner.record)
+                rules.append(owner_record(owner))
+            rules.append(alert_rule(fault, settings, owner))
         if rules:
             by_domain.setdefault(domain_of(fault, catalog), []).extend(rules)
     order = [d for d in DOMAINS if d in by_domain] + sorted(set(by_domain) - set(DOMAINS))
     return [{"name": group_name(d), "rules": by_domain[d]} for d in order]
 
 
-def recorded_names(catalog: Catalog) -> set[str]:
-    return {r.record for f in catalog for r in f.records}
+def recorded_names(catalog: Catalog, exporters: Exporters | None = None) -> set[str]:
+    """Every series the rule file records: the faults' recording rules and the owner records."""
+    return {r.record for f in catalog for r in f.records} | {
+        o.record for o in alert_owners(catalog, exporters).values()}
 
 
 def rules_document(catalog: Catalog, settings: RuleSettings | None = None) -> dict[str, Any]:
