@@ -48,7 +48,10 @@ class GamedayOptions:
     kube_nodes: int | None = None
     rollback_grace_s: float = 90.0  # after SIGUSR1, time left for rollbacks before SIGTERM
     sandbox_timeout_s: float = 600.0
-    settle_s: float = 2.0  # pause between experiments (lets the scrape/health loops see the revert)
+    # Pause between experiments. Each experiment ends only once its workload resumed and its nodes
+    # returned, and the steady-state check below waits for what is still settling (an alert that
+    # has not resolved yet): 2 s here healed nothing in three suites, so this is only a breath.
+    settle_s: float = 0.5
     # Before each experiment: check the steady state, heal, and wait at most this long for it.
     steady_timeout_s: float = 150.0
     # (options, listener) -> HealReport JSON; None: ensure_steady_state (tests put a stand-in here).
