@@ -15,6 +15,7 @@ from gpufleet.catalog.exporters import Exporters, load_exporters, series_sources
 from gpufleet.catalog.injection import Capabilities
 from gpufleet.catalog.load import Catalog
 from gpufleet.catalog.model import Fault
+from gpufleet.catalog.owners import alert_owner, owner_record
 from gpufleet.catalog.rules import alert_rule, domain_of, recording_rules
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import load_yaml_model
@@ -227,6 +228,13 @@ def render_runbook(fault: Fault, domain: str, notes: FaultNotes, capabilities: C
     ex = exporters if exporters is not None else load_exporters()
     exprs = "\n".join([str(rule["expr"]), *(str(r["expr"]) for r in records)])
     records_by_name = {**(catalog_records or {}), **{str(r["record"]): str(r["expr"]) for r in records}}
+    # The owner join (ADR 0048) adds labels, not a reason to fire: the expression shown is the
+    # catalog's, and the owner's record and series are named beside it.
+    owner = alert_owner(fault.alert.expr, ex, records_by_name)
+    if owner is not None:
+        rec = owner_record(owner)
+        records_by_name[rec["record"]] = rec["expr"]
+        exprs += f"\n{rec['record']}"
     rate_text = ""
     if fault.rate:
         r = fault.rate
@@ -237,7 +245,7 @@ def render_runbook(fault: Fault, domain: str, notes: FaultNotes, capabilities: C
         rate_text = f"{value:g} {unit} for \"{r.cause}\"{share}"
     text = _env().get_template("runbook.md.j2").render(
         fault=fault, alert=fault.alert, domain=domain, notes=notes, rate_text=rate_text,
-        rule=rule, records=records, sources=series_sources(exprs, ex, records_by_name),
+        rule=rule, records=records, sources=series_sources(exprs, ex, records_by_name), owner=owner,
         diagnosis=diagnosis_steps(fault, domain, notes),
         mitigation=mitigation_steps(fault, notes, capabilities),
     )
