@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -109,26 +110,42 @@ def stat_latency(path: Path, timeout: float) -> float:
 # --------------------------------------------------------------------------- sandbox agent
 
 
-def agent_state(socket_path: Path, token: str, timeout: float = 3.0) -> dict[str, Any]:
-    import httpx
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a unix socket. The check runs every HealthCheckInterval on every node, and
+    importing httpx was a quarter of its start-up (0.18 s of ~0.7 s CPU, measured with -X importtime)."""
 
-    # Probe the socket first with a socket we close ourselves (a failed connect inside the HTTP
-    # client leaves its socket to the garbage collector).
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(timeout)
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("agent", timeout=timeout)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
         try:
-            probe.connect(str(socket_path))
-        except OSError as e:
-            raise SourceError(f"node agent at {socket_path} unreachable: {e.strerror or e}") from None
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def agent_state(socket_path: Path, token: str, timeout: float = 3.0) -> dict[str, Any]:
+    conn = _UnixHTTPConnection(socket_path, timeout)
     try:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path)), base_url="http://agent",
-                          headers={"Authorization": f"Bearer {token}"}, timeout=timeout) as c:
-            r = c.get("/state")
-    except httpx.HTTPError as e:
-        raise SourceError(f"node agent at {socket_path} unreachable: {e}") from None
-    if r.status_code != 200:
-        raise SourceError(f"node agent answered HTTP {r.status_code}: {r.text[:200]}")
-    doc = r.json()
+        conn.request("GET", "/state", headers={"Authorization": f"Bearer {token}"})
+        r = conn.getresponse()
+        body = r.read()
+    except (OSError, http.client.HTTPException) as e:
+        raise SourceError(f"node agent at {socket_path} unreachable: {getattr(e, 'strerror', None) or e}"
+                          ) from None
+    finally:
+        conn.close()
+    if r.status != 200:
+        raise SourceError(f"node agent answered HTTP {r.status}: {body[:200].decode(errors='replace')}")
+    try:
+        doc = json.loads(body)
+    except ValueError as e:
+        raise SourceError(f"node agent returned no JSON: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
         raise SourceError("node agent returned no GPU list")
     return doc

@@ -16,7 +16,7 @@ from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.catalog.dashboard import DASHBOARD_FILE, dashboard
 from gpufleet.catalog.generate import default_root, drift, outputs, write
 from gpufleet.catalog.promtests import load_fixtures, missing_fixtures, render
-from gpufleet.catalog.rules import RULES_FILE, RUNBOOK_BASE, rule_groups
+from gpufleet.catalog.rules import RULES_FILE, RUNBOOK_BASE, alert_owners, rule_groups
 from gpufleet.catalog.runbooks import SECTIONS, load_notes, missing_notes
 from gpufleet.chaos.backends.registry import capabilities
 
@@ -122,7 +122,10 @@ def test_rule_conventions(catalog: Catalog) -> None:
     rules = [r for g in groups for r in g["rules"] if "alert" in r]
     assert len(rules) == len(catalog.by_alert())
     records = [r for g in groups for r in g["rules"] if "record" in r]
-    assert {r["record"] for r in records} == {x.record for f in catalog for x in f.records}
+    owners = {o.record for o in alert_owners(catalog).values()}  # ADR 0048, one per exporter
+    assert len(owners) == 3
+    assert sorted(r["record"] for r in records if r["record"] in owners) == sorted(owners)  # once each
+    assert {r["record"] for r in records} == {x.record for f in catalog for x in f.records} | owners
     for r in rules:
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", r["alert"])
         assert r["labels"]["severity"] in {"critical", "warning", "info"}
