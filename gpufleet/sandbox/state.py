@@ -27,7 +27,7 @@ class Recorder:
     def __init__(self, state: SandboxState, root: Path | None = None) -> None:
         self._state = state
         self._root = root
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # add_* read and update under one hold (no lost update)
         self.path = write_state(state, root)
 
     @property
@@ -46,12 +46,11 @@ class Recorder:
         with self._lock:
             current: list[str] = list(getattr(self._state, kind))
             merged = current + [n for n in names if n not in current]
-        self.update(**{kind: merged})
+            self.update(**{kind: merged})
 
     def add_process(self, proc: SandboxProcess) -> None:
         with self._lock:
-            procs = [*self._state.processes, proc]
-        self.update(processes=procs)
+            self.update(processes=[*self._state.processes, proc])
 
     def set_nodes(self, nodes: list[SandboxNode]) -> None:
         self.update(nodes=nodes)

@@ -100,7 +100,7 @@ class KubeRecorder:
     def __init__(self, state: KubeSandboxState, root: Path | None = None) -> None:
         self._state = state
         self._root = root
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # add_process reads and updates under one hold
         self.path = write_kube_state(state, root)
 
     @property
@@ -116,8 +116,7 @@ class KubeRecorder:
 
     def add_process(self, proc: SandboxProcess) -> None:
         with self._lock:
-            current = list(self._state.processes)
-        self.update(processes=[*current, proc])
+            self.update(processes=[*self._state.processes, proc])
 
 
 def existing_kube(stack: str, root: Path | None = None) -> tuple[KubeSandboxState | None, str | None]:

@@ -86,7 +86,9 @@ class StorageRecorder:
     def __init__(self, state: StorageSandboxState, root: Path | None = None) -> None:
         self._state = state
         self._root = root
-        self._lock = threading.Lock()
+        # Re-entrant: add_* read and update under one hold. The OSDs are made in parallel threads,
+        # and a read outside the update lost records (a fresh-clone CI run recorded 2 of 3 OSDs).
+        self._lock = threading.RLock()
         self.path = write_storage_state(state, root)
 
     @property
@@ -102,13 +104,11 @@ class StorageRecorder:
 
     def add_process(self, proc: SandboxProcess) -> None:
         with self._lock:
-            current = list(self._state.processes)
-        self.update(processes=[*current, proc])
+            self.update(processes=[*self._state.processes, proc])
 
     def add_osd(self, osd: OsdRecord) -> None:
         with self._lock:
-            current = list(self._state.osds)
-        self.update(osds=sorted([*current, osd], key=lambda o: o.id))
+            self.update(osds=sorted([*self._state.osds, osd], key=lambda o: o.id))
 
 
 def existing_storage(stack: str, root: Path | None = None) -> tuple[StorageSandboxState | None, str | None]:
