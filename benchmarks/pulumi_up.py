@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,14 @@ from gpufleet.sandbox.pulumi_cli import require_pulumi_paths
 from gpufleet.sandbox.pulumi_project import PulumiProject, policy_pack_copy, sandbox_project
 
 ROOT = Path(__file__).resolve().parents[1]
+STEPS = (
+    "mockPreview",
+    "pulumiPreview",
+    "pulumiUp",
+    "pulumiDestroy",
+    "pulumiUpSkipCheckpoints",
+    "pulumiDestroySkipCheckpoints",
+)
 GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
 
 
@@ -68,7 +77,16 @@ def created_count(up_stdout: str) -> int:
     return int(m.group(1).replace(",", "")) if m else -1
 
 
-def one_run(project: PulumiProject, policy: list[str], env: dict[str, str]) -> dict[str, Any]:
+def state_bytes(project: PulumiProject) -> int:
+    """Size of the stack's checkpoint file in the local backend (`pulumi login file://...`)."""
+    url = project.env["PULUMI_BACKEND_URL"].removeprefix("file://")
+    files = list(Path(url).glob(f".pulumi/stacks/*/{project.stack}.json"))
+    return files[0].stat().st_size if files else -1
+
+
+def one_run(
+    project: PulumiProject, policy: list[str], env: dict[str, str], profile: Path | None
+) -> dict[str, Any]:
     load = os.getloadavg()[0]
     mock, _ = timed(
         lambda: subprocess.run(
@@ -76,16 +94,30 @@ def one_run(project: PulumiProject, policy: list[str], env: dict[str, str]) -> d
         )
     )
     preview, _ = timed(lambda: project.run("preview", *policy, check=False))
-    up, up_out = timed(lambda: project.run("up", "--yes", "--skip-preview", *policy, check=False))
+    prof = ["--profiling", str(profile / "up")] if profile else []
+    up, up_out = timed(lambda: project.run("up", "--yes", "--skip-preview", *policy, *prof, check=False))
+    size = state_bytes(project)
     project.run("state", "unprotect", "--all", "--yes")
     destroy, _ = timed(lambda: project.run("destroy", "--yes", "--skip-preview", check=False))
+    # The same `up` with the engine's checkpoint after every step turned off (Pulumi's
+    # PULUMI_SKIP_CHECKPOINTS: the state is written once, at the end): the local backend
+    # serialises and rewrites the whole state file, with a backup copy, after each of the
+    # ~2,700 step events, so that cost grows with the square of the stack (docs/pulumi.md, "Scale").
+    skip = replace(project, env={**project.env, "PULUMI_SKIP_CHECKPOINTS": "true"})
+    up_skip, skip_out = timed(lambda: skip.run("up", "--yes", "--skip-preview", *policy, check=False))
+    skip.run("state", "unprotect", "--all", "--yes")
+    destroy_skip, _ = timed(lambda: skip.run("destroy", "--yes", "--skip-preview", check=False))
     return {
         "loadBefore": round(load, 2),
         "mockPreview": mock,
         "pulumiPreview": preview,
         "pulumiUp": up,
         "pulumiDestroy": destroy,
+        "pulumiUpSkipCheckpoints": up_skip,
+        "pulumiDestroySkipCheckpoints": destroy_skip,
         "created": created_count(up_out),
+        "createdSkipCheckpoints": created_count(skip_out),
+        "stateBytes": size,
     }
 
 
@@ -98,7 +130,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "pulumi_up.json")
     parser.add_argument("--stack", default="scale-10k")
+    parser.add_argument(
+        "--profile", type=Path, help="folder for the CLI's CPU profile of the checkpointed `up` (--profiling)"
+    )
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     stack = args.stack
     paths = require_pulumi_paths()
     with tempfile.TemporaryDirectory(prefix="pulumi-up-") as tmp:
@@ -140,12 +177,9 @@ def main() -> None:
             policy += ["--policy-pack-config", str(cfg)]
             runs = []
             for i in range(args.runs):
-                runs.append(one_run(project, policy, env))
+                runs.append(one_run(project, policy, env, args.profile))
                 r = runs[-1]
-                walls = {
-                    k: r[k]["wallSeconds"]
-                    for k in ("mockPreview", "pulumiPreview", "pulumiUp", "pulumiDestroy")
-                }
+                walls = {k: r[k]["wallSeconds"] for k in STEPS}
                 print(f"run {i + 1} (load {r['loadBefore']}, {r['created']} created): {walls}", flush=True)
         finally:
             subprocess.run(
@@ -161,11 +195,12 @@ def main() -> None:
             "wallSeconds": median(runs, step, "wallSeconds"),
             "cpuSeconds": median(runs, step, "cpuSeconds"),
         }
-        for step in ("mockPreview", "pulumiPreview", "pulumiUp", "pulumiDestroy")
+        for step in STEPS
     }
     print(f"{stack}: {runs[0]['created']} resources created by pulumi up; medians of {len(runs)} runs:")
     for step, v in summary.items():
         print(f"  {step}: {v['wallSeconds']} s wall, {v['cpuSeconds']} s CPU")
+    print(f"  state file after up: {runs[0]['stateBytes']} bytes")
     print("  target: pulumi up within 300 s on 2 cores")
     result = {
         "benchmark": "pulumi_up",
