@@ -8,6 +8,8 @@ APT_PACKAGES := prometheus slurmctld slurmd slurm-client munge iproute2 nftables
 # The storage sandbox (docs/storage.md): Debian 12's Ceph 16; `gpufleet sandbox doctor --storage`
 # refuses another major release (the code and its measured figures are Ceph 16's).
 APT_PACKAGES += ceph-mon ceph-mgr ceph-osd radosgw ceph-common
+# ... and its monitoring (ADR 0049): the probe of radosgw the catalog's StorageObjectStoreDown reads.
+APT_PACKAGES += prometheus-blackbox-exporter
 # The game-day CronJob's image (docs/gameday.md): built with buildah on a debootstrap root filesystem.
 APT_PACKAGES += buildah debootstrap
 REPORT      ?= reports/gameday

@@ -6,7 +6,9 @@ A Kubernetes sandbox of scale-10k at its full size (`gpufleet sandbox up --kuber
 `gpufleet preview --stack scale-10k` (mock runtime, no cluster), `pulumi preview --policy-pack`,
 `pulumi up --yes --skip-preview --policy-pack` (everything created, node patches applied) and
 `pulumi destroy` (after `pulumi state unprotect --all`: storage objects are protected outside the
-sandbox), so each run starts from an empty stack. The stack copy disables the charts (no chart
+sandbox), so each run starts from an empty stack; with `--checkpoints both` (the default) the
+`up` and `destroy` run twice, with the engine's checkpoint after every step and without
+(PULUMI_SKIP_CHECKPOINTS), side by side in the same run. The stack copy disables the charts (no chart
 repository here), so the count is the program's resources without its Helm releases.
 
 Each step's wall time and the CPU seconds of its process tree (getrusage of children), the
@@ -15,6 +17,7 @@ and written to benchmarks/results/pulumi_up.json. A benchmark, not a test: it as
 Target (issue 12): `up` of ~1,347 resources within 5 minutes on 2 cores.
 
     .venv/bin/python benchmarks/pulumi_up.py [--runs 3] [--out FILE] [--stack scale-10k]
+        [--checkpoints both|on|skip] [--profile DIR]
 
 (`--stack sandbox --runs 1 --out /tmp/x.json` is a quick check that the script works.)
 """
@@ -84,8 +87,20 @@ def state_bytes(project: PulumiProject) -> int:
     return files[0].stat().st_size if files else -1
 
 
+def up_and_destroy(
+    project: PulumiProject, policy: list[str], prof: list[str]
+) -> tuple[dict[str, float], dict[str, float], int, int]:
+    """`up` from an empty stack, then `destroy` (after `state unprotect --all`): their timings, the
+    count `up` reports and the state file's size after it."""
+    up, out = timed(lambda: project.run("up", "--yes", "--skip-preview", *policy, *prof, check=False))
+    size = state_bytes(project)
+    project.run("state", "unprotect", "--all", "--yes")
+    destroy, _ = timed(lambda: project.run("destroy", "--yes", "--skip-preview", check=False))
+    return up, destroy, created_count(out), size
+
+
 def one_run(
-    project: PulumiProject, policy: list[str], env: dict[str, str], profile: Path | None
+    project: PulumiProject, policy: list[str], env: dict[str, str], profile: Path | None, modes: list[str]
 ) -> dict[str, Any]:
     load = os.getloadavg()[0]
     mock, _ = timed(
@@ -94,31 +109,25 @@ def one_run(
         )
     )
     preview, _ = timed(lambda: project.run("preview", *policy, check=False))
-    prof = ["--profiling", str(profile / "up")] if profile else []
-    up, up_out = timed(lambda: project.run("up", "--yes", "--skip-preview", *policy, *prof, check=False))
-    size = state_bytes(project)
-    project.run("state", "unprotect", "--all", "--yes")
-    destroy, _ = timed(lambda: project.run("destroy", "--yes", "--skip-preview", check=False))
-    # The same `up` with the engine's checkpoint after every step turned off (Pulumi's
-    # PULUMI_SKIP_CHECKPOINTS: the state is written once, at the end): the local backend
-    # serialises and rewrites the whole state file, with a backup copy, after each of the
-    # ~2,700 step events, so that cost grows with the square of the stack (docs/pulumi.md, "Scale").
-    skip = replace(project, env={**project.env, "PULUMI_SKIP_CHECKPOINTS": "true"})
-    up_skip, skip_out = timed(lambda: skip.run("up", "--yes", "--skip-preview", *policy, check=False))
-    skip.run("state", "unprotect", "--all", "--yes")
-    destroy_skip, _ = timed(lambda: skip.run("destroy", "--yes", "--skip-preview", check=False))
-    return {
-        "loadBefore": round(load, 2),
-        "mockPreview": mock,
-        "pulumiPreview": preview,
-        "pulumiUp": up,
-        "pulumiDestroy": destroy,
-        "pulumiUpSkipCheckpoints": up_skip,
-        "pulumiDestroySkipCheckpoints": destroy_skip,
-        "created": created_count(up_out),
-        "createdSkipCheckpoints": created_count(skip_out),
-        "stateBytes": size,
-    }
+    run: dict[str, Any] = {"loadBefore": round(load, 2), "mockPreview": mock, "pulumiPreview": preview}
+    if "checkpoints" in modes:
+        prof = ["--profiling", str(profile / "up")] if profile else []
+        up, destroy, created, size = up_and_destroy(project, policy, prof)
+        run |= {"pulumiUp": up, "pulumiDestroy": destroy, "created": created, "stateBytes": size}
+    if "skip" in modes:
+        # The same `up` with the engine's checkpoint after every step turned off (Pulumi's
+        # PULUMI_SKIP_CHECKPOINTS: the state is written once, at the end): the local backend
+        # serialises and rewrites the whole state file, and a backup copy, at each of the ~2,700
+        # step events, a cost that grows with the square of the stack (docs/pulumi.md, "Scale").
+        skip = replace(project, env={**project.env, "PULUMI_SKIP_CHECKPOINTS": "true"})
+        up, destroy, created, size = up_and_destroy(skip, policy, [])
+        run |= {
+            "pulumiUpSkipCheckpoints": up,
+            "pulumiDestroySkipCheckpoints": destroy,
+            "createdSkipCheckpoints": created,
+            "stateBytesSkipCheckpoints": size,
+        }
+    return run
 
 
 def median(runs: list[dict[str, Any]], step: str, key: str) -> float:
@@ -133,9 +142,16 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="folder for the CLI's CPU profile of the checkpointed `up` (--profiling)"
     )
+    parser.add_argument(
+        "--checkpoints",
+        choices=("both", "on", "skip"),
+        default="both",
+        help="time `up` with the engine's per-step checkpoints (on), without (skip), or both in one run",
+    )
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
+    modes = {"both": ["checkpoints", "skip"], "on": ["checkpoints"], "skip": ["skip"]}[args.checkpoints]
     stack = args.stack
     paths = require_pulumi_paths()
     with tempfile.TemporaryDirectory(prefix="pulumi-up-") as tmp:
@@ -177,10 +193,10 @@ def main() -> None:
             policy += ["--policy-pack-config", str(cfg)]
             runs = []
             for i in range(args.runs):
-                runs.append(one_run(project, policy, env, args.profile))
+                runs.append(one_run(project, policy, env, args.profile, modes))
                 r = runs[-1]
-                walls = {k: r[k]["wallSeconds"] for k in STEPS}
-                print(f"run {i + 1} (load {r['loadBefore']}, {r['created']} created): {walls}", flush=True)
+                walls = {k: r[k]["wallSeconds"] for k in STEPS if k in r}
+                print(f"run {i + 1} (load {r['loadBefore']}): {walls}", flush=True)
         finally:
             subprocess.run(
                 [GPUFLEET, "sandbox", "down", "--kubernetes", "--stack", stack],
@@ -196,11 +212,14 @@ def main() -> None:
             "cpuSeconds": median(runs, step, "cpuSeconds"),
         }
         for step in STEPS
+        if step in runs[0]
     }
-    print(f"{stack}: {runs[0]['created']} resources created by pulumi up; medians of {len(runs)} runs:")
+    created = runs[0].get("created", runs[0].get("createdSkipCheckpoints"))
+    size = runs[0].get("stateBytes", runs[0].get("stateBytesSkipCheckpoints"))
+    print(f"{stack}: {created} resources created by pulumi up; medians of {len(runs)} runs:")
     for step, v in summary.items():
         print(f"  {step}: {v['wallSeconds']} s wall, {v['cpuSeconds']} s CPU")
-    print(f"  state file after up: {runs[0]['stateBytes']} bytes")
+    print(f"  state file after up: {size} bytes")
     print("  target: pulumi up within 300 s on 2 cores")
     result = {
         "benchmark": "pulumi_up",
@@ -209,7 +228,9 @@ def main() -> None:
         "charts": "disabled (no chart repository reachable; releases left out, see leftOut)",
         "policyPack": True,
         "sandboxUpSeconds": round(sandbox_up, 1),
-        "created": runs[0]["created"],
+        "created": created,
+        "stateBytes": size,
+        "checkpoints": args.checkpoints,
         "median": summary,
         "runs": runs,
         "targetUpSeconds": 300,

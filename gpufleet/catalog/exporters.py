@@ -59,6 +59,9 @@ class Exporter(Model):
     # and ipmi_exporter's formats; its own Prometheus; the training job): an alert reading only
     # other exporters cannot fire there (catalog.detection.can_fire).
     sandbox: bool = False
+    # The storage sandbox serves it (gpufleet.sandbox.storage.monitoring: Ceph's mgr prometheus
+    # module, a blackbox probe of radosgw), on a sandbox stack with storage.ceph.
+    storage_sandbox: bool = False
     source: str
     labels: list[str]
     optional_labels: list[str] = Field(default_factory=list)

@@ -33,6 +33,7 @@ def storage_up(stack: str, spec: StackSpec, timeout: float) -> None:
         highlight=False,
     )
     console.print(f"  try: ceph -c {st.ceph_conf} -s", highlight=False, soft_wrap=True)
+    console.print(f"  prometheus (the catalog's rules): {st.prometheus_url}", highlight=False, soft_wrap=True)
     console.print(f"  state: {rec.path}", highlight=False, soft_wrap=True)
 
 
@@ -49,7 +50,9 @@ def storage_status(stack: str, as_json: bool) -> None:
         return
     print_header(STORAGE_RUN, info)
     console.print(
-        f"  {info['ceph_version']}; S3 {info['s3_endpoint']}; buckets {info['buckets']}", highlight=False
+        f"  {info['ceph_version']}; S3 {info['s3_endpoint']}; buckets {info['buckets']}; "
+        f"prometheus {info['prometheus_url']}",
+        highlight=False,
     )
     print_processes(info)
     if info["health"] is not None:

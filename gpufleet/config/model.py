@@ -686,6 +686,13 @@ class StackSpec(Model):
         """Whose accelerators the stack's node pools hold."""
         return frozenset(accelerator_spec(p.accelerator).vendor for p in self.node_pools)
 
+    @property
+    def sandbox_scrape_seconds(self) -> float:
+        """How often a sandbox's own Prometheus scrapes its targets: sandbox.scrapeInterval, or
+        monitoring.scrapeInterval for a stack without a sandbox section."""
+        every = self.sandbox.scrape_interval if self.sandbox is not None else self.monitoring.scrape_interval
+        return duration_seconds(every)
+
     @model_validator(mode="after")
     def _cross_checks(self) -> StackSpec:
         problems = []

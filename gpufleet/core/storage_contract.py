@@ -63,7 +63,8 @@ class StorageSandboxState(_M):
     ceph_version: str | None = None  # `ceph --version` of the programs started
     fsid: str | None = None
     ceph_conf: str | None = None  # `ceph -c <this>` reaches the cluster as client.admin
-    ports: dict[str, int] = Field(default_factory=dict)  # mon-v1, mon-v2, rgw on 127.0.0.1
+    # mon-v1, mon-v2, rgw, mgr-prometheus, blackbox, prometheus: all on 127.0.0.1
+    ports: dict[str, int] = Field(default_factory=dict)
     pool_size: int | None = None  # replicas of every pool (osd_pool_default_size)
     pool_min_size: int | None = None
     osds: list[OsdRecord] = Field(default_factory=list)
@@ -72,6 +73,9 @@ class StorageSandboxState(_M):
     s3_credentials: str | None = None  # JSON S3Credentials, mode 0600
     checkpoint_bucket: str | None = None
     backup_bucket: str | None = None  # versioned; backups and their restore evidence
+    # Prometheus on 127.0.0.1 with the catalog's rules over ceph-mgr's exporter and a blackbox
+    # probe of radosgw (gpufleet.sandbox.storage.monitoring).
+    prometheus_url: str | None = None
 
     def process(self, name: str) -> SandboxProcess:
         for p in self.processes:

@@ -95,13 +95,12 @@ def path_settings(spec: StackSpec) -> PathSettings:
     sandbox = spec.cluster.environment.value == "sandbox"
     timings: dict[str, ExporterTiming] = {}
     for name, ex in exporters.items():
-        if sandbox and not ex.sandbox:
+        if sandbox and not (ex.sandbox or (ex.storage_sandbox and spec.storage.ceph is not None)):
             continue  # not run in the sandbox: its alerts cannot fire there (detection.can_fire)
         if sandbox:
             # The sandbox's Prometheus scrapes everything at sandbox.scrapeInterval (sandbox.layout).
-            every = spec.sandbox.scrape_interval if spec.sandbox is not None else mon.scrape_interval
             timings[name] = ExporterTiming(0.0, "the sandbox's exporters render at the scrape",
-                                           duration_seconds(every), "sandbox.scrapeInterval")
+                                           spec.sandbox_scrape_seconds, "sandbox.scrapeInterval")
             continue
         fast = name in (DCGM_EXPORTER, "amd-device-metrics-exporter")
         scrape_key = "dcgmScrapeInterval" if fast else "scrapeInterval"

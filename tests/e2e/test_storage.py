@@ -11,6 +11,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e_support import gpufleet, wait_until
@@ -19,6 +20,7 @@ from gpufleet.chaos import engine
 from gpufleet.chaos.storage import actions, probes
 from gpufleet.core.ceph_admin import ceph_json
 from gpufleet.core.procs import alive
+from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.core.storage_contract import StorageSandboxState, read_storage_state, storage_state_path
 
@@ -131,3 +133,70 @@ def test_osd_killed_under_load_is_restarted_and_nothing_is_lost(
     since = [e for e in events if e["t"] >= t0]
     assert [e for e in since if e["event"] != "checkpoint"] == []
     assert len([e for e in since if e["event"] == "checkpoint"]) >= 3
+
+
+def _alert(prom: PrometheusClient, name: str, **labels: str) -> dict[str, Any] | None:
+    for a in prom.alerts():
+        if a["labels"].get("alertname") == name and all(a["labels"].get(k) == v for k, v in labels.items()):
+            return a
+    return None
+
+
+def test_catalog_alerts_on_the_real_ceph_exporter_and_radosgw_probe(
+    state: StorageSandboxState, config: dict[str, str]
+) -> None:
+    """Each Ceph fault of the catalog, injected through its action, turns its generated alert on in
+    the storage sandbox's Prometheus (ceph-mgr's prometheus module, a blackbox probe of radosgw, the
+    rule file `gpufleet generate` writes); each ends when the fault is undone. Alerts with a hold of
+    minutes are seen pending (the expression matched the real series), OSD full firing (30 s)."""
+    assert state.prometheus_url is not None
+    with PrometheusClient(state.prometheus_url, timeout=5) as prom:
+        jobs = {t["labels"]["job"]: t["health"] for t in prom.targets()}
+        assert jobs == {"ceph": "up", "gpufleet-object-store": "up"}, jobs
+        assert prom.query('ceph_osd_up{ceph_daemon="osd.0"}')[0]["value"][1] == "1"
+        assert prom.query('probe_success{job="gpufleet-object-store"}')[0]["value"][1] == "1"
+        assert not [a for a in prom.alerts() if a["labels"]["alertname"].startswith("StorageCeph")]
+
+        t0 = time.monotonic()
+        out = actions.osd_kill(0, configuration=config)
+        assert out["fault_id"] == "storage-ceph-osd-down", out
+        wait_until(
+            "StorageCephOsdDown for osd.0",
+            lambda: _alert(prom, "StorageCephOsdDown", ceph_daemon="osd.0"),
+            90,
+        )
+        print(f"StorageCephOsdDown pending {time.monotonic() - t0:.1f} s after the kill")
+        actions.restore_storage(configuration=config)
+        wait_until("osd.0 up, its alert gone", lambda: _alert(prom, "StorageCephOsdDown") is None, 90, 2)
+
+        t0 = time.monotonic()
+        actions.object_store_outage(configuration=config)
+        endpoint = state.s3_endpoint or ""
+        wait_until(
+            "StorageObjectStoreDown", lambda: _alert(prom, "StorageObjectStoreDown", instance=endpoint), 60
+        )
+        print(f"StorageObjectStoreDown pending {time.monotonic() - t0:.1f} s after radosgw was killed")
+        actions.restore_storage(configuration=config)
+        wait_until("radosgw probed again", lambda: _alert(prom, "StorageObjectStoreDown") is None, 60, 2)
+
+        actions.osd_near_full(configuration=config)
+        wait_until(
+            "StorageCephOsdNearFull", lambda: _alert(prom, "StorageCephOsdNearFull", name="OSD_NEARFULL"), 90
+        )
+        actions.restore_storage(configuration=config)
+        wait_until("near-full cleared", lambda: _alert(prom, "StorageCephOsdNearFull") is None, 90, 2)
+
+        t0 = time.monotonic()
+        actions.osd_near_full(full=True, configuration=config)
+
+        def full_firing() -> bool:
+            a = _alert(prom, "StorageCephOsdFull", name="OSD_FULL")
+            return a is not None and a["state"] == "firing"
+
+        wait_until("StorageCephOsdFull firing", full_firing, 120, 2)
+        print(f"StorageCephOsdFull firing {time.monotonic() - t0:.1f} s after the full ratio was lowered")
+        actions.restore_storage(configuration=config)
+        wait_until("full cleared", lambda: _alert(prom, "StorageCephOsdFull") is None, 90, 2)
+    wait_until(
+        "HEALTH_OK again", lambda: probes.ceph_health(configuration=config)["status"] == "HEALTH_OK", 120, 2
+    )

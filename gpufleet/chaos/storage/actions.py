@@ -60,30 +60,48 @@ def restore_checkpoint_store(configuration: Configuration = None, secrets: Secre
 
 
 def osd_kill(
-    osd: int, out: bool = False, configuration: Configuration = None, secrets: Secrets = None
+    osd: int,
+    out: bool = False,
+    fault_id: str = "storage-ceph-osd-down",
+    configuration: Configuration = None,
+    secrets: Secrets = None,
 ) -> dict[str, Any]:
     """SIGKILL Ceph's osd.<osd> (refused when it would leave fewer than min_size copies of some
     placement group up); `out`: also mark it out (lost for good: Ceph re-replicates its data now).
     Rollback: start it again from its recorded Launch recipe (and mark it in)."""
-    return engine.inject(configuration, engine.build_injection(OsdKill, osd=osd, out=out), None)
+    return engine.inject(configuration, engine.build_injection(OsdKill, osd=osd, out=out), fault_id)
 
 
-def osd_hang(osd: int, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
-    """SIGSTOP Ceph's osd.<osd> (same guard as osd_kill). Rollback: SIGCONT."""
-    return engine.inject(configuration, engine.build_injection(OsdHang, osd=osd), None)
+def osd_hang(
+    osd: int,
+    fault_id: str = "storage-ceph-osd-down",
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """SIGSTOP Ceph's osd.<osd> (same guard as osd_kill): its peers report it down after the
+    heartbeat grace, the same alert as a crashed OSD. Rollback: SIGCONT."""
+    return engine.inject(configuration, engine.build_injection(OsdHang, osd=osd), fault_id)
 
 
 def osd_near_full(
-    full: bool = False, configuration: Configuration = None, secrets: Secrets = None
+    full: bool = False,
+    fault_id: str | None = None,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
 ) -> dict[str, Any]:
     """Ceph's OSDs reported near full (`full`: full, writes stop) by lowering its full ratios below
     their use. Rollback: Ceph's default ratios."""
-    return engine.inject(configuration, engine.build_injection(OsdNearFull, full=full), None)
+    fid = fault_id or ("storage-ceph-osd-full" if full else "storage-ceph-osd-near-full")
+    return engine.inject(configuration, engine.build_injection(OsdNearFull, full=full), fid)
 
 
-def object_store_outage(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+def object_store_outage(
+    fault_id: str = "storage-object-store-outage",
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
     """Kill radosgw: the S3 endpoint stops answering. Rollback: start it again from its recipe."""
-    return engine.inject(configuration, ObjectStoreOutage(), None)
+    return engine.inject(configuration, ObjectStoreOutage(), fault_id)
 
 
 def checkpoint_bucket_loss(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:

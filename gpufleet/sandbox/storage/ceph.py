@@ -5,7 +5,8 @@ Bring-up, after Ceph's manual deployment procedure (no cephadm, no containers):
                                                             └► per OSD, in parallel: `ceph osd new`,
                                                                ceph-osd --mkfs (BlueStore on a sparse
                                                                file), ceph-osd
-  all OSDs up ─► radosgw ─► S3 user (radosgw-admin) ─► buckets (backup bucket versioned) ─► HEALTH_OK
+  all OSDs up ─► the mgr's prometheus module ─► radosgw ─► S3 user (radosgw-admin) ─► buckets (backup
+  bucket versioned) ─► HEALTH_OK ─► blackbox exporter + Prometheus with the catalog's rules (monitoring.py)
 Every daemon is started from a recorded Launch recipe (gpufleet.core.sandbox_contract), in the
 foreground (`-f`) so its PID is the daemon's, and recorded in the state file the moment it starts;
 `down` stops them from the state file alone (any phase, idempotent) and removes the run directory,
@@ -29,8 +30,9 @@ from typing import Any
 
 import httpx
 
-from gpufleet.config.model import StackSpec
+from gpufleet.config.model import StackSpec, duration_seconds
 from gpufleet.core import ceph_admin, procs, s3
+from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import Launch, SandboxProcess
 from gpufleet.core.storage_contract import (
     OsdRecord,
@@ -44,8 +46,10 @@ from gpufleet.sandbox import processes, run_teardown
 from gpufleet.sandbox.kube.daemons import free_ports
 from gpufleet.sandbox.layout import new_run_id
 from gpufleet.sandbox.processes import Timings
+from gpufleet.sandbox.prometheus import repo_rule_file
 from gpufleet.sandbox.readiness import wait_for
 from gpufleet.sandbox.run_teardown import RunDownReport
+from gpufleet.sandbox.storage import monitoring
 from gpufleet.sandbox.storage.ceph_config import (
     CAPS,
     MGR_ID,
@@ -62,9 +66,21 @@ from gpufleet.sandbox.storage.ceph_config import (
     render_keyring,
 )
 
-PORT_NAMES = ("mon-v1", "mon-v2", "rgw")
+PORT_NAMES = ("mon-v1", "mon-v2", "rgw", *monitoring.PORT_NAMES)
 # What `down` may stop when it finds one naming the run directory (started, not yet recorded).
-PROGRAMS = frozenset({"ceph-mon", "ceph-mgr", "ceph-osd", "radosgw", "radosgw-admin", "python", "monmaptool"})
+PROGRAMS = frozenset(
+    {
+        "ceph-mon",
+        "ceph-mgr",
+        "ceph-osd",
+        "radosgw",
+        "radosgw-admin",
+        "python",
+        "monmaptool",
+        monitoring.PROMETHEUS_BIN,
+        monitoring.BLACKBOX_BIN,
+    }
+)
 S3_USER = "gpufleet"
 COMMAND_TIMEOUT_S = 60.0
 
@@ -251,8 +267,13 @@ def storage_up(
         ),
         root,
     )
+    watch = monitoring.MonitoringPlan(
+        scrape_s=spec.sandbox_scrape_seconds,
+        evaluation_s=duration_seconds(spec.monitoring.evaluation_interval),
+        rule_file=repo_rule_file(),
+    )
     try:
-        run = _bring_up(plan, rec, CephPaths(base), time.monotonic() + opts.timeout_s, timings, say)
+        run = _bring_up(plan, watch, rec, CephPaths(base), time.monotonic() + opts.timeout_s, timings, say)
         if opts.workload:
             _workload(run, spec, opts.python, say)
             timings.mark("workload")
@@ -285,6 +306,7 @@ def _write_private(path: Path, text: str) -> None:
 
 def _bring_up(
     plan: CephPlan,
+    watch: monitoring.MonitoringPlan,
     rec: StorageRecorder,
     paths: CephPaths,
     deadline: float,
@@ -368,6 +390,7 @@ def _bring_up(
     run.wait(f"{plan.osds} OSDs up and in", osds_up)
     timings.mark("osds")
     say(f"ceph: {plan.osds} OSDs up")
+    _enable_mgr_exporter(run, watch)
 
     run.start("radosgw", ["radosgw", "-f", "-c", conf, "-n", RGW_NAME])
     endpoint = f"http://127.0.0.1:{state.ports['rgw']}"
@@ -411,7 +434,48 @@ def _bring_up(
 
     run.wait("HEALTH_OK", healthy, 1.0)
     timings.mark("health_ok")
+    _start_monitoring(run, watch)
+    timings.mark("monitoring")
+    say(f"prometheus: {rec.state.prometheus_url} (ceph-mgr's exporter, radosgw's probe, the catalog's rules)")
     return run
+
+
+def _enable_mgr_exporter(run: _Run, watch: monitoring.MonitoringPlan) -> None:
+    """Ceph's mgr `prometheus` module on 127.0.0.1, answering with the OSDs' series."""
+    state = run.rec.state
+    for key, value in monitoring.mgr_module_settings(watch, state.ports):
+        run_command(state.ceph_command("config", "set", "mgr", key, value), what=f"ceph config set mgr {key}")
+    # Refused until the active manager has reported its modules (a few seconds after it starts).
+    enable = state.ceph_command("mgr", "module", "enable", "prometheus")
+    run.wait("the manager's prometheus module", lambda: run_command(enable, timeout_s=15) is not None, 1.0)
+    url = f"http://127.0.0.1:{state.ports['mgr-prometheus']}/metrics"
+    with httpx.Client(timeout=5, trust_env=False) as http:
+        run.wait(f"ceph-mgr's exporter at {url}", lambda: "ceph_osd_up" in http.get(url).text, 1.0)
+
+
+def _start_monitoring(run: _Run, watch: monitoring.MonitoringPlan) -> None:
+    """The blackbox exporter and Prometheus, each from a recorded Launch recipe; waits until
+    Prometheus has scraped both targets successfully."""
+    state = run.rec.state
+    assert state.s3_endpoint is not None
+    d = Path(state.base_dir) / "monitoring"
+    (d / "data").mkdir(parents=True)
+    blackbox = d / "blackbox.yml"
+    blackbox.write_text(monitoring.dump(monitoring.blackbox_config(watch.scrape_s), "blackbox exporter"))
+    config = d / "prometheus.yml"
+    cfg = monitoring.prometheus_config(watch, state.ports, state.s3_endpoint, state.run_id)
+    config.write_text(monitoring.dump(cfg, "Prometheus"))
+    run.start(monitoring.BLACKBOX, monitoring.blackbox_argv(blackbox, state.ports))
+    run.start(monitoring.PROMETHEUS, monitoring.prometheus_argv(config, d / "data", state.ports))
+    url = f"http://127.0.0.1:{state.ports['prometheus']}"
+
+    def scraped() -> bool:
+        up = {t["labels"]["job"] for t in prom_api.targets() if t["health"] == "up"}
+        return up >= {monitoring.CEPH_JOB, monitoring.OBJECT_STORE_JOB}
+
+    with PrometheusClient(url, timeout=5) as prom_api:
+        run.wait(f"Prometheus at {url} with both targets up", scraped, 1.0)
+    run.rec.update(prometheus_url=url)
 
 
 WRITER = "checkpoint-writer"
@@ -480,9 +544,19 @@ def ceph_json(state: StorageSandboxState, *args: str, timeout_s: float = COMMAND
 # ----------------------------------------------------------------------------- down
 
 
-# The S3 clients first, then radosgw, the OSDs, the manager, the monitor last (the others talk to
-# it); anything else after them.
-STOP_ORDER: tuple[str | None, ...] = (WRITER, BACKUP, "radosgw", "ceph-osd.", "ceph-mgr.", "ceph-mon.", None)
+# Prometheus and the probe first (they would record the rest going away), the S3 clients, then
+# radosgw, the OSDs, the manager, the monitor last (the others talk to it); anything else after them.
+STOP_ORDER: tuple[str | None, ...] = (
+    monitoring.PROMETHEUS,
+    monitoring.BLACKBOX,
+    WRITER,
+    BACKUP,
+    "radosgw",
+    "ceph-osd.",
+    "ceph-mgr.",
+    "ceph-mon.",
+    None,
+)
 
 
 def storage_down(
@@ -518,6 +592,7 @@ def storage_status(state: StorageSandboxState) -> dict[str, Any]:
         "base_dir": state.base_dir,
         "ceph_version": state.ceph_version,
         "s3_endpoint": state.s3_endpoint,
+        "prometheus_url": state.prometheus_url,
         "buckets": [b for b in (state.checkpoint_bucket, state.backup_bucket) if b],
         "processes": {p.name: processes.alive(p) for p in state.processes},
         "rss_bytes": {

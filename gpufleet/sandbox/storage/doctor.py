@@ -23,6 +23,9 @@ STORAGE_BINARIES: dict[str, str] = {
     "radosgw-admin": "radosgw",
     "ceph": "ceph-common",
     "monmaptool": "ceph-base",
+    # Its monitoring (gpufleet.sandbox.storage.monitoring, ADR 0049).
+    "prometheus": "prometheus",
+    "prometheus-blackbox-exporter": "prometheus-blackbox-exporter",
 }
 CEPH_MAJOR = 16  # Pacific, Debian 12's ceph (16.2.15+ds-0+deb12u*)
 
@@ -48,7 +51,7 @@ def diagnose_storage(
             for pkg, bins in sorted(missing.items())
         ]
     checks = [
-        Check("ceph packages", True, "all present: " + ", ".join(sorted(set(STORAGE_BINARIES.values()))))
+        Check("storage packages", True, "all present: " + ", ".join(sorted(set(STORAGE_BINARIES.values()))))
     ]
     text = (version or _ceph_version)()
     major = ceph_major(text)

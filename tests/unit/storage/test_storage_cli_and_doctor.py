@@ -31,6 +31,9 @@ def test_doctor_names_the_package_to_install_and_the_version_it_needs() -> None:
     )
     assert not newer[-1].ok and "Ceph 16" in newer[-1].fix
     assert ceph_major("nothing") is None
+    # The monitoring's programs are checked too (ADR 0049).
+    probe = diagnose_storage(which=lambda b: None if b == "prometheus-blackbox-exporter" else f"/usr/bin/{b}")
+    assert [(c.name, c.ok) for c in probe] == [("package prometheus-blackbox-exporter", False)]
 
 
 def test_drill_bad_input_exits_2(tmp_path: Path) -> None:
