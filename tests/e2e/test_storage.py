@@ -135,9 +135,11 @@ def test_osd_killed_under_load_is_restarted_and_nothing_is_lost(
     assert len([e for e in since if e["event"] == "checkpoint"]) >= 3
 
 
-def _alert(prom: PrometheusClient, name: str, **labels: str) -> dict[str, Any] | None:
+def _alert(prom: PrometheusClient, alertname: str, /, **labels: str) -> dict[str, Any] | None:
     for a in prom.alerts():
-        if a["labels"].get("alertname") == name and all(a["labels"].get(k) == v for k, v in labels.items()):
+        if a["labels"].get("alertname") == alertname and all(
+            a["labels"].get(k) == v for k, v in labels.items()
+        ):
             return a
     return None
 
