@@ -82,7 +82,8 @@ def test_which_alerts_bind_a_budget() -> None:
     assert budget_alerts(CATALOG, FaultClass.NODE_CRASH, nvidia) == []  # the scheduler notices first
     assert budget_alerts(CATALOG, FaultClass.FABRIC_SWITCH_DOWN, nvidia) == []  # its ports first
     storage = {f.alert.name for f in budget_alerts(CATALOG, FaultClass.STORAGE_OUTAGE, nvidia) if f.alert}
-    assert storage == {"StorageObjectStoreDown", "StorageMetadataEngineDown", "StorageCephOsdFull"}  # critical ones
+    # The critical ones only.
+    assert storage == {"StorageObjectStoreDown", "StorageMetadataEngineDown", "StorageCephOsdFull"}
 
 
 def test_a_budget_shorter_than_the_path_is_a_problem_naming_the_terms() -> None:
