@@ -3,17 +3,17 @@
 //
 // Upstream's host is the Go module github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3,
 // which Pulumi never tags, so the Go module proxy serves no version of it; without a Python host the
-// CLI runs no Python program and no Python policy pack. This is a smaller host written for this
-// project on the Pulumi SDK (github.com/pulumi/pulumi/sdk/v3) of the CLI's own release: the same
-// gRPC service (pulumirpc.LanguageRuntime), the same Python environments (the SDK's python/toolchain
-// package reads Pulumi.yaml's toolchain/virtualenv options), and only what `pulumi preview`, `up`,
+// CLI runs no Python program and no Python policy pack. This host is written for this project on the
+// Pulumi SDK (github.com/pulumi/pulumi/sdk/v3) of the CLI's own release: it serves the gRPC service
+// pulumirpc.LanguageRuntime, finds Python environments with the SDK's python/toolchain package
+// (Pulumi.yaml's toolchain and virtualenv options), and does only what `pulumi preview`, `up`,
 // `destroy`, `about` and `--policy-pack` need:
 //
-//   - Run: runs the program with exec.py (embedded, run as `python -c`), the stack's configuration in
-//     PULUMI_CONFIG and PULUMI_CONFIG_SECRET_KEYS, the settings as arguments;
-//   - RunPlugin: a policy pack runs as `python -u -m pulumi.policy <engine> <pack folder>` (the
-//     runner module ships with the pulumi Python SDK), behind the SDK's PolicyProxy, which gives the
-//     pack its stack's name and configuration as environment variables; any other Python plugin as
+//   - Run: runner.py (embedded, run as `python -c`) with one JSON run document in the environment
+//     (runDocument: program, arguments, configuration, the engine's settings);
+//   - RunPlugin: a policy pack as `python -u -m pulumi.policy <engine> <pack folder>` (the module
+//     ships with the pulumi Python SDK) behind the SDK's PolicyProxy, which gives the pack its
+//     stack's name and configuration as environment variables; any other Python plugin as
 //     `python <folder> <args>`;
 //   - GetRequiredPackages: the pulumi-plugin.json of each installed Python package (packages.py);
 //   - GetPluginInfo, About, GetProgramDependencies, Handshake, Cancel.
@@ -32,9 +32,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/blang/semver"
@@ -49,85 +50,78 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-//go:embed exec.py
-var execScript string
+//go:embed runner.py
+var runnerScript string
 
 //go:embed packages.py
 var packagesScript string
 
-// exec.py exits with this status after it reported the error through the engine itself.
-const errorAlreadyShown = 32
+// runner.py exits with this status after it logged the program's error through the engine: the
+// engine must not print another (RunResponse.Bail).
+const errorLogged = 32
+
+// A program asked to stop (Ctrl-C in the CLI, the Cancel RPC) gets SIGINT, so the SDK can finish
+// the registrations in flight; it is killed if it is still running after this long.
+const stopGrace = 5 * time.Second
 
 func main() {
-	flag.String("tracing", "", "accepted for compatibility with the engine's plugin arguments; unused")
-	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.String("tracing", "", "the engine's tracing endpoint (accepted; this host does not trace)")
+	printVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
-	if *showVersion {
+	if *printVersion {
 		fmt.Println(version.Version)
 		return
 	}
-	engine := flag.Arg(0)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	cancel := make(chan bool)
-	go func() {
-		<-ctx.Done()
-		close(cancel)
-	}()
-	if engine != "" {
-		// Exit when the engine goes away, as every plugin does.
-		if err := rpcutil.Healthcheck(ctx, engine, 5*time.Minute, stop); err != nil {
-			fail(fmt.Errorf("cannot watch the engine at %s: %w", engine, err))
-		}
-	}
-	host := newHost(engine)
-	handle, err := rpcutil.ServeWithOptions(rpcutil.ServeOptions{
-		Cancel: cancel,
-		Init: func(srv *grpc.Server) error {
-			pulumirpc.RegisterLanguageRuntimeServer(srv, host)
-			return nil
-		},
-		Options: rpcutil.TracingServerInterceptorOptions(nil),
-	})
-	if err != nil {
-		fail(fmt.Errorf("cannot serve the language runtime: %w", err))
-	}
-	// The engine reads the port from the first line of stdout.
-	fmt.Printf("%d\n", handle.Port)
-	if err := <-handle.Done; err != nil {
-		fail(fmt.Errorf("language runtime stopped: %w", err))
+	if err := serve(flag.Arg(0)); err != nil {
+		fmt.Fprintf(os.Stderr, "pulumi-language-python: %v\n", err)
+		os.Exit(1)
 	}
 }
 
-func fail(err error) {
-	fmt.Fprintf(os.Stderr, "pulumi-language-python: %v\n", err)
-	os.Exit(1)
+// serve answers the engine at `engine` (empty when started by hand) until it goes away or an
+// interrupt arrives. The engine learns the port from the first line this host prints.
+func serve(engine string) error {
+	interrupted, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if engine != "" {
+		if err := rpcutil.Healthcheck(interrupted, engine, 5*time.Minute, stop); err != nil {
+			return fmt.Errorf("watching the engine at %s: %w", engine, err)
+		}
+	}
+	quit := make(chan bool)
+	go func() {
+		<-interrupted.Done()
+		close(quit)
+	}()
+	h := &host{engine: engine, cancelled: make(chan struct{})}
+	server, err := rpcutil.ServeWithOptions(rpcutil.ServeOptions{
+		Cancel:  quit,
+		Init:    func(s *grpc.Server) error { pulumirpc.RegisterLanguageRuntimeServer(s, h); return nil },
+		Options: rpcutil.TracingServerInterceptorOptions(nil),
+	})
+	if err != nil {
+		return fmt.Errorf("serving the language runtime: %w", err)
+	}
+	fmt.Println(server.Port)
+	return <-server.Done
 }
 
 type host struct {
 	pulumirpc.UnimplementedLanguageRuntimeServer
 
-	engine string
-	// cancelled by the Cancel RPC: stops a running program.
-	cancelCtx  context.Context
-	cancelFunc context.CancelFunc
+	engine     string
+	cancelled  chan struct{} // closed by the Cancel RPC
+	cancelOnce sync.Once
 }
 
-func newHost(engine string) *host {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &host{engine: engine, cancelCtx: ctx, cancelFunc: cancel}
-}
-
-// pythonOptions reads Pulumi.yaml's runtime options (toolchain, virtualenv) as the upstream host
-// does; a plugin (not a program) defaults to the virtual environment "venv" in its folder.
-func pythonOptions(info *pulumirpc.ProgramInfo, isPlugin bool) (toolchain.PythonOptions, error) {
+// pythonOptions reads Pulumi.yaml's (or PulumiPolicy.yaml's) runtime options. Every environment
+// of this project is named there (virtualenv), so none is guessed.
+func pythonOptions(info *pulumirpc.ProgramInfo) (toolchain.PythonOptions, error) {
 	if info == nil {
 		return toolchain.PythonOptions{}, errors.New("the request carries no program information")
 	}
 	opts := toolchain.PythonOptions{Root: info.RootDirectory, ProgramDir: info.ProgramDirectory}
-	options := info.Options.AsMap()
-	for key, value := range options {
+	for key, value := range info.Options.AsMap() {
 		text, ok := value.(string)
 		if !ok {
 			return opts, fmt.Errorf("runtime option %q must be a string", key)
@@ -154,15 +148,16 @@ func pythonOptions(info *pulumirpc.ProgramInfo, isPlugin bool) (toolchain.Python
 			return opts, fmt.Errorf("unknown runtime option %q", key)
 		}
 	}
-	if isPlugin && opts.Virtualenv == "" && (opts.Toolchain == toolchain.Pip || opts.Toolchain == toolchain.Auto) {
-		opts.Virtualenv = "venv"
+	if opts.Virtualenv == "" && (opts.Toolchain == toolchain.Pip || opts.Toolchain == toolchain.Auto) {
+		return opts, fmt.Errorf("%s: name the Python environment in runtime.options.virtualenv",
+			info.ProgramDirectory)
 	}
 	return opts, nil
 }
 
 // python resolves the program's Python environment and checks that it exists.
-func python(ctx context.Context, info *pulumirpc.ProgramInfo, isPlugin bool) (toolchain.Toolchain, error) {
-	opts, err := pythonOptions(info, isPlugin)
+func python(ctx context.Context, info *pulumirpc.ProgramInfo) (toolchain.Toolchain, error) {
+	opts, err := pythonOptions(info)
 	if err != nil {
 		return nil, err
 	}
@@ -188,8 +183,9 @@ func (h *host) Handshake(
 	return &pulumirpc.LanguageHandshakeResponse{}, nil
 }
 
+// Cancel stops every program this host runs (each is interrupted, then killed after a grace).
 func (h *host) Cancel(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
-	h.cancelFunc()
+	h.cancelOnce.Do(func() { close(h.cancelled) })
 	return &emptypb.Empty{}, nil
 }
 
@@ -203,7 +199,7 @@ type installedPackage struct {
 func (h *host) GetRequiredPackages(
 	ctx context.Context, req *pulumirpc.GetRequiredPackagesRequest,
 ) (*pulumirpc.GetRequiredPackagesResponse, error) {
-	tc, err := python(ctx, req.Info, false)
+	tc, err := python(ctx, req.Info)
 	if err != nil {
 		return nil, err
 	}
@@ -264,88 +260,139 @@ func dependency(p installedPackage) (*pulumirpc.PackageDependency, error) {
 	return dep, nil
 }
 
+// runDocument is what runner.py reads from GPUFLEET_PULUMI_RUN.
+type runDocument struct {
+	Program    string            `json:"program"`
+	Args       []string          `json:"args"`
+	Pwd        string            `json:"pwd"`
+	Config     map[string]string `json:"config"`
+	SecretKeys []string          `json:"secretKeys"`
+	Settings   runSettings       `json:"settings"`
+}
+
+type runSettings struct {
+	Project       string `json:"project"`
+	Stack         string `json:"stack"`
+	Organization  string `json:"organization"`
+	RootDirectory string `json:"rootDirectory"`
+	Monitor       string `json:"monitor"`
+	Engine        string `json:"engine"`
+	DryRun        bool   `json:"dryRun"`
+	Parallel      int32  `json:"parallel"`
+}
+
 func (h *host) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {
-	tc, err := python(ctx, req.Info, false)
+	tc, err := python(ctx, req.Info)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-c", execScript}
-	flagArg := func(name, value string) {
-		if value != "" {
-			args = append(args, "--"+name, value)
-		}
+	doc := runDocument{
+		Program:    req.Info.EntryPoint,
+		Args:       append([]string{}, req.Args...),
+		Pwd:        req.Pwd,
+		Config:     req.Config,
+		SecretKeys: append([]string{}, req.ConfigSecretKeys...),
+		Settings: runSettings{
+			Project: req.Project, Stack: req.Stack, Organization: req.Organization,
+			RootDirectory: req.Info.RootDirectory, Monitor: req.MonitorAddress, Engine: h.engine,
+			DryRun: req.DryRun, Parallel: req.Parallel,
+		},
 	}
-	flagArg("monitor", req.MonitorAddress)
-	flagArg("engine", h.engine)
-	flagArg("project", req.Project)
-	flagArg("root_directory", req.Info.RootDirectory)
-	flagArg("stack", req.Stack)
-	flagArg("pwd", req.Pwd)
-	flagArg("dry_run", strconv.FormatBool(req.DryRun))
-	flagArg("parallel", strconv.Itoa(int(req.Parallel)))
-	flagArg("organization", req.Organization)
-	args = append(args, req.Info.EntryPoint)
-	args = append(args, req.Args...)
-
-	config, err := json.Marshal(req.Config)
+	if doc.Config == nil {
+		doc.Config = map[string]string{}
+	}
+	encoded, err := json.Marshal(doc)
 	if err != nil {
 		return nil, err
 	}
-	secretKeys := req.ConfigSecretKeys
-	if secretKeys == nil {
-		secretKeys = []string{}
-	}
-	keys, err := json.Marshal(secretKeys)
+	// Not tied to ctx: a stop request interrupts the program first (watchStop), never kills it at once.
+	cmd, err := tc.Command(context.Background(), "-c", runnerScript)
 	if err != nil {
 		return nil, err
 	}
-
-	runCtx, stop := context.WithCancel(h.cancelCtx)
-	defer stop()
-	context.AfterFunc(ctx, stop)
-	cmd, err := tc.Command(runCtx, args...)
-	if err != nil {
-		return nil, err
-	}
-	// Interrupt first so that the program can finish its pending operations; kill after 5 s.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 5 * time.Second
+	cmd.Env = append(cmd.Env, "GPUFLEET_PULUMI_RUN="+string(encoded))
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		return &pulumirpc.RunResponse{Error: fmt.Sprintf("could not start Python for %s: %v", doc.Program, err)}, nil
 	}
-	cmd.Env = append(cmd.Env, "PULUMI_CONFIG="+string(config), "PULUMI_CONFIG_SECRET_KEYS="+string(keys))
-
-	err = cmd.Run()
-	// The engine shows what the program printed: flush it before answering.
+	exited := make(chan struct{})
+	go h.watchStop(ctx, cmd, exited)
+	err = cmd.Wait()
+	close(exited)
+	// What the program printed goes to the engine's display before the answer does.
 	_ = os.Stdout.Sync()
 	_ = os.Stderr.Sync()
-	if err == nil {
-		return &pulumirpc.RunResponse{}, nil
+	return runResponse(doc.Program, err), nil
+}
+
+// watchStop interrupts the program when the engine's request ends or Cancel is called, and kills
+// it if it has not exited stopGrace later.
+func (h *host) watchStop(ctx context.Context, cmd *exec.Cmd, exited <-chan struct{}) {
+	select {
+	case <-exited:
+		return
+	case <-ctx.Done():
+	case <-h.cancelled:
 	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-exited:
+	case <-time.After(stopGrace):
+		_ = cmd.Process.Kill()
+	}
+}
+
+// runResponse turns the runner's exit into the engine's answer.
+func runResponse(program string, err error) *pulumirpc.RunResponse {
 	var exitErr *exec.ExitError
-	if !errors.As(err, &exitErr) {
-		return &pulumirpc.RunResponse{Error: fmt.Sprintf("could not run the Python program: %v", err)}, nil
+	switch {
+	case err == nil:
+		return &pulumirpc.RunResponse{}
+	case !errors.As(err, &exitErr):
+		return &pulumirpc.RunResponse{Error: fmt.Sprintf("running %s: %v", program, err)}
+	case exitErr.ExitCode() == errorLogged:
+		return &pulumirpc.RunResponse{Bail: true}
+	default:
+		return &pulumirpc.RunResponse{Error: fmt.Sprintf("%s: Python exited with status %d", program, exitErr.ExitCode())}
 	}
-	if exitErr.ExitCode() == errorAlreadyShown {
-		return &pulumirpc.RunResponse{Bail: true}, nil
+}
+
+// policyEnv is what a policy pack learns of its stack, as the pulumi.policy module reads it.
+func policyEnv(stack *pulumirpc.AnalyzerStackConfigureRequest) ([]string, error) {
+	vars := map[string]string{
+		"PULUMI_ORGANIZATION": stack.Organization,
+		"PULUMI_PROJECT":      stack.Project,
+		"PULUMI_STACK":        stack.Stack,
+		"PULUMI_DRY_RUN":      strconv.FormatBool(stack.DryRun),
 	}
-	return &pulumirpc.RunResponse{Error: fmt.Sprintf("the Python program exited with status %d", exitErr.ExitCode())}, nil
+	if stack.Config != nil {
+		config, err := json.Marshal(stack.Config)
+		if err != nil {
+			return nil, err
+		}
+		vars["PULUMI_CONFIG"] = string(config)
+	}
+	var env []string
+	for k, v := range vars {
+		if v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	sort.Strings(env)
+	return env, nil
 }
 
 func (h *host) RunPlugin(req *pulumirpc.RunPluginRequest, server pulumirpc.LanguageRuntime_RunPluginServer) error {
 	ctx := server.Context()
-	isPolicyPack := req.Kind == string(apitype.AnalyzerPlugin)
-	tc, err := python(ctx, req.Info, !isPolicyPack)
+	policyPack := req.Kind == string(apitype.AnalyzerPlugin)
+	tc, err := python(ctx, req.Info)
 	if err != nil {
 		return err
 	}
-	var args []string
-	if isPolicyPack {
-		// The engine passes its address; the runner wants the pack's folder last.
+	args := append([]string{req.Info.ProgramDirectory}, req.Args...)
+	if policyPack {
+		// The engine's address first, the pack's folder last.
 		args = append(append([]string{"-u", "-m", "pulumi.policy"}, req.Args...), req.Info.ProgramDirectory)
-	} else {
-		args = append([]string{req.Info.ProgramDirectory}, req.Args...)
 	}
 	cmd, err := tc.Command(ctx, args...)
 	if err != nil {
@@ -356,72 +403,56 @@ func (h *host) RunPlugin(req *pulumirpc.RunPluginRequest, server pulumirpc.Langu
 		return err
 	}
 	defer closer.Close()
-
+	cmd.Dir = req.Pwd
 	var proxy *sdk.PolicyProxy
-	if isPolicyPack {
-		// A policy pack runs in its own folder and learns its stack from the environment: the
-		// proxy answers the engine's first calls, hands over the stack's configuration, then
-		// forwards everything to the pack once it listens.
+	if policyPack {
+		// The proxy answers the engine's first calls for the pack, which starts only once it knows
+		// its stack (from the environment), then forwards everything to it.
 		cmd.Dir = req.Info.ProgramDirectory
-		proxy, stdout, err = sdk.NewPolicyProxy(ctx, stdout)
-		if err != nil {
-			return fmt.Errorf("could not start the policy pack proxy: %w", err)
+		if proxy, stdout, err = sdk.NewPolicyProxy(ctx, stdout); err != nil {
+			return fmt.Errorf("policy pack %s: %w", req.Info.ProgramDirectory, err)
 		}
 		stack, err := proxy.AwaitConfiguration(ctx)
 		if err != nil {
-			return fmt.Errorf("could not get the stack's configuration for the policy pack: %w", err)
+			return fmt.Errorf("policy pack %s: waiting for its stack's configuration: %w", req.Info.ProgramDirectory, err)
 		}
 		if stack != nil {
-			set := func(k, v string) {
-				if v != "" {
-					cmd.Env = append(cmd.Env, k+"="+v)
-				}
+			env, err := policyEnv(stack)
+			if err != nil {
+				return err
 			}
-			set("PULUMI_ORGANIZATION", stack.Organization)
-			set("PULUMI_PROJECT", stack.Project)
-			set("PULUMI_STACK", stack.Stack)
-			set("PULUMI_DRY_RUN", strconv.FormatBool(stack.DryRun))
-			if stack.Config != nil {
-				config, err := json.Marshal(stack.Config)
-				if err != nil {
-					return err
-				}
-				set("PULUMI_CONFIG", string(config))
-			}
+			cmd.Env = append(cmd.Env, env...)
 		}
-	} else {
-		cmd.Dir = req.Pwd
 	}
 	cmd.Env = append(cmd.Env, req.Env...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-
 	if err := cmd.Start(); err != nil {
 		if proxy != nil {
 			proxy.Abort(err)
 		}
-		return fmt.Errorf("could not start the Python plugin: %w", err)
+		return fmt.Errorf("starting Python for %s: %w", req.Info.ProgramDirectory, err)
 	}
 	if proxy != nil {
 		err = proxy.Attach(ctx, cmd)
 	} else {
 		err = cmd.Wait()
 	}
-	if err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			if status, ok := exitErr.Sys().(syscall.WaitStatus); ok {
-				return server.Send(&pulumirpc.RunPluginResponse{
-					Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: int32(status.ExitStatus())},
-				})
-			}
-		}
-		return fmt.Errorf("the Python plugin failed: %w", err)
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+		return closer.Close()
+	case errors.As(err, &exitErr):
+		// The plugin's own status, for the engine to report.
+		return server.Send(&pulumirpc.RunPluginResponse{
+			Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: int32(exitErr.ExitCode())},
+		})
+	default:
+		return fmt.Errorf("%s: %w", req.Info.ProgramDirectory, err)
 	}
-	return closer.Close()
 }
 
 func (h *host) About(ctx context.Context, req *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
-	tc, err := python(ctx, req.Info, false)
+	tc, err := python(ctx, req.Info)
 	if err != nil {
 		return nil, err
 	}
@@ -435,7 +466,7 @@ func (h *host) About(ctx context.Context, req *pulumirpc.AboutRequest) (*pulumir
 func (h *host) GetProgramDependencies(
 	ctx context.Context, req *pulumirpc.GetProgramDependenciesRequest,
 ) (*pulumirpc.GetProgramDependenciesResponse, error) {
-	tc, err := python(ctx, req.Info, false)
+	tc, err := python(ctx, req.Info)
 	if err != nil {
 		return nil, err
 	}
