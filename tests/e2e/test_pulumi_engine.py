@@ -19,7 +19,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -185,3 +185,33 @@ def test_destroy_removes_the_files_and_the_stack(cli: Cli) -> None:
     assert rendered_objects(cli.rendered) == {}
     cli("stack", "rm", STACK, "--yes")
     assert STACK not in cli("stack", "ls").stdout
+
+
+@pytest.mark.parametrize(
+    ("source", "said", "not_said"),
+    [
+        # An exception: logged once through the engine with its traceback (the host answers "bail").
+        ("raise ValueError('gpufleet-smoke: bad input')\n", "raised an exception", "exited with status"),
+        # An exit with a status of the program's own: the host reports the status.
+        ("import sys\nsys.exit(3)\n", "Python exited with status 3", "raised an exception"),
+    ],
+)
+def test_a_failing_program_is_reported_by_the_language_host(
+    cli: Cli, tmp_path: Path, source: str, said: str, not_said: str
+) -> None:
+    folder = tmp_path / "failing"
+    folder.mkdir()
+    (folder / "__main__.py").write_text(source)
+    project = (cli.program / "Pulumi.yaml").read_text().replace("gpufleet-cli-smoke", "gpufleet-cli-failing")
+    (folder / "Pulumi.yaml").write_text(project)
+    failing = replace(cli, program=folder)
+    failing("stack", "init", "failing", "--secrets-provider", "passphrase")
+    try:
+        res = failing("preview", "--stack", "failing", check=False)
+        out = res.stdout + res.stderr
+        assert res.returncode != 0, out
+        assert said in out and not_said not in out, out
+        if "ValueError" in source:
+            assert out.count("ValueError: gpufleet-smoke: bad input") == 1, out
+    finally:
+        failing("stack", "rm", "failing", "--yes")
