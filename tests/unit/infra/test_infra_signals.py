@@ -78,7 +78,8 @@ def test_rules_deployed_for_a_stack_read_its_declared_fabric() -> None:
 # alert that reads only those is not for the stack and is left out.
 _BMC = {"NodePowerSupplyFailure", "NodeCpuFailure"}  # ipmi_exporter: the operator's
 _DISK = {"NodeLocalDiskFailure"}  # smartctl_exporter: the operator's
-_PROBES = {"StorageObjectStoreDown", "StorageMetadataEngineDown"}  # blackbox probes: the sandbox's
+_PROBES = {"StorageObjectStoreDown", "StorageMetadataEngineDown"}  # blackbox probes: the operator's
+_CEPH = {"StorageCephOsdDown", "StorageCephOsdNearFull", "StorageCephOsdFull"}  # the mgr module Rook enables
 _AMD = {"AmdGpuUnhealthy", "AmdGpuUncorrectableEcc", "AmdGpuCorrectableEccRate", "AmdGpuPcieReplayRate"}
 _ASCEND = {"AscendNpuUnhealthy", "AscendHbmUncorrectableEcc", "AscendNpuLinkDown",
            "AscendNpuNetworkUnhealthy"}
@@ -90,7 +91,7 @@ def _expected_gaps(stack: str) -> set[str]:
         # No npu-exporter is deployed.
         gaps |= _ASCEND | {"GpuMissing", "FabricNicMissing"}
     if stack in ("scale-10k", "ascend-910b-roce", "sandbox"):
-        gaps |= {"StorageCephOsdDown"}  # no Rook on these stacks
+        gaps |= _CEPH  # no Rook on these stacks
     return gaps
 
 
