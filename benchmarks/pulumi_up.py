@@ -17,7 +17,7 @@ and written to benchmarks/results/pulumi_up.json. A benchmark, not a test: it as
 Target (issue 12): `up` of ~1,347 resources within 5 minutes on 2 cores.
 
     .venv/bin/python benchmarks/pulumi_up.py [--runs 3] [--out FILE] [--stack scale-10k]
-        [--checkpoints both|on|skip] [--profile DIR]
+        [--checkpoints both|on|skip]
 
 (`--stack sandbox --runs 1 --out /tmp/x.json` is a quick check that the script works.)
 """
@@ -88,11 +88,11 @@ def state_bytes(project: PulumiProject) -> int:
 
 
 def up_and_destroy(
-    project: PulumiProject, policy: list[str], prof: list[str]
+    project: PulumiProject, policy: list[str]
 ) -> tuple[dict[str, float], dict[str, float], int, int]:
     """`up` from an empty stack, then `destroy` (after `state unprotect --all`): their timings, the
     count `up` reports and the state file's size after it."""
-    up, out = timed(lambda: project.run("up", "--yes", "--skip-preview", *policy, *prof, check=False))
+    up, out = timed(lambda: project.run("up", "--yes", "--skip-preview", *policy, check=False))
     size = state_bytes(project)
     project.run("state", "unprotect", "--all", "--yes")
     destroy, _ = timed(lambda: project.run("destroy", "--yes", "--skip-preview", check=False))
@@ -100,7 +100,7 @@ def up_and_destroy(
 
 
 def one_run(
-    project: PulumiProject, policy: list[str], env: dict[str, str], profile: Path | None, modes: list[str]
+    project: PulumiProject, policy: list[str], env: dict[str, str], modes: list[str]
 ) -> dict[str, Any]:
     load = os.getloadavg()[0]
     mock, _ = timed(
@@ -111,8 +111,7 @@ def one_run(
     preview, _ = timed(lambda: project.run("preview", *policy, check=False))
     run: dict[str, Any] = {"loadBefore": round(load, 2), "mockPreview": mock, "pulumiPreview": preview}
     if "checkpoints" in modes:
-        prof = ["--profiling", str(profile / "up")] if profile else []
-        up, destroy, created, size = up_and_destroy(project, policy, prof)
+        up, destroy, created, size = up_and_destroy(project, policy)
         run |= {"pulumiUp": up, "pulumiDestroy": destroy, "created": created, "stateBytes": size}
     if "skip" in modes:
         # The same `up` with the engine's checkpoint after every step turned off (Pulumi's
@@ -120,7 +119,7 @@ def one_run(
         # serialises and rewrites the whole state file, and a backup copy, at each of the ~2,700
         # step events, a cost that grows with the square of the stack (docs/pulumi.md, "Scale").
         skip = replace(project, env={**project.env, "PULUMI_SKIP_CHECKPOINTS": "true"})
-        up, destroy, created, size = up_and_destroy(skip, policy, [])
+        up, destroy, created, size = up_and_destroy(skip, policy)
         run |= {
             "pulumiUpSkipCheckpoints": up,
             "pulumiDestroySkipCheckpoints": destroy,
@@ -140,17 +139,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "pulumi_up.json")
     parser.add_argument("--stack", default="scale-10k")
     parser.add_argument(
-        "--profile", type=Path, help="folder for the CLI's CPU profile of the checkpointed `up` (--profiling)"
-    )
-    parser.add_argument(
         "--checkpoints",
         choices=("both", "on", "skip"),
         default="both",
         help="time `up` with the engine's per-step checkpoints (on), without (skip), or both in one run",
     )
     args = parser.parse_args()
-    if args.profile:
-        args.profile.mkdir(parents=True, exist_ok=True)
     modes = {"both": ["checkpoints", "skip"], "on": ["checkpoints"], "skip": ["skip"]}[args.checkpoints]
     stack = args.stack
     paths = require_pulumi_paths()
@@ -193,7 +187,7 @@ def main() -> None:
             policy += ["--policy-pack-config", str(cfg)]
             runs = []
             for i in range(args.runs):
-                runs.append(one_run(project, policy, env, args.profile, modes))
+                runs.append(one_run(project, policy, env, modes))
                 r = runs[-1]
                 walls = {k: r[k]["wallSeconds"] for k in STEPS if k in r}
                 print(f"run {i + 1} (load {r['loadBefore']}): {walls}", flush=True)

@@ -76,7 +76,8 @@ def health_script(layout: Layout, gpufleet_bin: Path) -> str:
     return render("healthcheck.sh.j2", layout, gpufleet_bin)
 
 
-def _duration(seconds: float) -> str:
+def prom_duration(seconds: float) -> str:
+    """A Prometheus duration: whole seconds as `2s`, else milliseconds (`500ms`)."""
     ms = round(seconds * 1000)
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
@@ -84,7 +85,7 @@ def _duration(seconds: float) -> str:
 def prometheus_config(layout: Layout, rule_files: list[Path]) -> dict[str, Any]:
     """prometheus.yml: every node agent (dcgm-exporter's job shape) and the training job's own
     file_sd targets."""
-    scrape = _duration(layout.scrape_interval_s)
+    scrape = prom_duration(layout.scrape_interval_s)
     agents = [
         {
             "targets": [f"{n.mgmt_ip}:{AGENT_PORT}"],
@@ -98,7 +99,7 @@ def prometheus_config(layout: Layout, rule_files: list[Path]) -> dict[str, Any]:
         "global": {
             "scrape_interval": scrape,
             "scrape_timeout": scrape if layout.scrape_interval_s < 10 else "10s",
-            "evaluation_interval": _duration(layout.evaluation_interval_s),
+            "evaluation_interval": prom_duration(layout.evaluation_interval_s),
             "external_labels": {"cluster": layout.cluster_name, "sandbox_run": layout.run_id},
         },
         "rule_files": [str(p) for p in rule_files],

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from gpufleet.sandbox.configs import prom_duration
+
 # Scrape jobs; the catalog's rules name OBJECT_STORE_JOB (storage.yaml, StorageObjectStoreDown).
 CEPH_JOB = "ceph"
 OBJECT_STORE_JOB = "gpufleet-object-store"
@@ -38,10 +40,6 @@ class MonitoringPlan:
     rule_file: Path  # the catalog's generated rules
 
 
-def _duration(seconds: float) -> str:
-    return f"{int(seconds * 1000)}ms"
-
-
 def mgr_module_settings(plan: MonitoringPlan, ports: dict[str, int]) -> list[tuple[str, str]]:
     """`ceph config set mgr <key> <value>` for the prometheus module, set before it is enabled (the
     module reads them when it starts). Its scrape_interval matches Prometheus's, as Ceph's
@@ -57,20 +55,20 @@ def mgr_module_settings(plan: MonitoringPlan, ports: dict[str, int]) -> list[tup
 
 def blackbox_config(timeout_s: float) -> dict[str, Any]:
     """One module: an HTTP GET that must answer 2xx (radosgw answers `GET /` with its bucket list)."""
-    return {"modules": {BLACKBOX_MODULE: {"prober": "http", "timeout": _duration(timeout_s)}}}
+    return {"modules": {BLACKBOX_MODULE: {"prober": "http", "timeout": prom_duration(timeout_s)}}}
 
 
 def prometheus_config(
     plan: MonitoringPlan, ports: dict[str, int], s3_endpoint: str, run_id: str
 ) -> dict[str, Any]:
-    scrape = _duration(plan.scrape_s)
+    scrape = prom_duration(plan.scrape_s)
     # A target that stops answering only reads 0 once its scrape times out, so the timeout is the
     # interval itself (Prometheus refuses a larger one).
     return {
         "global": {
             "scrape_interval": scrape,
             "scrape_timeout": scrape,
-            "evaluation_interval": _duration(plan.evaluation_s),
+            "evaluation_interval": prom_duration(plan.evaluation_s),
             "external_labels": {"sandbox_run": run_id},
         },
         "rule_files": [str(plan.rule_file)],

@@ -135,5 +135,5 @@ def test_promtool_accepts_the_prometheus_config(layout: Layout, tmp_path: Path) 
 
 
 def test_sub_second_durations_render_in_ms() -> None:
-    assert configs._duration(0.5) == "500ms"
-    assert configs._duration(2) == "2s"
+    assert configs.prom_duration(0.5) == "500ms"
+    assert configs.prom_duration(2) == "2s"

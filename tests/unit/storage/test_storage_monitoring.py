@@ -26,8 +26,8 @@ PLAN = monitoring.MonitoringPlan(scrape_s=2.0, evaluation_s=1.0, rule_file=repo_
 
 def test_prometheus_scrapes_the_mgr_exporter_and_probes_radosgw_through_the_blackbox_exporter() -> None:
     cfg = monitoring.prometheus_config(PLAN, PORTS, "http://127.0.0.1:41004", "r1")
-    assert cfg["global"]["scrape_interval"] == cfg["global"]["scrape_timeout"] == "2000ms"
-    assert cfg["global"]["evaluation_interval"] == "1000ms"
+    assert cfg["global"]["scrape_interval"] == cfg["global"]["scrape_timeout"] == "2s"
+    assert cfg["global"]["evaluation_interval"] == "1s"
     assert cfg["rule_files"] == [str(repo_rule_file())]
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
     assert set(jobs) == {"ceph", "gpufleet-object-store"}
