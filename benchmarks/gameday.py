@@ -69,12 +69,9 @@ def intervals_for(stack: StackSpec, catalog: Catalog, fault_id: str | None) -> I
         health_check_seconds=health,
         slurmd_timeout_seconds=float(sb.slurm.slurmd_timeout) if sb else None,
         message_timeout_seconds=float(sb.slurm.message_timeout) if sb else 0.0,
-        # The auto-resume controller (ADR 0007): no wait after NODE_FAIL (node classes), one
-        # health-check period + 1 s after a failed job (gpufleet.sandbox.workload).
-        resubmit_delay_seconds=(
-            0.0 if not sb or (fault and fault.fault_class.value in ("node-crash", "node-hang"))
-            else float(sb.slurm.health_check_interval) + 1.0
-        ),
+        # The auto-resume controller resubmits at once (ADRs 0007, 0051): the node health check runs
+        # as Slurm's Epilog, so a broken node is drained before the job is over.
+        resubmit_delay_seconds=0.0,
         scheduler_interval_seconds=SANDBOX_SCHED_INTERVAL_S if sb else 0.0,
         process_group_timeout_seconds=float(sb.training.process_group_timeout_seconds) if sb else 0.0,
         checkpoint_load_seconds=stack.storage.checkpoint.load_seconds,

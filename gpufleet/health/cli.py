@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "exporter instead of DCGM/NVML (device-metrics-exporter http://127.0.0.1:5000/metrics, "
                    "npu-exporter's /metrics); the catalog's exporter-field checks read its series")
     p.add_argument("--lock-file", type=Path, help="one check at a time per node (default under /run/lock)")
+    p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
+                   help="wait up to this long for a running check of this node to end, then check "
+                   "(default 0: skip, as Slurm's periodic HealthCheckProgram should; the Epilog waits)")
     sb = p.add_argument_group("sandbox")
     sb.add_argument("--sandbox", action="store_true", help="read the sandbox node agent instead of DCGM/NVML")
     sb.add_argument("--agent-socket", type=Path)
@@ -201,17 +204,22 @@ def render(verdict: Verdict, fmt: str, node: str, drained: dict[str, Any] | None
     return "\n".join(lines) + "\n"
 
 
-def _lock(path: Path) -> IO[str] | None:
+def _lock(path: Path, wait_s: float = 0.0) -> IO[str] | None:
+    """The node's check lock, or None when another check holds it for longer than `wait_s`."""
     try:
         fh = open(path, "a")  # noqa: SIM115 - held for the whole check, closed by run()
     except OSError:
         return None
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        return None
-    return fh
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fh
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                fh.close()
+                return None
+            time.sleep(0.05)
 
 
 def default_lock(node: str) -> Path:
@@ -224,7 +232,10 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
     if args.sandbox and (args.agent_socket is None or args.token_file is None):
         out.write("UNKNOWN: --sandbox needs --agent-socket and --token-file\n")
         return 2
-    lock = _lock(args.lock_file or default_lock(args.node))
+    if args.wait_lock < 0:
+        out.write("UNKNOWN: --wait-lock must be >= 0\n")
+        return 2
+    lock = _lock(args.lock_file or default_lock(args.node), args.wait_lock)
     if lock is None:
         # Slurm starts a new check every interval even if the last one still runs: never pile up.
         out.write("cannot check: another node-health check of this node is running\n")

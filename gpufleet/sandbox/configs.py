@@ -43,6 +43,7 @@ def _context(layout: Layout, gpufleet_bin: Path) -> dict[str, Any]:
         "timings": layout.sandbox.slurm,
         "munge_socket": str(layout.munge_socket),
         "health_script": str(layout.health_script),
+        "epilog_script": str(layout.epilog_script),
         "slurm_conf": str(layout.slurm_conf),
         "token_file": str(layout.token_file),
         "mgmt_ifname": MGMT_IFNAME,
@@ -72,8 +73,9 @@ def gres_conf(layout: Layout) -> str:
     return render("gres.conf.j2", layout, Path("/nonexistent"))
 
 
-def health_script(layout: Layout, gpufleet_bin: Path) -> str:
-    return render("healthcheck.sh.j2", layout, gpufleet_bin)
+def health_script(layout: Layout, gpufleet_bin: Path, *, epilog: bool = False) -> str:
+    """Slurm's HealthCheckProgram, or with `epilog` its Epilog: the same node check."""
+    return _ENV.get_template("healthcheck.sh.j2").render(**_context(layout, gpufleet_bin), epilog=epilog)
 
 
 def prom_duration(seconds: float) -> str:

@@ -176,6 +176,10 @@ class Layout:
         return self.path("slurm", "healthcheck.sh")
 
     @property
+    def epilog_script(self) -> Path:
+        return self.path("slurm", "epilog.sh")
+
+    @property
     def file_sd_dir(self) -> Path:
         return self.path("prometheus", "file_sd")
 

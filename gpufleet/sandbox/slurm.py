@@ -27,6 +27,8 @@ def write_configs(layout: Layout, gpufleet_bin: Path) -> None:
     (d / "gres.conf").write_text(configs.gres_conf(layout))
     layout.health_script.write_text(configs.health_script(layout, gpufleet_bin))
     layout.health_script.chmod(0o755)
+    layout.epilog_script.write_text(configs.health_script(layout, gpufleet_bin, epilog=True))
+    layout.epilog_script.chmod(0o755)
     for n in layout.nodes:
         (layout.node_dir(n.name) / "spool").mkdir(parents=True, exist_ok=True)
         make_gpu_devices(layout.node_dir(n.name) / "dev", n.gpus)

@@ -16,15 +16,6 @@ def job_name(layout: Layout) -> str:
     return f"train-{layout.run_id}"
 
 
-def resubmit_delay_seconds(health_check_interval: float) -> float:
-    """How long the auto-resume controller waits after a failed job before submitting the next one.
-
-    The wait exists so that the node health check (HealthCheckInterval) drains a faulty node before
-    the job is placed again: one check period plus 1 s for the check itself. A new job does not wait
-    `cred_expire` the way a requeued one did (sandbox-notes.md pitfall 4), so this is the only wait."""
-    return float(health_check_interval) + 1.0
-
-
 def job_script(layout: Layout, python: str = sys.executable) -> str:
     """The job script rendered by the training package (the node helper's interface)."""
     from gpufleet.sandbox.training.jobscript import JobParams, render_job_script
@@ -87,7 +78,9 @@ def write_controller_config(layout: Layout, python: str = sys.executable) -> Pat
         slurm_conf=str(layout.slurm_conf),
         status_file=str(controller_status_file(layout)),
         events_file=str(layout.events_file),
-        delay_s=resubmit_delay_seconds(layout.sandbox.slurm.health_check_interval),
+        # No fixed wait after a failed job: Slurm's Epilog runs the node health check, so a node the
+        # fault broke is drained before the job is over (ADR 0051).
+        delay_s=0.0,
     )
     path = d / "autoresume-config.json"
     path.write_text(cfg.model_dump_json(indent=2))

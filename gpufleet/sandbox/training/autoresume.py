@@ -7,10 +7,11 @@ any reason but success, submits a NEW job (a new JobId) that resumes from the la
 training platforms' auto-resume does (NVIDIA NeMo / Megatron "autoresume" and torchrun's restart
 budget follow the same idea): a returning node can then only clean up a job that is already over.
 
-Policy (pure, `decide`): after a failed job, wait `delay_s` (one health-check period, so the check
-drains a faulty node before the job is placed again; no wait after NODE_FAIL, whose node Slurm has
-already marked down), doubled for each consecutive incarnation that
-failed before it made a step (backoff, capped at `backoff_max_s`); at most `max_restarts` restarts
+Policy (pure, `decide`): after a failed job, wait `delay_s` (0 in the sandbox: its Slurm runs the node
+health check as the Epilog, so a node the fault broke is drained before the job leaves COMPLETING,
+and Slurm places no job on a node still completing one; ADR 0051); after an incarnation that failed
+before it made a step, `backoff_s`, doubled for each more such incarnation in a row (capped at
+`backoff_max_s`), so a job that cannot start does not spin; at most `max_restarts` restarts
 within `window_s` (a restart budget, like torchrun's --max-restarts), then give up and say so in the
 status file. SIGHUP resets the budget (the game-day's healing uses it). The status file is JSON
 (`ControllerStatus`), rewritten atomically on every change; the events file is untouched.
@@ -58,7 +59,8 @@ class ControllerConfig(BaseModel):
     slurm_conf: str
     status_file: str
     events_file: str  # to tell a failure before the first step (backoff) from one after progress
-    delay_s: float = Field(ge=0, default=6.0)
+    delay_s: float = Field(ge=0, default=0.0)  # after a failed job that made progress
+    backoff_s: float = Field(gt=0, default=5.0)  # after the first incarnation in a row that made no step
     backoff_max_s: float = Field(ge=0, default=60.0)
     max_restarts: int = Field(ge=0, default=20)
     window_s: float = Field(gt=0, default=3600.0)
@@ -76,9 +78,12 @@ def job_over(state: str | None) -> bool:
     return state is None or state not in ACTIVE_STATES
 
 
-def backoff(delay_s: float, fast_failures: int, cap_s: float) -> float:
-    """delay * 2^k for k incarnations in a row that failed before their first step, capped."""
-    return min(cap_s, delay_s * (2 ** max(0, fast_failures))) if fast_failures else delay_s
+def backoff(delay_s: float, backoff_s: float, fast_failures: int, cap_s: float) -> float:
+    """`delay_s` after a run that made progress; after k >= 1 incarnations in a row that failed
+    before their first step, max(delay, backoff) * 2^(k-1), capped."""
+    if fast_failures <= 0:
+        return delay_s
+    return min(cap_s, max(delay_s, backoff_s) * 2.0 ** (fast_failures - 1))
 
 
 def decide(
@@ -104,7 +109,8 @@ def decide(
             f"(max {cfg.max_restarts}); job {status.job_id} ended {state or 'and was purged'}",
         )
     # NODE_FAIL: Slurm has already marked the failed node down, so there is no drain to wait for.
-    wait = 0.0 if state == "NODE_FAIL" else backoff(cfg.delay_s, fast_failures, cfg.backoff_max_s)
+    wait = (0.0 if state == "NODE_FAIL"
+            else backoff(cfg.delay_s, cfg.backoff_s, fast_failures, cfg.backoff_max_s))
     if now - ended < wait:
         left = wait - (now - ended)
         return Decision("wait", f"job {status.job_id} ended {state}; resubmitting in {left:.1f} s")

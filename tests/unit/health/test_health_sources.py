@@ -100,3 +100,31 @@ def test_node_health_against_a_live_agent(tmp_path: Path) -> None:
         err.close()
     rc, text = check()
     assert rc == 2 and "unreachable" in text  # agent gone: UNKNOWN, never healthy
+
+
+def test_a_check_skips_or_waits_for_a_running_check_of_the_same_node(tmp_path: Path) -> None:
+    import fcntl
+    import threading
+    from io import StringIO
+
+    lock = tmp_path / "lock"
+    held = open(lock, "a")  # noqa: SIM115 - another check of this node, holding the lock
+    fcntl.flock(held, fcntl.LOCK_EX)
+    base = ["--sandbox", "--node", "gpu-5", "--agent-socket", str(tmp_path / "none.sock"),
+            "--token-file", str(tmp_path / "tok"), "--lock-file", str(lock)]
+    (tmp_path / "tok").write_text("t0k\n")
+
+    out = StringIO()
+    assert run(base, out=out) == 2  # the periodic check never piles up behind another
+    assert out.getvalue() == "cannot check: another node-health check of this node is running\n"
+
+    threading.Timer(0.3, held.close).start()  # the other check ends
+    out = StringIO()
+    t0 = time.monotonic()
+    assert run([*base, "--wait-lock", "5"], out=out) == 2
+    # It waited for the lock and then checked for itself: the agent is absent, so UNKNOWN.
+    assert 0.25 <= time.monotonic() - t0 < 5 and "unreachable" in out.getvalue()
+
+    out = StringIO()
+    assert run([*base, "--wait-lock", "-1"], out=out) == 2
+    assert out.getvalue() == "UNKNOWN: --wait-lock must be >= 0\n"

@@ -41,10 +41,25 @@ def test_parse_job_state() -> None:
 
 
 def test_backoff_doubles_for_each_incarnation_that_made_no_step() -> None:
-    assert backoff(6.0, 0, 60.0) == 6.0
-    assert backoff(6.0, 1, 60.0) == 12.0
-    assert backoff(6.0, 2, 60.0) == 24.0
-    assert backoff(6.0, 5, 60.0) == 60.0
+    # The sandbox: no wait after a run that made progress (the Epilog drained a broken node).
+    assert backoff(0.0, 5.0, 0, 60.0) == 0.0
+    assert backoff(0.0, 5.0, 1, 60.0) == 5.0
+    assert backoff(0.0, 5.0, 2, 60.0) == 10.0
+    assert backoff(0.0, 5.0, 5, 60.0) == 60.0
+    # A site with a fixed delay never backs off below it.
+    assert backoff(6.0, 5.0, 0, 60.0) == 6.0
+    assert backoff(6.0, 5.0, 1, 60.0) == 6.0
+    assert backoff(6.0, 5.0, 3, 60.0) == 24.0
+
+
+def test_the_sandbox_controller_resubmits_without_a_fixed_wait(tmp_path: Path) -> None:
+    c = ControllerConfig.model_validate(dict(sbatch=["/bin/false"], script="/x/job.sh",
+                                             slurm_conf="/x/slurm.conf", status_file=str(tmp_path / "s"),
+                                             events_file=str(tmp_path / "e")))
+    st = ControllerStatus(pid=1, incarnation=0, job_id="1", ended_at=100.0)
+    assert decide(st, "FAILED", 100.0, c, 0).kind == "submit"
+    assert decide(st, "FAILED", 104.9, c, 1).kind == "wait"  # a job that cannot start does not spin
+    assert decide(st, "FAILED", 105.0, c, 1).kind == "submit"
 
 
 def test_fast_failures_counts_back_to_the_last_incarnation_that_stepped() -> None:
@@ -63,9 +78,10 @@ def test_decide(tmp_path: Path) -> None:
     st = ControllerStatus(pid=1, incarnation=0, job_id="1", ended_at=None)
     assert decide(st, "RUNNING", 100.0, c, 0).kind == "wait"
     st.ended_at = 100.0
-    assert decide(st, "FAILED", 103.0, c, 0).kind == "wait"  # within the health-check delay
+    assert decide(st, "FAILED", 103.0, c, 0).kind == "wait"  # within a configured delay (6 s)
     assert decide(st, "FAILED", 106.0, c, 0).kind == "submit"
-    assert decide(st, "FAILED", 106.0, c, 1).kind == "wait"  # backoff: 12 s after a stepless run
+    assert decide(st, "FAILED", 111.0, c, 2).kind == "wait"  # backoff: 12 s after two stepless runs
+    assert decide(st, "FAILED", 112.0, c, 2).kind == "submit"
     assert decide(st, "NODE_FAIL", 100.0, c, 0).kind == "submit"  # the node is already down
     assert decide(st, "COMPLETED", 100.0, c, 0).kind == "finished"
     # The budget: 3 restarts within the window, then give up; a reset (budget_since) allows more.

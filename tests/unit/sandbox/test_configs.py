@@ -45,6 +45,7 @@ def test_slurm_conf_carries_the_stack_timings(layout: Layout) -> None:
     assert k["AuthInfo"] == "socket=/run/gf/sandbox/run-abc123/munge/munge.socket,cred_expire=10"
     assert k["HealthCheckInterval"] == "5"
     assert k["HealthCheckProgram"] == "/run/gf/sandbox/run-abc123/slurm/healthcheck.sh"
+    assert k["Epilog"] == "/run/gf/sandbox/run-abc123/slurm/epilog.sh"  # ADR 0051
     assert k["ReturnToService"] == "1"
     assert k["JobRequeue"] == "1"
     assert k["SchedulerParameters"] == "bf_interval=1,sched_interval=2"
@@ -99,9 +100,31 @@ def test_health_script_maps_each_namespace_to_its_node(layout: Layout, tmp_path:
     assert "export SLURM_CONF=/run/gf/sandbox/run-abc123/slurm/slurm.conf" in text
     assert '/venv/bin/python -m gpufleet.health --sandbox --node "$node"' in text
     assert "--token-file /run/gf/sandbox/run-abc123/agent.token --anchor-ifname mgmt0 --slurm-drain" in text
+    assert "exec /venv/bin/python" in text and "--wait-lock" not in text  # the periodic check skips
     script = tmp_path / "hc.sh"
     script.write_text(text)
     assert subprocess.run(["sh", "-n", str(script)]).returncode == 0  # valid shell syntax
+    # Outside every node namespace of the run it refuses, and says so.
+    res = subprocess.run(["sh", str(script)], capture_output=True, text=True)
+    assert res.returncode == 2 and "not inside a node namespace of sandbox run abc123" in res.stderr
+
+
+def test_the_epilog_runs_the_same_check_and_never_fails_the_node(layout: Layout, tmp_path: Path) -> None:
+    text = configs.health_script(layout, BIN, epilog=True)
+    for n in layout.nodes:
+        assert f"  {n.netns}) node={n.name} ;;" in text
+    check = text[text.index("/venv/bin/python -m gpufleet.health"):]
+    # The same check and drain as the periodic one, waiting for a running check instead of skipping,
+    # its verdict kept in the node's epilog.log, and exit 0: a failing Epilog would drain the node
+    # with Slurm's "Epilog error" instead of the fault's reason.
+    assert '--sandbox --node "$node"' in check and "--slurm-drain" in check and "--wait-lock 10" in check
+    assert '>>"/run/gf/sandbox/run-abc123/nodes/$node/epilog.log" 2>&1' in check
+    assert check.rstrip().endswith("exit 0") and "exec " not in text
+    script = tmp_path / "epilog.sh"
+    script.write_text(text)
+    assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
+    res = subprocess.run(["sh", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0 and "not inside a node namespace" in res.stderr
 
 
 def test_prometheus_config_scrapes_every_agent_and_the_training_job(layout: Layout) -> None:

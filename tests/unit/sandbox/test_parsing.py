@@ -55,10 +55,3 @@ def test_not_progressing_before_two_steps(tmp_path: Path) -> None:
     assert not workload.progressing(workload.read_progress(tmp_path / "absent.jsonl"))
     one = workload.progress([_ev(event="step", step=1, restart=0, t=1.0)])
     assert not workload.progressing(one)
-
-
-def test_resubmit_delay_is_one_health_check_period() -> None:
-    # A new job does not wait cred_expire (only a requeued one did): the controller waits one health
-    # check period + 1 s so the check drains a faulty node before the job is placed again.
-    assert workload.resubmit_delay_seconds(5) == 6.0
-    assert workload.resubmit_delay_seconds(0.5) == 1.5
