@@ -10,6 +10,8 @@ APT_PACKAGES := prometheus slurmctld slurmd slurm-client munge iproute2 nftables
 APT_PACKAGES += ceph-mon ceph-mgr ceph-osd radosgw ceph-common
 # ... and its monitoring (ADR 0049): the probe of radosgw the catalog's StorageObjectStoreDown reads.
 APT_PACKAGES += prometheus-blackbox-exporter
+# The serving workload's load balancer (gpufleet.sandbox.serving.balancer): Debian 12's HAProxy 2.6.
+APT_PACKAGES += haproxy
 # The game-day CronJob's image (docs/gameday.md): built with buildah on a debootstrap root filesystem.
 APT_PACKAGES += buildah debootstrap
 REPORT      ?= reports/gameday

@@ -24,11 +24,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from gpufleet.sandbox.gpu_health import GpuHealth
 from gpufleet.sandbox.training.checkpoint import CheckpointDir, CkptKey, StaleGeneration
 from gpufleet.sandbox.training.progress import (
     EventContext,
     EventLog,
-    GpuHealth,
     TrainingCollector,
     TrainingProgress,
     write_file_sd,

@@ -1,0 +1,1 @@
+"""The sandbox's serving workload: inference replicas on nodes (replica.py) behind HAProxy (balancer.py)."""

@@ -1,0 +1,229 @@
+"""`python -m gpufleet.sandbox.serving.replica`: one inference replica on a sandbox node.
+
+A small model (PyTorch, CPU) behind an HTTP server. One engine thread runs every forward pass, as an
+inference engine's step loop does; HTTP threads hand it requests and wait. Endpoints:
+
+- `POST /v1/infer` - one forward pass. 200 with the output; 500 with the device error when the GPU
+  the replica holds has a fatal fault (the process stays up and keeps answering, as vLLM's does
+  after an illegal memory access: vllm#36960); 503 when the engine did not answer in time.
+- `GET /live` - liveness: 200 while the HTTP server answers. Restarting the process is the only cure
+  for a failed liveness check, so it says nothing about the GPU or the engine.
+- `GET /ready` - readiness, what the load balancer's health check reads: 200 only when the model
+  is loaded, the GPU the replica holds has no fatal fault (the node agent's gpu-health.json), and
+  the engine has completed a step (a request, or a canary pass when idle) within `--stall-seconds`.
+  A dead GPU or a stalled engine leaves the rotation; a live process alone does not keep it there
+  (the blind spot of health checks that only see the HTTP thread: kserve#6259, vllm#39863).
+
+Every answer names the replica (`X-Replica`), so the load generator's records show who served what.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from gpufleet.sandbox.gpu_health import GpuHealth
+
+IN_FEATURES, HIDDEN, OUT_FEATURES = 64, 256, 8
+MAX_BODY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    name: str
+    host: str
+    port: int
+    health_file: Path  # <node dir>/gpu-health.json
+    gpu: int
+    stall_s: float  # readiness fails when the engine completed no step for this long
+    timeout_s: float  # a request the engine did not answer within this is a 503
+    canary_s: float  # idle engine: one canary pass this often, so readiness sees it alive
+
+
+class Engine:
+    """The replica's single engine thread: forward passes in order, a canary when idle."""
+
+    def __init__(self, cfg: ReplicaConfig) -> None:
+        import torch
+
+        self.cfg, self.torch = cfg, torch
+        torch.set_num_threads(1)  # a sandbox node shares 2 cores with every other node
+        torch.manual_seed(1234)
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(IN_FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT_FEATURES)
+        ).eval()
+        self.health = GpuHealth(cfg.health_file, (cfg.gpu,), started_at=time.time())
+        self.jobs: queue.Queue[tuple[list[list[float]] | None, Future[list[list[float]]]]] = queue.Queue()
+        self.last_step = 0.0  # monotonic time of the last completed pass (0: none yet)
+        self.loaded = False
+        self.thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+
+    def start(self) -> None:
+        self._forward(None)  # the model is loaded once one pass has run
+        self.loaded = True
+        self.last_step = time.monotonic()
+        self.thread.start()
+
+    def submit(self, inputs: list[list[float]] | None) -> Future[list[list[float]]]:
+        fut: Future[list[list[float]]] = Future()
+        self.jobs.put((inputs, fut))
+        return fut
+
+    def device_error(self) -> str | None:
+        return self.health.error()
+
+    def _forward(self, inputs: list[list[float]] | None) -> list[list[float]]:
+        error = self.health.error()
+        if error is not None:
+            raise RuntimeError(error)
+        torch = self.torch
+        x = (torch.randn(1, IN_FEATURES) if inputs is None
+             else torch.tensor(inputs, dtype=torch.float32))
+        with torch.no_grad():
+            out = self.model(x)
+        return [[round(float(v), 6) for v in row] for row in out]
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                inputs, fut = self.jobs.get(timeout=self.cfg.canary_s)
+            except queue.Empty:
+                inputs, fut = None, None
+            try:
+                result = self._forward(inputs)
+                self.last_step = time.monotonic()
+                if fut is not None:
+                    fut.set_result(result)
+            except RuntimeError as e:
+                # A failed pass is still a step the engine completed: the engine is alive, the GPU is not.
+                self.last_step = time.monotonic()
+                if fut is not None:
+                    fut.set_exception(e)
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.loaded:
+            return False, "model not loaded"
+        error = self.health.error()
+        if error is not None:
+            return False, f"device: {error}"
+        idle = time.monotonic() - self.last_step
+        if idle > self.cfg.stall_s:
+            return False, f"engine stalled: no step for {idle:.1f} s (limit {self.cfg.stall_s:g} s)"
+        return True, "ready"
+
+
+def parse_inputs(body: bytes) -> list[list[float]] | None:
+    """The request body: empty (a seeded input), or {"inputs": [[64 floats], ...]} (1-8 rows)."""
+    if not body.strip():
+        return None
+    doc = json.loads(body)
+    rows = doc.get("inputs") if isinstance(doc, dict) else None
+    if (not isinstance(rows, list) or not 1 <= len(rows) <= 8
+            or not all(isinstance(r, list) and len(r) == IN_FEATURES for r in rows)
+            or not all(isinstance(v, int | float) for r in rows for v in r)):
+        raise ValueError(f'expected {{"inputs": [[{IN_FEATURES} numbers], ...]}} with 1 to 8 rows')
+    return [[float(v) for v in r] for r in rows]
+
+
+def make_handler(engine: Engine, cfg: ReplicaConfig) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the balancer's connections to servers are
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # one line per request would be most of the replica's CPU
+
+        def _send(self, code: int, doc: dict[str, Any]) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Replica", cfg.name)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/live":
+                self._send(200, {"live": True})
+            elif self.path == "/ready":
+                ok, why = engine.readiness()
+                self._send(200 if ok else 503, {"ready": ok, "reason": why})
+            else:
+                self._send(404, {"error": f"no such path: {self.path}"})
+
+        def do_POST(self) -> None:
+            if self.path != "/v1/infer":
+                self._send(404, {"error": f"no such path: {self.path}"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY_BYTES:
+                self._send(413, {"error": f"body over {MAX_BODY_BYTES} bytes"})
+                return
+            try:
+                inputs = parse_inputs(self.rfile.read(length))
+            except ValueError as e:
+                self._send(400, {"error": str(e)})
+                return
+            fut = engine.submit(inputs)
+            try:
+                out = fut.result(timeout=cfg.timeout_s)
+            except TimeoutError:
+                self._send(503, {"error": f"engine did not answer within {cfg.timeout_s:g} s"})
+                return
+            except RuntimeError as e:
+                self._send(500, {"error": str(e)})
+                return
+            self._send(200, {"outputs": out})
+
+    return Handler
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gpufleet.sandbox.serving.replica", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--name", required=True)
+    p.add_argument("--listen", required=True, help="IP:PORT")
+    p.add_argument("--health-file", type=Path, required=True, help="the node agent's gpu-health.json")
+    p.add_argument("--gpu", type=int, default=0)
+    p.add_argument("--stall-seconds", type=float, default=2.0)
+    p.add_argument("--timeout-seconds", type=float, default=2.0)
+    p.add_argument("--canary-seconds", type=float, default=0.5)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"error: --listen must be IP:PORT, got {args.listen!r}", file=sys.stderr)
+        return 2
+    cfg = ReplicaConfig(args.name, host, int(port), args.health_file, args.gpu, args.stall_seconds,
+                        args.timeout_seconds, args.canary_seconds)
+    engine = Engine(cfg)
+    engine.start()
+    server = ThreadingHTTPServer((cfg.host, cfg.port), make_handler(engine, cfg))
+    server.daemon_threads = True
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"replica {cfg.name} serving on {cfg.host}:{server.server_address[1]}", flush=True)
+    server.serve_forever(poll_interval=0.2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""The serving parts that need no process: HAProxy's configuration, its stats, the load's bounds and
+its records."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpufleet.chaos.serving.load import LOCUSTFILE, LoadSpec, bins, locust_argv
+from gpufleet.core.serving_records import RequestLine, read_records
+from gpufleet.sandbox.serving.balancer import (
+    Backend,
+    BalancerConfig,
+    check_bound_seconds,
+    haproxy_config,
+    parse_server_states,
+)
+from gpufleet.sandbox.serving.replica import IN_FEATURES, parse_inputs
+
+REPLICAS = (Backend("gpu-2", "10.77.0.12", 8080), Backend("gpu-3", "10.77.0.13", 8080))
+
+
+def test_haproxy_config_checks_readiness_and_retries_only_unanswered_requests() -> None:
+    text = haproxy_config(BalancerConfig("10.77.0.1", 8080, 8404, REPLICAS), "/run/x/haproxy.pid")
+    lines = [x.strip() for x in text.splitlines()]
+    assert "bind 10.77.0.1:8080" in lines and "bind 10.77.0.1:8404" in lines
+    assert "http-check send meth GET uri /ready" in lines and "http-check expect status 200" in lines
+    assert "default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions" in lines
+    assert "retry-on conn-failure empty-response response-timeout" in lines
+    assert [x for x in lines if x.startswith("server ")] == [
+        "server gpu-2 10.77.0.12:8080 check",
+        "server gpu-3 10.77.0.13:8080 check",
+    ]
+    live = haproxy_config(BalancerConfig("10.77.0.1", 8080, 8404, REPLICAS, health="live"), "/p")
+    assert "http-check send meth GET uri /live" in live
+    none = haproxy_config(BalancerConfig("10.77.0.1", 8080, 8404, REPLICAS, health="none"), "/p")
+    assert "httpchk" not in none and "server gpu-2 10.77.0.12:8080\n" in none
+
+
+def test_balancer_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="at least one replica"):
+        BalancerConfig("10.77.0.1", 8080, 8404, ())
+    with pytest.raises(ValueError, match="unique"):
+        BalancerConfig("10.77.0.1", 8080, 8404, (REPLICAS[0], REPLICAS[0]))
+    with pytest.raises(ValueError, match="positive"):
+        BalancerConfig("10.77.0.1", 8080, 8404, REPLICAS, fall=0)
+    # A replica that fails readiness is out within fall x inter + one check's timeout.
+    assert check_bound_seconds(BalancerConfig("10.77.0.1", 8080, 8404, REPLICAS)) == 1.5
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy (Debian package haproxy) not installed")
+def test_haproxy_accepts_the_config(tmp_path: Path) -> None:
+    for health in ("ready", "live", "none"):
+        cfg = tmp_path / f"{health}.cfg"
+        cfg.write_text(
+            haproxy_config(
+                BalancerConfig("127.0.0.1", 18080, 18404, REPLICAS, health=health),  # type: ignore[arg-type]
+                str(tmp_path / "pid"),
+            )
+        )
+        res = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_server_states_from_haproxy_stats_csv() -> None:
+    csv = (
+        "# pxname,svname,qcur,status,weight\n"
+        "serving,FRONTEND,,OPEN,\n"
+        "replicas,gpu-2,0,UP,1\n"
+        "replicas,gpu-3,0,DOWN,1\n"
+        "replicas,BACKEND,0,UP,1\n"
+    )
+    assert parse_server_states(csv) == {"gpu-2": "UP", "gpu-3": "DOWN"}
+    with pytest.raises(ValueError, match="not HAProxy stats CSV"):
+        parse_server_states("<html>")
+
+
+def test_load_spec_bounds_every_loop() -> None:
+    ok = LoadSpec("http://10.77.0.1:8080", users=20, rate_per_user=2, duration_s=60)
+    argv = locust_argv(ok, Path("/r"), python="/venv/bin/python")
+    assert argv[:5] == ["/venv/bin/python", "-m", "locust", "-f", str(LOCUSTFILE)]
+    joined = " ".join(argv)
+    for part in (
+        "--headless",
+        "--users 20",
+        "--spawn-rate 20",
+        "--run-time 60s",
+        "--stop-timeout 5",
+        "--gpufleet-records /r",
+        "--gpufleet-rate-per-user 2",
+        "--exit-code-on-error 0",
+    ):
+        assert part in joined
+    assert ok.offered_rate == 40
+    bad = LoadSpec("10.77.0.1:8080", users=0, rate_per_user=50, duration_s=3600)
+    assert len(bad.problems()) == 3
+    with pytest.raises(ValueError, match=r"users must be 1\.\.200"):
+        locust_argv(bad, Path("/r"))
+    assert LoadSpec("http://x:1", users=100, rate_per_user=30, duration_s=10).problems() == [
+        "rate must be > 0 and users x rate <= 2000/s, got 100 x 30"
+    ]
+
+
+def test_records_of_every_process_merge_into_bins(tmp_path: Path) -> None:
+    t0 = 1_000.0
+    (tmp_path / "requests-11.jsonl").write_text(
+        RequestLine(t=t0 + 0.1, latency_s=0.02, ok=True, status=200, replica="gpu-2").line()
+        + RequestLine(t=t0 + 1.1, ok=False, missed=True).line()
+        + '{"t": 1002.0, "lat'
+    )  # torn last line
+    (tmp_path / "requests-12.jsonl").write_text(
+        RequestLine(t=t0 + 0.5, latency_s=0.5, ok=False, status=500, error="HTTP 500").line()
+    )
+    got = bins(tmp_path, t0)
+    assert sorted(got) == [0, 1]
+    assert (got[0].due, got[0].ok, got[0].missed) == (2, 1, 0)
+    assert (got[1].due, got[1].ok, got[1].missed) == (1, 0, 1)
+    (tmp_path / "requests-13.jsonl").write_text(json.dumps({"t": 1.0, "ok": "maybe"}) + "\n")
+    with pytest.raises(ValueError, match=r"requests-13.jsonl: line 1: not a request record: ok"):
+        read_records(tmp_path)
+
+
+def test_replica_input_is_checked() -> None:
+    assert parse_inputs(b"") is None
+    assert parse_inputs(json.dumps({"inputs": [[1] * IN_FEATURES]}).encode()) == [[1.0] * IN_FEATURES]
+    for bad in ({"inputs": []}, {"inputs": [[1] * 3]}, {"inputs": [["x"] * IN_FEATURES]}, [1]):
+        with pytest.raises(ValueError, match="expected"):
+            parse_inputs(json.dumps(bad).encode())
