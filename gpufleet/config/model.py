@@ -557,6 +557,15 @@ class FaultBudgetOverride(Model):
     recover_seconds: Annotated[float, Field(gt=0)] | None = None
 
 
+class ServingSlo(Model):
+    """Request-level targets of a serving workload under faults (gpufleet.slo.serving, docs/serving.md)."""
+
+    availability: Annotated[float, Field(gt=0, lt=1)] = 0.999  # over the whole run
+    window_availability: Annotated[float, Field(gt=0, lt=1)] = 0.99  # inside the fault window
+    p99_ms: Annotated[float, Field(gt=0)] = 500.0  # successful requests inside the fault window
+    recover_s: Annotated[float, Field(gt=0)] = 10.0  # fault -> error rate back under 1%
+
+
 class SloSpec(Model):
     availability: Annotated[float, Field(gt=0, lt=1)] = 0.999
     max_job_interruption_share: Annotated[float, Field(ge=0, le=1)] = 0.005
@@ -566,6 +575,7 @@ class SloSpec(Model):
     # a slower detector than the rest of its class (GpuMissing beside the XIDs' health check): the
     # detection-path check and the game-day's judge use the merged budget (ADR 0046).
     fault_budgets: dict[str, FaultBudgetOverride] = Field(default_factory=dict)
+    serving: ServingSlo | None = None
 
     def budget_of(self, fault_id: str, cls: FaultClass) -> FaultBudget | None:
         """The class's budget with the fault's own keys in place (None: the class has none)."""
@@ -625,11 +635,33 @@ class TrainingSpec(Model):
     process_group_timeout_seconds: Annotated[int, Field(ge=1, le=600)] = 10
 
 
+class SandboxServing(Model):
+    """A serving workload in the sandbox (docs/serving.md): one inference replica on each node of
+    `pool` (a sandbox pool kept out of Slurm) behind HAProxy in the head namespace, and the load
+    the serving experiments drive (Locust: `users` x `ratePerUser` requests per second)."""
+
+    pool: str
+    port: Annotated[int, Field(ge=1024, le=65535)] = 8080
+    stats_port: Annotated[int, Field(ge=1024, le=65535)] = 8404
+    health: Literal["ready", "live", "none"] = "ready"
+    users: Annotated[int, Field(ge=1, le=200)] = 20
+    rate_per_user: Annotated[float, Field(gt=0, le=100)] = 2.0
+
+    @model_validator(mode="after")
+    def _ports(self) -> SandboxServing:
+        if self.port == self.stats_port:
+            raise ValueError("port and statsPort must differ")
+        if self.users * self.rate_per_user > 2000:
+            raise ValueError(f"users x ratePerUser = {self.users * self.rate_per_user:g}/s; at most 2000/s")
+        return self
+
+
 class SandboxSpec(Model):
     subnet_base: Annotated[str, Field(pattern=r"^10\.[0-9]{1,3}$")] = "10.77"
     scrape_interval: Annotated[str, Field(pattern=_DURATION)] = "2s"
     slurm: SlurmTimings = Field(default_factory=SlurmTimings)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
+    serving: SandboxServing | None = None
 
 
 # --------------------------------------------------------------------------- charts
@@ -707,7 +739,16 @@ class StackSpec(Model):
             problems.append("sandbox: a stack with sandbox node pools needs a sandbox section")
         problems += self._secret_problems()
         if self.sandbox is not None:
-            nodes = sum(p.nodes for p in self.node_pools)
+            serving = self.sandbox.serving
+            pools = {p.name: p for p in self.node_pools}
+            if serving is not None:
+                pool = pools.get(serving.pool)
+                if pool is None or not isinstance(pool.provisioning, SandboxProvisioning):
+                    problems.append(f"sandbox.serving.pool: {serving.pool!r} is not a sandbox node pool")
+                elif sum(sandboxed) < 2:
+                    problems.append("sandbox.serving.pool: the training job needs another sandbox pool")
+            training_pools = [p for p in self.node_pools if serving is None or p.name != serving.pool]
+            nodes = sum(p.nodes for p in training_pools)
             if self.sandbox.training.nodes > nodes:
                 problems.append(
                     f"sandbox.training.nodes ({self.sandbox.training.nodes}) exceeds the "

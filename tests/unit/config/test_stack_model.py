@@ -170,3 +170,40 @@ def test_stack_file_with_other_namespaces(tmp_path: Path) -> None:
     p.write_text(yaml.safe_dump(doc))
     with pytest.raises(InputError, match="keys need a namespace"):
         load_stack(p)
+
+
+def sandbox_with_serving(**serving: Any) -> dict[str, Any]:
+    doc = minimal()
+    doc["cluster"]["environment"] = "sandbox"
+    doc["scheduler"] = {"kind": "slurm", "queues": [{"name": "q"}]}
+    doc["nodePools"] = [
+        {"name": "gpu", "accelerator": "nvidia-h100-sxm", "gpusPerNode": 8, "nodes": 2,
+         "provisioning": {"kind": "sandbox"}},
+        {"name": "srv", "accelerator": "nvidia-h100-sxm", "gpusPerNode": 1, "nodes": 2,
+         "provisioning": {"kind": "sandbox"}},
+    ]
+    doc["sandbox"] = {"training": {"nodes": 2}, "serving": {"pool": "srv", **serving}}
+    doc["slos"] = {"serving": {"availability": 0.999, "p99Ms": 300, "recoverS": 5}}
+    return doc
+
+
+def test_a_serving_pool_and_its_targets() -> None:
+    stack = parse_stack(sandbox_with_serving(users=10, ratePerUser=4), "t.yaml")
+    assert stack.sandbox is not None and stack.sandbox.serving is not None
+    s = stack.sandbox.serving
+    assert (s.pool, s.port, s.stats_port, s.health) == ("srv", 8080, 8404, "ready")
+    assert (s.users, s.rate_per_user) == (10, 4)
+    assert stack.slos.serving is not None and stack.slos.serving.p99_ms == 300
+    assert stack.slos.serving.window_availability == 0.99  # the default
+    # The serving pool's nodes do not count for the training job: 3 training nodes exceed the 2.
+    doc = sandbox_with_serving()
+    doc["sandbox"]["training"]["nodes"] = 3
+    with pytest.raises(InputError, match=r"sandbox.training.nodes \(3\) exceeds the 2 compute nodes"):
+        parse_stack(doc, "t.yaml")
+    doc = sandbox_with_serving()
+    doc["nodePools"] = doc["nodePools"][1:]
+    doc["sandbox"]["training"]["nodes"] = 1
+    with pytest.raises(InputError, match="the training job needs another sandbox pool"):
+        parse_stack(doc, "t.yaml")
+    with pytest.raises(InputError, match="at most 2000/s"):
+        parse_stack(sandbox_with_serving(users=200, ratePerUser=20), "t.yaml")
