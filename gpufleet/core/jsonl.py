@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
 
 READ_LIMIT_BYTES = 50_000_000  # a runaway file is read only this far (bounded memory)
 
@@ -35,3 +39,17 @@ def read_lines(path: str | Path, limit_bytes: int = READ_LIMIT_BYTES) -> list[by
 def read_objects(path: str | Path, limit_bytes: int = READ_LIMIT_BYTES) -> list[dict[str, Any]]:
     """The JSON objects of a file, in order (other JSON values and torn lines skipped)."""
     return [doc for _, doc in json_lines(read_lines(path, limit_bytes)) if isinstance(doc, dict)]
+
+
+def parse_models(lines: Iterable[str | bytes], model: type[M], source: str, noun: str) -> list[M]:
+    """`model`s from JSON lines: torn lines skipped; a JSON line that does not fit raises ValueError
+    naming `source`, the line number, `noun` and what is wrong."""
+    out: list[M] = []
+    for i, doc in json_lines(lines):
+        try:
+            out.append(model.model_validate(doc))
+        except ValidationError as e:
+            where = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(line)'}: {err['msg']}"
+                              for err in e.errors())
+            raise ValueError(f"{source}: line {i}: not {noun}: {where}") from None
+    return out

@@ -11,9 +11,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from gpufleet.core.jsonl import READ_LIMIT_BYTES, json_lines, read_lines
+from gpufleet.core.jsonl import READ_LIMIT_BYTES, parse_models, read_lines
 
 RECORDS_GLOB = "requests-*.jsonl"
 
@@ -34,15 +34,7 @@ class RequestLine(BaseModel):
 
 
 def parse_records(lines: Iterable[str | bytes], source: str) -> list[RequestLine]:
-    out: list[RequestLine] = []
-    for i, doc in json_lines(lines):
-        try:
-            out.append(RequestLine.model_validate(doc))
-        except ValidationError as e:
-            where = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(line)'}: {err['msg']}"
-                              for err in e.errors())
-            raise ValueError(f"{source}: line {i}: not a request record: {where}") from None
-    return out
+    return parse_models(lines, RequestLine, source, "a request record")
 
 
 def read_records(directory: Path, limit_bytes: int = READ_LIMIT_BYTES) -> dict[str, list[RequestLine]]:

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from gpufleet.core.jsonl import READ_LIMIT_BYTES, json_lines, read_lines
+from gpufleet.core.jsonl import READ_LIMIT_BYTES, parse_models, read_lines
 
 EventName = Literal["start", "step", "checkpoint", "checkpoint_failed", "resume", "exit", "error"]
 
@@ -56,15 +56,7 @@ class TrainingEvent(BaseModel):
 def parse_events(lines: Iterable[str | bytes], source: str = "training events") -> list[TrainingEvent]:
     """Events from JSONL lines: torn (not yet JSON) lines are skipped; a JSON line that does not fit
     the model raises ValueError naming `source`, the line number and what is wrong."""
-    out: list[TrainingEvent] = []
-    for i, doc in json_lines(lines):
-        try:
-            out.append(TrainingEvent.model_validate(doc))
-        except ValidationError as e:
-            where = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(line)'}: {err['msg']}"
-                              for err in e.errors())
-            raise ValueError(f"{source}: line {i}: not a training event: {where}") from None
-    return out
+    return parse_models(lines, TrainingEvent, source, "a training event")
 
 
 def read_events(path: str | Path, limit_bytes: int = READ_LIMIT_BYTES) -> list[TrainingEvent]:
