@@ -160,3 +160,14 @@ def test_promtool_accepts_the_prometheus_config(layout: Layout, tmp_path: Path) 
 def test_sub_second_durations_render_in_ms() -> None:
     assert configs.prom_duration(0.5) == "500ms"
     assert configs.prom_duration(2) == "2s"
+
+
+def test_a_stack_with_a_serving_pool_is_refused_until_the_sandbox_starts_one(spec: StackSpec) -> None:
+    from gpufleet.core.errors import InputError
+
+    data = spec.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data["nodePools"].append({"name": "srv", "accelerator": "nvidia-h100-sxm", "gpusPerNode": 1, "nodes": 2,
+                              "provisioning": {"kind": "sandbox"}})
+    data["sandbox"]["serving"] = {"pool": "srv"}
+    with pytest.raises(InputError, match="the sandbox does not start a serving pool yet"):
+        plan_layout("s", parse_stack(data, "s"), "abc123", Path("/b"))
