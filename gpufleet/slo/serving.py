@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 # Relative width of a latency bucket: a percentile read from a histogram is within 0.05% of the exact
@@ -285,9 +285,3 @@ def _at_most(name: str, value: float | None, target: float) -> ServingCheck:
     if value is None:
         return ServingCheck(name, None, None, target, "no successful requests")
     return ServingCheck(name, value <= target, value, target, f"{value:.1f} (target <= {target:g})")
-
-
-def exact_percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of raw values (the reference the histogram is tested against)."""
-    s = sorted(values)
-    return s[max(1, math.ceil(q * len(s) - 1e-9)) - 1]

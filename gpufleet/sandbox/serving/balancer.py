@@ -20,7 +20,6 @@ liveness: the blind spot this project exists to show), or `none` (no check at al
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -121,7 +120,3 @@ def check_bound_seconds(cfg: BalancerConfig) -> float:
     """The longest a replica whose readiness fails stays in the rotation: `fall` checks, each
     `inter` apart, the last one allowed its timeout."""
     return (cfg.fall * cfg.check_interval_ms + cfg.connect_timeout_ms) / 1000
-
-
-def replicas_of(names: Sequence[tuple[str, str]], port: int) -> tuple[Backend, ...]:
-    return tuple(Backend(name, ip, port) for name, ip in names)

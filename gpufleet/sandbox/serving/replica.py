@@ -81,9 +81,6 @@ class Engine:
         self.jobs.put((inputs, fut))
         return fut
 
-    def device_error(self) -> str | None:
-        return self.health.error()
-
     def _forward(self, inputs: list[list[float]] | None) -> list[list[float]]:
         error = self.health.error()
         if error is not None:
