@@ -23,6 +23,8 @@ WHEELHOUSE  ?= $(HOME)/.cache/gpufleet/wheels/$(TORCH)
 # uv installs into the venv by hard links from its own cache (~/.cache/uv), which it keeps whatever
 # PyPI's cache headers say: a second venv takes torch in about 1 s instead of pip's 2 minutes of
 # unpacking (measured on this kind: 29 s cold from the wheelhouse, 0.5 s warm).
+# It also keeps PyPI's index answers: the project's dependencies resolve --offline from that cache in
+# 2.6 s instead of 9.9 s online, so a second clone tries that first (a first machine falls back).
 UV          := uv==0.13.9
 
 .PHONY: test gameday deps apt venv lint unit e2e generate clean kube-bins pulumi-bins gameday-image
@@ -36,13 +38,16 @@ apt:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-# Bytecode is compiled at install: uv does not by default, and these machines export
-# PYTHONDONTWRITEBYTECODE=1 (so does the training job script), so without it every Python process
-# compiled what it imported from source, every time. Measured on this kind, idle: a training rank's
-# `import torch` plus its first torch.optim.SGD (which imports torch._dynamo) took 10 s from source
-# and 3.9 s from bytecode; `gpufleet --help` 3.2 s and 1.5 s. Every job restart in the game-day paid it.
-# The project's own package is compiled on every run of this target (only what changed: compileall
-# compares timestamps), as an editable install is not in site-packages.
+# Bytecode. These machines export PYTHONDONTWRITEBYTECODE=1, and uv installs none by default, so
+# every Python process compiled what it imported, every time: a training rank's `import torch` took
+# 10 s from source and 3.9 s from bytecode, and every job restart of the game-day paid it. Compiling
+# the whole venv at install (uv --compile-bytecode, 14,400 files) cost 34 s of every fresh clone's
+# `make gameday` instead (measured on this kind, idle). So Python writes the bytecode of what it
+# imports, once: make's recipes run without PYTHONDONTWRITEBYTECODE, the sandbox's daemons and jobs
+# get their own environment without it, and the venv target imports what a training rank imports
+# (6 s), so the first job does not compile torch in two ranks at once. The project's own package is
+# compiled on every run of this target (only what changed: compileall compares timestamps).
+unexport PYTHONDONTWRITEBYTECODE
 venv: $(VENV)/.installed
 	@$(PY) -m compileall -q -j 0 gpufleet >/dev/null
 
@@ -56,8 +61,10 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(UV_BIN) || { python3 -m venv $(UV_DIR) && $(UV_DIR)/bin/pip install -q '$(UV)'; }
 	test -x $(PY) || $(UV_BIN) venv -q --seed --python python3 $(VENV)
 	test -f $(WHEELHOUSE)/.complete || { $(PY) -m pip download -q -d $(WHEELHOUSE) '$(TORCH)' && touch $(WHEELHOUSE)/.complete; }
-	$(UV_BIN) pip install -q --compile-bytecode --python $(PY) --no-index --find-links $(WHEELHOUSE) '$(TORCH)'
-	$(UV_BIN) pip install -q --compile-bytecode --python $(PY) -e '.[test,train]'
+	$(UV_BIN) pip install -q --python $(PY) --no-index --find-links $(WHEELHOUSE) '$(TORCH)'
+	$(UV_BIN) pip install -q --offline --python $(PY) -e '.[test,train]' 2>/dev/null \
+	  || $(UV_BIN) pip install -q --python $(PY) -e '.[test,train]'
+	$(PY) -c 'import gpufleet.sandbox.training.train, gpufleet.sandbox.training.dataparallel'
 	touch $@
 
 lint: venv

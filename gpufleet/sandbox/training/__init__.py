@@ -1,1 +1,2 @@
-"""The sandbox training workload: PyTorch DDP over gloo with fenced, checksummed checkpoints."""
+"""The sandbox training workload: data-parallel PyTorch (all-reduce over gloo) with fenced, checksummed
+checkpoints."""

@@ -1,6 +1,6 @@
 """`python -m gpufleet.sandbox.training.train`: one rank of the sandbox training job.
 
-PyTorch DistributedDataParallel over gloo on the node's fabric interface, a small deterministic
+Data-parallel PyTorch over gloo on the node's fabric interface (dataparallel.py), a small deterministic
 model on seeded synthetic data, fenced checksummed checkpoints (checkpoint.py), progress exported
 to Prometheus from rank 0. Launched by `srun` from the job script (jobscript.py); the rank's place
 comes from the Slurm task environment (slurmenv.py).
@@ -145,18 +145,18 @@ class Trainer:
 
     def build(self) -> None:
         torch = self.torch
-        from torch.nn.parallel import DistributedDataParallel
+        from gpufleet.sandbox.training.dataparallel import DataParallelSGD
 
         torch.manual_seed(self.args.seed)
         model = torch.nn.Sequential(
             torch.nn.Linear(IN_FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1)
         )
         self.model = model
-        self.opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        self.opt = DataParallelSGD(list(model.parameters()), lr=0.01, momentum=0.9)
         g = torch.Generator().manual_seed(self.args.seed)
         self.w_true = torch.randn(IN_FEATURES, 1, generator=g)
         self.resume()
-        self.ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
+        self.opt.broadcast_parameters()  # every rank starts from rank 0's parameters
 
     def batch(self, step: int) -> tuple[Any, Any]:
         """The same batch for (seed, step, rank) in every incarnation: a resumed run repeats exactly."""
@@ -231,9 +231,9 @@ class Trainer:
                 raise RuntimeError(err)
             x, y = self.batch(self.step)
             self.opt.zero_grad()
-            loss = loss_fn(self.ddp(x), y)
-            loss.backward()  # DDP all-reduces gradients over gloo here
-            self.opt.step()
+            loss = loss_fn(self.model(x), y)
+            loss.backward()
+            self.opt.step()  # all-reduces the gradients over gloo, then updates
             self.step += 1
             rate_n += 1
             now = time.monotonic()

@@ -1,4 +1,4 @@
-"""A real 2-rank PyTorch DDP run over gloo on 127.0.0.1 (lo): steps, checkpoints, a restart that
+"""A real 2-rank data-parallel PyTorch run over gloo on 127.0.0.1 (lo): steps, checkpoints, a restart that
 resumes from the newest checkpoint, progress on /metrics, and a fatal GPU fault failing the rank."""
 
 from __future__ import annotations
