@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per experiment")
     ap.add_argument("--from-reports", type=Path, default=None, metavar="DIR",
                     help="run nothing: aggregate DIR/run-N/summary.json of an earlier run")
+    ap.add_argument("--note", default="", help="how the suites were run, kept in the result file")
     args = ap.parse_args(argv)
     # Every input before the work: a catalog or stack that does not load must not end an hour of
     # suites with a traceback and no figures.
@@ -246,6 +247,8 @@ def report(args: argparse.Namespace, runs: list[SummaryDoc], stack: StackSpec, c
     args.out.write_text(json.dumps({
         "benchmark": "gameday",
         "stack": args.stack,
+        "source": f"--from-reports {args.from_reports}" if args.from_reports is not None else "run",
+        "note": args.note,
         "runs": len(runs),
         "machine": {
             "cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),

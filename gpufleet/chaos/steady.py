@@ -27,7 +27,7 @@ from gpufleet.chaos.backends.base import Backend, TrainingPods
 from gpufleet.chaos.ledger import Ledger, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.core.slurm_state import NodeObs
-from gpufleet.core.training_events import read_events
+from gpufleet.core.training_events import TrainingEvent, read_events
 
 logger = logging.getLogger("chaostoolkit")
 
@@ -120,11 +120,21 @@ def _training(backend: Backend, now: float) -> tuple[float | None, int]:
     path = backend.workload_events()
     if path is None:
         return None, 0
-    steps = [e for e in read_events(path) if e.event == "step"]
+    return training_progress(read_events(path), backend.training_incarnation(), now)
+
+
+def training_progress(
+    events: list[TrainingEvent], incarnation: int | None, now: float
+) -> tuple[float | None, int]:
+    """(seconds since the current incarnation's newest step, its distinct steps). Pure.
+
+    Only the incarnation running now counts (the platform's, else the newest in the events): a job
+    resubmitted a moment ago has made no step yet, however recently the one before it stepped."""
+    current = incarnation if incarnation is not None else max((e.restart for e in events), default=None)
+    steps = [e for e in events if e.event == "step" and e.restart == current]
     if not steps:
         return None, 0
-    last = steps[-1]
-    return now - last.t, len({e.step for e in steps if e.restart == last.restart})
+    return now - steps[-1].t, len({e.step for e in steps})
 
 
 def _alert_name(labels: dict[str, str]) -> str:

@@ -110,6 +110,11 @@ class Backend:
         """Cluster daemons the backend knows of that are not running (steady-state check)."""
         return []
 
+    def training_incarnation(self) -> int | None:
+        """The incarnation the platform runs now (the `restart` its ranks' events carry), where it
+        says; None where it does not (the newest incarnation in the events is taken)."""
+        return None
+
     def training_note(self) -> str:
         """Why the training job is not running, when the platform says (e.g. its auto-resume
         controller spent its restart budget); empty when it says nothing."""

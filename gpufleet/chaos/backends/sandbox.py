@@ -133,6 +133,10 @@ class SandboxBackend(Backend):
         except (OSError, ValueError):
             return None
 
+    def training_incarnation(self) -> int | None:
+        st = self._controller()
+        return None if st is None or st.job_id is None else st.incarnation
+
     def training_note(self) -> str:
         st = self._controller()
         if st is None:

@@ -72,6 +72,23 @@ def test_training_must_be_making_progress() -> None:
     assert steady.problems(obs(unknown=("alerts (timeout)",))) == ["could not observe alerts (timeout)"]
 
 
+def test_only_the_running_incarnation_counts_as_progress() -> None:
+    def step(step: int, restart: int, t: float) -> TrainingEvent:
+        return TrainingEvent(event="step", step=step, restart=restart, t=t, job_id=restart + 1, node="gpu-0",
+                             rank=0)
+
+    old = [step(s, 0, 100.0 + s) for s in range(1, 6)]  # incarnation 0 stepped until t=105
+    # At t=107 the platform runs incarnation 1, resubmitted a moment ago: no step of it yet, however
+    # recently incarnation 0 stepped (the old reading said "last step 2 s ago, 5 steps": steady).
+    assert steady.training_progress(old, 1, 107.0) == (None, 0)
+    assert steady.training_progress(old, 0, 107.0) == (2.0, 5)
+    # A backend that does not say which incarnation runs: the newest in the events.
+    started = [*old, TrainingEvent(event="start", restart=1, t=106.0, job_id=2, node="gpu-0", rank=0)]
+    assert steady.training_progress(started, None, 107.0) == (None, 0)
+    assert steady.training_progress([*started, step(5, 1, 108.0), step(6, 1, 109.0)], None, 110.0) == (1.0, 2)
+    assert steady.training_progress([], None, 1.0) == (None, 0)
+
+
 class FakeBackend(Backend):
     """A cluster whose job was killed: healing asks for a new job, which starts stepping."""
 
