@@ -203,7 +203,7 @@ def test_contained_faults_kill_only_the_process_running_at_the_time() -> None:
     the node stays in service; XID 79 (fatal) fails every process; XID 45 (action none) fails none."""
     from gpufleet.sandbox.agent.policy import classify_xid
     from gpufleet.sandbox.agent.state import health_doc
-    from gpufleet.sandbox.training.progress import gpu_fault
+    from gpufleet.sandbox.gpu_health import gpu_fault
 
     cat = load_catalog()
     x94, x79, x45 = (classify_xid(x, cat, xid_policy(cat, {})[0]) for x in (94, 79, 45))
