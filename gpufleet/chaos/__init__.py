@@ -9,7 +9,7 @@ from typing import Any
 __version__ = "0.1.0"
 __all__ = ["ACTIVITY_MODULES", "__version__", "discover"]
 
-DOMAINS = ("gpu", "node", "fabric", "storage", "workload")
+DOMAINS = ("gpu", "node", "fabric", "storage", "serving", "workload")
 ACTIVITY_MODULES = tuple(f"gpufleet.chaos.{d}.{kind}" for d in DOMAINS for kind in ("actions", "probes"))
 
 

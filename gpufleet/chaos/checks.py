@@ -30,7 +30,7 @@ from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.chaos import ACTIVITY_MODULES
 from gpufleet.chaos.backends.registry import backend_class
 from gpufleet.chaos.discovery import activity_hints
-from gpufleet.chaos.selectors import IdleNode, JobNode, NamedNode, parse_node_selector
+from gpufleet.chaos.selectors import IdleNode, JobNode, NamedNode, ServingNode, parse_node_selector
 from gpufleet.chaos.settings import BACKENDS, KNOWN_KEYS, parse_settings, stacks_dir_of
 from gpufleet.config import StackSpec, load_named_stack
 from gpufleet.config.model import KarpenterProvisioning, NodePool
@@ -156,6 +156,15 @@ class _Experiment:
                 self.add(at, f"{value}: the stack has {total - busy} node(s) besides the job's")
             pools = self.stack.node_pools
             return pools[0] if len(pools) == 1 else None
+        if isinstance(selector, ServingNode):
+            sandbox = self.stack.sandbox
+            if sandbox is None or sandbox.serving is None:
+                return None  # a serving workload outside the sandbox: its replicas are the backend's
+            pool = next((p for p in self.stack.node_pools if p.name == sandbox.serving.pool), None)
+            if pool is not None and selector.index >= pool.total_nodes:
+                self.add(at, f"{value}: the serving pool {pool.name} has {pool.total_nodes} replica(s) "
+                             f"(@serving:0 to @serving:{pool.total_nodes - 1})")
+            return pool
         assert isinstance(selector, NamedNode)
         known = self._known_nodes()
         if known is None:

@@ -23,7 +23,8 @@ from gpufleet.chaos.backends.registry import backend_class
 from gpufleet.chaos.guard import blast_radius, production_gate, takes_node_down
 from gpufleet.chaos.ledger import FaultRecord, Ledger, RevertResult, revert_pending
 from gpufleet.chaos.rollbacks import ROLLBACKS
-from gpufleet.chaos.selectors import IdleNode, NamedNode, parse_node_selector
+from gpufleet.chaos.selectors import IdleNode, NamedNode, ServingNode, parse_node_selector
+from gpufleet.chaos.serving.load import LoadRun
 from gpufleet.chaos.settings import RUN_KEY, Settings, parse_settings
 from gpufleet.chaos.watch import PodWatcher, SchedulerWatcher
 from gpufleet.config import StackSpec, load_named_stack
@@ -46,6 +47,8 @@ class RunState:
     watchers: list[SchedulerWatcher] = field(default_factory=list)
     # The training job's pods, where the backend's workload is pods (Kubernetes); else empty.
     pod_watchers: list[PodWatcher] = field(default_factory=list)
+    # Serving loads the run started (gpufleet.chaos.serving.actions.start_load).
+    loads: list[LoadRun] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def stop(self) -> None:
@@ -53,6 +56,8 @@ class RunState:
             w.stop()
         for p in self.pod_watchers:
             p.stop()
+        for load in self.loads:
+            load.stop()
 
 
 # Chaos Toolkit hands every control and activity of a run the same configuration dict: the run's id
@@ -482,7 +487,8 @@ def _inject(
 
 def resolve_node(backend: Backend, node: str) -> str:
     """`@job:<i>` names the i-th node the training job runs on now (experiments must hit the job),
-    `@idle:<i>` the i-th schedulable node without it; any other selector is a node name
+    `@idle:<i>` the i-th schedulable node without it, `@serving:<i>` the node of the serving
+    workload's i-th replica; any other selector is a node name
     (gpufleet.chaos.selectors)."""
     try:
         selector = parse_node_selector(node)
@@ -491,11 +497,17 @@ def resolve_node(backend: Backend, node: str) -> str:
     if isinstance(selector, NamedNode):
         return selector.name
     i = selector.index
+    if isinstance(selector, ServingNode):
+        target = backend.serving()
+        replicas = list(target.replicas) if target is not None else []
+        if not 0 <= i < len(replicas):
+            raise ActivityFailed(f"{node}: the serving workload's replicas are on {replicas or 'no node'}")
+        return replicas[i]
     job = backend.job_nodes()
     if isinstance(selector, IdleNode):
         states = backend.node_states()
-        idle = [n.name for n in backend.nodes() if n.name not in job and n.name in states
-                and states[n.name].schedulable]
+        idle = [n.name for n in backend.nodes() if n.role != "serving" and n.name not in job
+                and n.name in states and states[n.name].schedulable]
         if not 0 <= i < len(idle):
             raise ActivityFailed(f"{node}: the schedulable nodes without the job are {idle or 'none'} now")
         return idle[i]

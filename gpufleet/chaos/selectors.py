@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 JOB_PREFIX = "@job:"
 IDLE_PREFIX = "@idle:"
+SERVING_PREFIX = "@serving:"
 
 # A host name as Slurm's NodeName and Kubernetes' node names allow (RFC 1123 labels joined by dots,
 # at most 253 characters); Slurm also accepts upper case and underscores.
@@ -27,6 +28,12 @@ SELECTORS: tuple[dict[str, str], ...] = (
         "example": f"{IDLE_PREFIX}0",
         "meaning": "the i-th schedulable node (in the scheduler's order) that runs no part of the "
         "training job: a fault there must drain it without interrupting the job",
+    },
+    {
+        "syntax": f"{SERVING_PREFIX}<i>",
+        "example": f"{SERVING_PREFIX}0",
+        "meaning": "the node of the serving workload's i-th replica (from 0, in the backend's order): "
+        "serving experiments hit a replica under load",
     },
     {
         "syntax": "<node name>",
@@ -52,16 +59,25 @@ class IdleNode:
 
 
 @dataclass(frozen=True)
+class ServingNode:
+    """`@serving:<index>`: the node of a replica of the serving workload."""
+
+    index: int
+
+
+@dataclass(frozen=True)
 class NamedNode:
     name: str
 
 
-NodeSelector = JobNode | IdleNode | NamedNode
+NodeSelector = JobNode | IdleNode | ServingNode | NamedNode
 
 
 def parse_node_selector(text: str) -> NodeSelector:
     """Parse a node selector; ValueError says what is wrong and what is accepted."""
-    for prefix, kind in ((JOB_PREFIX, JobNode), (IDLE_PREFIX, IdleNode)):
+    kinds: tuple[tuple[str, type[JobNode] | type[IdleNode] | type[ServingNode]], ...] = (
+        (JOB_PREFIX, JobNode), (IDLE_PREFIX, IdleNode), (SERVING_PREFIX, ServingNode))
+    for prefix, kind in kinds:
         if text.startswith(prefix):
             index = text.removeprefix(prefix)
             if not index.isdigit() or not index.isascii():
@@ -70,6 +86,6 @@ def parse_node_selector(text: str) -> NodeSelector:
     if not _NODE_NAME.fullmatch(text):
         raise ValueError(
             f"bad node name {text!r}: use a node name (letters, digits, '-', '_', '.'), "
-            f"{JOB_PREFIX}<index> or {IDLE_PREFIX}<index>"
+            f"{JOB_PREFIX}<index>, {IDLE_PREFIX}<index> or {SERVING_PREFIX}<index>"
         )
     return NamedNode(text)

@@ -48,6 +48,8 @@ CONFIG_KEYS: dict[str, str] = {
     "gpufleet_k8s_training_job": "kubernetes: <namespace>/<name> of the training Job whose pods are the "
     "workload (default: the Kubernetes sandbox's)",
     "gpufleet_k8s_context": "kubernetes: which kubeconfig context",
+    "gpufleet_serving_url": "slurm/kubernetes: the serving workload's load balancer (http://HOST:PORT) that "
+    "the serving load drives (the sandbox names its own)",
     "gpufleet_prometheus_url": "slurm/kubernetes: Prometheus base URL (the sandbox names its own)",
     "gpufleet_sandbox_root": "sandbox: state root (else $GPUFLEET_SANDBOX_ROOT, else "
     "/run/gpufleet/sandboxes)",
@@ -95,6 +97,7 @@ class Settings:
     k8s_context: str | None = None
     k8s_training_job: tuple[str, str] | None = None
     prometheus_url: str | None = None
+    serving_url: str | None = None
     sandbox_root: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -135,6 +138,9 @@ def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
             problems.append(f"gpufleet_k8s_training_job must be <namespace>/<name> (got {job!r})")
         else:
             training_job = (ns, name)
+    serving_url = cfg.get("gpufleet_serving_url")
+    if serving_url is not None and not (isinstance(serving_url, str) and serving_url.startswith("http://")):
+        problems.append(f"gpufleet_serving_url must be http://HOST:PORT (got {serving_url!r})")
     dry = _bool(cfg, "gpufleet_dry_run", problems)
     prod = _bool(cfg, "gpufleet_allow_production", problems)
     ledger = ledger_location(cfg)
@@ -164,6 +170,7 @@ def parse_settings(configuration: Mapping[str, Any] | None) -> Settings:
         k8s_context=cfg.get("gpufleet_k8s_context"),
         k8s_training_job=training_job,
         prometheus_url=cfg.get("gpufleet_prometheus_url"),
+        serving_url=serving_url,
         sandbox_root=Path(cfg["gpufleet_sandbox_root"]) if cfg.get("gpufleet_sandbox_root") else None,
         extra={k: v for k, v in cfg.items() if not k.startswith("gpufleet_")},
     )

@@ -55,7 +55,7 @@ class FabricLink(_M):
 
 class SandboxNode(_M):
     name: str  # Slurm node name and hostname, e.g. "gpu-0"
-    role: Literal["compute", "spare", "head"]
+    role: Literal["compute", "spare", "serving", "head"]  # serving: a serving pool's node, outside Slurm
     netns: str
     mgmt_ifname: str
     mgmt_peer: str  # root-side veth of the management link
@@ -154,6 +154,10 @@ class SandboxState(_M):
     # restarts; SIGHUP to it resets its restart budget.
     training_controller: str | None = None
     spare_nodes: list[str] = Field(default_factory=list)
+    # The serving workload (sandbox.serving): HAProxy's frontend and its stats page, both on the head
+    # namespace's management address (reach them from inside the head namespace).
+    serving_url: str | None = None
+    serving_stats_url: str | None = None
 
     def node(self, name: str) -> SandboxNode:
         for n in self.nodes:

@@ -26,6 +26,7 @@ from gpufleet.slo import (
     Timeline,
     combine,
 )
+from gpufleet.slo.serving import ServingFigures
 
 
 class Result(StrEnum):
@@ -59,6 +60,8 @@ class ExperimentResult:
     # What the runner healed before this experiment so it started from the steady state
     # (gpufleet.chaos.steady.HealReport.to_json()); None: the check was not run.
     healing: dict[str, Any] | None = None
+    # The serving load the experiment ran under, as the verdict judged it (None: no load).
+    serving: ServingFigures | None = None
 
     @property
     def expected_failure(self) -> bool:
@@ -181,6 +184,7 @@ def evaluate(
         started_at=started_at,
         wall_seconds=wall_seconds,
         extra=extra,
+        serving=verdict.serving if verdict else None,
     )
 
 

@@ -92,4 +92,5 @@ class AgentClient:
         return out
 
     def clear(self) -> None:
-        self._http.post("/clear").raise_for_status()
+        """Clear every GPU's faults (a GPU reset / node reboot)."""
+        self._http.post("/clear", json={"gpu": None}).raise_for_status()

@@ -39,6 +39,7 @@ def _context(layout: Layout, gpufleet_bin: Path) -> dict[str, Any]:
         "base_dir": str(layout.base_dir),
         "head": layout.head,
         "nodes": layout.nodes,
+        "slurm_nodes": layout.slurm_nodes,
         "queue": layout.queue,
         "timings": layout.sandbox.slurm,
         "munge_socket": str(layout.munge_socket),

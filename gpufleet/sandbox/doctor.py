@@ -31,6 +31,7 @@ BINARIES: dict[str, str] = {
     "nft": "nftables",
     "unshare": "util-linux",
     "hostname": "hostname",
+    "haproxy": "haproxy",  # the serving workload's balancer (stack sandbox.serving)
 }
 
 # Kernel feature -> the kernel config options behind it (what to ask for on a custom kernel).
@@ -181,6 +182,7 @@ def python_checks() -> list[Check]:
         ("torch", "torch==2.13.0"),
         ("pyroute2", "pyroute2"),
         ("prometheus_client", "prometheus-client"),
+        ("locust", "locust"),  # the serving load (gpufleet.chaos.serving)
     ):
         ok = importlib.util.find_spec(mod) is not None
         out.append(

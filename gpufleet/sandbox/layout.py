@@ -79,7 +79,7 @@ def netns_name(run_id: str, node: str) -> str:
 @dataclass(frozen=True)
 class NodePlan:
     name: str
-    role: str  # "compute" | "spare" | "head"
+    role: str  # "compute" | "spare" | "serving" | "head"; serving nodes are outside Slurm
     index: int | None  # position among the nodes; None for the head
     netns: str
     mgmt_peer: str
@@ -139,6 +139,15 @@ class Layout:
     @property
     def spare_nodes(self) -> list[NodePlan]:
         return [n for n in self.nodes if n.role == "spare"]
+
+    @property
+    def slurm_nodes(self) -> list[NodePlan]:
+        """The nodes Slurm knows: compute and spare (a serving pool's nodes are not Slurm's)."""
+        return [n for n in self.nodes if n.role in ("compute", "spare")]
+
+    @property
+    def serving_nodes(self) -> list[NodePlan]:
+        return [n for n in self.nodes if n.role == "serving"]
 
     def node(self, name: str) -> NodePlan:
         for n in self.nodes:
@@ -217,11 +226,6 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
     pools = [p for p in spec.node_pools if isinstance(p.provisioning, SandboxProvisioning)]
     if not pools:
         problems.append(Problem("nodePools", "no pool has provisioning kind sandbox"))
-    if spec.sandbox is not None and spec.sandbox.serving is not None:
-        # The stack model reads the section; bringing the pool up is not built yet (docs/serving.md).
-        # Refused rather than ignored: ignored, the pool's nodes would join Slurm as training nodes.
-        problems.append(Problem("sandbox.serving", "the sandbox does not start a serving pool yet "
-                                "(docs/serving.md, 'Not done yet'); remove the section"))
     if spec.sandbox is not None and int(spec.sandbox.subnet_base.split(".")[1]) > 255:
         problems.append(Problem("sandbox.subnetBase", f"{spec.sandbox.subnet_base} is not an IPv4 prefix"))
     rails = spec.fabric.rails_per_node
@@ -237,20 +241,26 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
 
     compute: list[tuple[str, NodePool]] = []
     spares: list[tuple[str, NodePool]] = []
+    serving: list[tuple[str, NodePool]] = []
     leaf: dict[str, str] = {}
+    serving_pool = spec.sandbox.serving.pool if spec.sandbox.serving is not None else None
     for pool in pools:
         names = pool.node_names()
-        compute += [(n, pool) for n in names[: pool.nodes]]
-        spares += [(n, pool) for n in names[pool.nodes :]]
+        if pool.name == serving_pool:
+            serving += [(n, pool) for n in names]
+        else:
+            compute += [(n, pool) for n in names[: pool.nodes]]
+            spares += [(n, pool) for n in names[pool.nodes :]]
         leaf.update({n: pool.leaf_name(i) for i, n in enumerate(names)})
-    if HEAD_NAME in {n for n, _ in compute + spares}:
+    if HEAD_NAME in {n for n, _ in compute + spares + serving}:
         raise InputError(
             f"stack {stack_name}", [Problem("nodePools", f"node name {HEAD_NAME!r} is reserved")]
         )
 
     nodes: list[NodePlan] = []
-    for i, (name, pool) in enumerate(compute + spares):
-        role = "compute" if i < len(compute) else "spare"
+    # Serving nodes come last, so the training nodes' indices and addresses do not depend on them.
+    for i, (name, pool) in enumerate(compute + spares + serving):
+        role = "compute" if i < len(compute) else "spare" if i < len(compute) + len(spares) else "serving"
         fabric = tuple(
             (r, fabric_ifname(r), fabric_peer(run_id, i, r), _host_ip(base, 10 + r, 10 + i))
             for r in range(rails)

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gpufleet.sandbox import netns
+from gpufleet.core import netns
 from gpufleet.sandbox.layout import MGMT_IFNAME, Layout, NodePlan, mgmt_bridge
 
 

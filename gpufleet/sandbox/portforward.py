@@ -19,7 +19,7 @@ import socket
 import threading
 from pathlib import Path
 
-from gpufleet.sandbox import netns
+from gpufleet.core import netns
 
 BUF = 65536
 MAX_CONNECTIONS = 256  # bound the number of relay threads

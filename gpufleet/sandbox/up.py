@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.config.model import StackSpec
+from gpufleet.core.haproxy_stats import server_states
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, state_path
 from gpufleet.sandbox import agents, network, prometheus, slurm, workload
@@ -25,6 +26,7 @@ from gpufleet.sandbox.configs import hosts_json
 from gpufleet.sandbox.layout import AGENT_PORT, MGMT_IFNAME, Layout, new_run_id, plan_layout
 from gpufleet.sandbox.processes import Started, Timings
 from gpufleet.sandbox.readiness import wait_for
+from gpufleet.sandbox.serving import start as serving_start
 from gpufleet.sandbox.state import Recorder, existing, new_state
 
 
@@ -46,6 +48,7 @@ class UpOptions:
     rule_files: list[Path] | None = None  # default: the repo's generated rule file
     agents: bool = True
     training: bool = True
+    serving: bool = True  # the stack's sandbox.serving workload, when it has one
     timeout_s: float = 180.0
     python: str = sys.executable
     gpufleet_bin: Path = field(default_factory=lambda: Path(sys.executable).parent / "gpufleet")
@@ -68,7 +71,7 @@ def contract_nodes(layout: Layout) -> list[SandboxNode]:
         out.append(
             SandboxNode(
                 name=n.name,
-                role="compute" if n.role == "compute" else "spare",
+                role="compute" if n.role == "compute" else "serving" if n.role == "serving" else "spare",
                 netns=n.netns,
                 mgmt_ifname=MGMT_IFNAME,
                 mgmt_peer=n.mgmt_peer,
@@ -188,10 +191,18 @@ def _bring_up(
             for c in clients.values():
                 c.close()
         timings.mark("agents")
-    for n in layout.nodes:
+    for n in layout.slurm_nodes:
         started.append(_record(rec, slurm.start_slurmd(layout, n.name)))
+    serving = spec.sandbox.serving if spec.sandbox is not None and opts.serving else None
+    if serving is not None:
+        # The replicas load PyTorch while Slurm comes up; they are waited for at the end.
+        for n in layout.serving_nodes:
+            started.append(_record(rec, serving_start.start_replica(layout, n.name, serving, opts.python)))
+        started.append(_record(rec, serving_start.start_balancer(layout, serving)))
+        url, stats_url = serving_start.urls(layout, serving)
+        rec.update(serving_url=url, serving_stats_url=stats_url)
 
-    names = [n.name for n in layout.nodes]
+    names = [n.name for n in layout.slurm_nodes]
 
     def nodes_idle() -> bool:
         _check_alive(started)
@@ -234,3 +245,16 @@ def _bring_up(
             0.2,
         )
         timings.mark("training")
+    if serving is not None:
+        want = {n.name for n in layout.serving_nodes}
+        _, stats_url = serving_start.urls(layout, serving)
+
+        def replicas_up() -> bool:
+            _check_alive(started)
+            states = server_states(stats_url, layout.head.netns)
+            # Without a health check HAProxy reports no state worth waiting for, only that it answers.
+            return set(states) == want and (serving.health == "none" or set(states.values()) == {"UP"})
+
+        wait_for(f"every replica UP in HAProxy ({stats_url})", replicas_up, deadline - time.monotonic(), 0.2)
+        timings.mark("serving")
+        say(f"serving: {len(want)} replicas behind HAProxy at {serving_start.urls(layout, serving)[0]}")

@@ -22,7 +22,9 @@ from pydantic import TypeAdapter
 
 from gpufleet.core.taxonomy import FaultClass
 from gpufleet.slo.measure import Measurement, measure
-from gpufleet.slo.timeline import Timeline
+from gpufleet.slo.serving import ServingFigures, ServingRun, ServingTargets, series
+from gpufleet.slo.serving import judge as judge_serving_checks
+from gpufleet.slo.timeline import EventKind, Timeline
 from gpufleet.slo.verdict import Budget, Check, Outcome, combine, judge
 
 # Override key -> Budget field: the extension's snake_case and the stack file's camelCase.
@@ -141,6 +143,9 @@ class RunInputs:
     expect_isolation: bool | None = None  # the probe's arguments; None: the class default
     expect_interruption: bool | None = None
     timeline_problem: str | None = None  # why there is no timeline
+    # The serving load the experiment ran (docs/serving.md): judged against the stack's serving
+    # targets over the run and the fault window, beside detect / isolate / recover.
+    serving: ServingRun | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,7 @@ class RunVerdict:
     budget_source: str | None  # "stack" | "override"
     expectations: Expectations | None
     notes: tuple[str, ...] = ()
+    serving: ServingFigures | None = None
 
     def to_doc(self) -> dict[str, Any]:
         """The verdict as JSON data: what the chaos probe returns, so Chaos Toolkit writes it into
@@ -204,6 +210,10 @@ def judge_run(inputs: RunInputs) -> RunVerdict:
         verdict = judge(measurement, budget, expect_isolation=expect.isolation,
                         expect_interruption=expect.interruption)
         checks.extend(verdict.checks)
+    serving: ServingFigures | None = None
+    if inputs.serving is not None:
+        serving_checks, serving = judge_serving(inputs.serving, tl)
+        checks.extend(serving_checks)
     return RunVerdict(
         outcome=combine([c.outcome for c in checks]),
         checks=tuple(checks),
@@ -213,4 +223,42 @@ def judge_run(inputs: RunInputs) -> RunVerdict:
         budget_source=source,
         expectations=expect,
         notes=tuple(notes),
+        serving=serving,
     )
+
+
+def fault_window(tl: Timeline | None, span: tuple[float, float]) -> tuple[float, float]:
+    """From the first injection to the last revert of the run's faults; the load's span where the
+    timeline does not say (no timeline, or a fault not reverted before the load ended)."""
+    if tl is None:
+        return span
+    injected = [e.at for e in tl.events if e.kind == EventKind.INJECTED]
+    reverted = [e.at for e in tl.events if e.kind == EventKind.REVERTED]
+    start = min(injected) if injected else span[0]
+    end = max(reverted) if reverted else span[1]
+    return start, max(start, min(end, span[1]))
+
+
+def judge_serving(run: ServingRun, tl: Timeline | None) -> tuple[list[Check], ServingFigures]:
+    """The serving checks of a run (`serving-availability`, `serving-window-availability`,
+    `serving-window-p99-ms`, `serving-recover-s`): UNKNOWN when no request was due or the stack sets
+    no serving targets."""
+    span = run.span
+    if span is None:
+        return ([Check("serving", None, None, Outcome.UNKNOWN, "the load recorded no request")],
+                ServingFigures(run.url, None, None, {}, ()))
+    fault = fault_window(tl, span)
+    if run.targets is None:
+        checks = [Check("serving", None, None, Outcome.UNKNOWN,
+                        "the stack sets no serving targets (slos.serving)")]
+        # The figures still say what happened; the budget burnt needs a target, so it is left out.
+        _, figures = judge_serving_checks(run.bins, span, fault, ServingTargets(0.5, 1e9, 1e9))
+        figures["budget_burnt"] = None
+    else:
+        found, figures = judge_serving_checks(run.bins, span, fault, run.targets)
+        checks = [
+            Check(f"serving-{c.name}", c.value, c.target,
+                  Outcome.UNKNOWN if c.ok is None else Outcome.PASS if c.ok else Outcome.FAIL, c.detail)
+            for c in found
+        ]
+    return checks, ServingFigures(run.url, span, fault, figures, series(run.bins))

@@ -285,3 +285,51 @@ def _at_most(name: str, value: float | None, target: float) -> ServingCheck:
     if value is None:
         return ServingCheck(name, None, None, target, "no successful requests")
     return ServingCheck(name, value <= target, value, target, f"{value:.1f} (target <= {target:g})")
+
+
+@dataclass(frozen=True)
+class Second:
+    """One second of a load, as the report plots it."""
+
+    t: float
+    due: int
+    ok: int
+    missed: int
+    p99_ms: float | None
+
+
+def series(bins: Mapping[int, Bin]) -> tuple[Second, ...]:
+    out = []
+    for k in sorted(bins):
+        b = bins[k]
+        p99 = b.latency_ok.percentile(0.99)
+        out.append(Second(b.t, b.due, b.ok, b.missed, None if p99 is None else round(p99 * 1000, 3)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ServingRun:
+    """What a serving load in an experiment recorded, and the targets it is judged against (None:
+    the stack sets none). The run is the span of seconds in which requests were due; the fault
+    window is the judge's (from the fault's injection to its revert)."""
+
+    bins: Mapping[int, Bin]
+    targets: ServingTargets | None
+    url: str = ""
+
+    @property
+    def span(self) -> tuple[float, float] | None:
+        if not self.bins:
+            return None
+        return min(b.t for b in self.bins.values()), max(b.t for b in self.bins.values()) + 1
+
+
+@dataclass(frozen=True)
+class ServingFigures:
+    """The serving part of a verdict: the judged windows, the figures and the per-second series."""
+
+    url: str
+    run: tuple[float, float] | None
+    fault: tuple[float, float] | None
+    figures: dict[str, float | int | None]
+    seconds: tuple[Second, ...]

@@ -62,7 +62,18 @@ class Plan:
 @dataclass(frozen=True)
 class NodeInfo:
     name: str
-    role: str  # compute | spare | head
+    role: str  # compute | spare | serving | head
+
+
+@dataclass(frozen=True)
+class ServingTarget:
+    """The serving workload a backend runs: where its load balancer answers, where to reach it from,
+    and which nodes carry its replicas."""
+
+    url: str  # the balancer's frontend, http://HOST:PORT
+    stats_url: str | None  # HAProxy's `/stats;csv` (each replica's state), where the backend knows it
+    netns: str | None  # the network namespace both are reached from (the sandbox's head); None: here
+    replicas: tuple[str, ...]  # the replicas' node names, in order (`@serving:<i>`)
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,11 @@ class Backend:
         """Why the training job is not running, when the platform says (e.g. its auto-resume
         controller spent its restart budget); empty when it says nothing."""
         return ""
+
+    def serving(self) -> ServingTarget | None:
+        """The serving workload this backend runs, where it runs one; None where it does not (the
+        experiment's `gpufleet_serving_url` then names the balancer the load drives)."""
+        return None
 
     # ------------------------------------------------------------ healing (steady.py)
     def restart_dead_daemons(self) -> list[str]:

@@ -40,6 +40,7 @@ from gpufleet.chaos.backends.base import (
     Backend,
     NodeInfo,
     Plan,
+    ServingTarget,
     nft_loss_argv,
     nft_table,
     tbf_argv,
@@ -56,6 +57,7 @@ from gpufleet.chaos.backends.sandbox_undo import (
     run_in_mount_namespace,
 )
 from gpufleet.chaos.ledger import Ledger, Rollback
+from gpufleet.core.haproxy_stats import replica_states, server_states
 from gpufleet.core.procs import alive, start_time
 from gpufleet.core.sandbox_contract import (
     ControllerStatus,
@@ -102,7 +104,13 @@ class SandboxBackend(Backend):
         return [NodeInfo(n.name, n.role) for n in self.state.nodes if n.role != "head"]
 
     def node_states(self) -> dict[str, NodeObs]:
-        return parse_sinfo(sysops.run(self.state.slurm_command(*SINFO_ARGS)))
+        """Slurm's view of its nodes, and the balancer's of the serving replicas' nodes: a replica
+        out of the rotation is the serving pool's drained node (its isolation in the timeline)."""
+        out = parse_sinfo(sysops.run(self.state.slurm_command(*SINFO_ARGS)))
+        target = self.serving()
+        if target is not None and target.stats_url is not None:
+            out.update(replica_states(server_states(target.stats_url, target.netns), target.replicas))
+        return out
 
     def prometheus_url(self) -> str | None:
         return self.state.prometheus_url
@@ -159,8 +167,19 @@ class SandboxBackend(Backend):
             rb_restart_daemons(self._restart_rb(self._node(str(node))).args)
         return [f"restarted daemons of {node}" for node in on_nodes]
 
+    def serving(self) -> ServingTarget | None:
+        st = self.state
+        if st.serving_url is None:
+            return None
+        return ServingTarget(st.serving_url, st.serving_stats_url, st.head_netns,
+                             tuple(n.name for n in st.nodes if n.role == "serving"))
+
     def resume_node(self, node: str) -> None:
-        resume_node(self._slurm_prefix(), node)
+        resume_node(self._slurm_prefix_of(node), node)
+
+    def _slurm_prefix_of(self, node: str) -> list[str]:
+        """Slurm's commands for a node Slurm knows; none for a serving node (outside Slurm)."""
+        return [] if self._node(node).role == "serving" else self._slurm_prefix()
 
     def resume_training(self) -> str:
         """Ask the auto-resume controller for a job: SIGHUP resets its restart budget, and it submits
@@ -217,7 +236,7 @@ class SandboxBackend(Backend):
                 "token_file": token,
                 "gpu": gpu,
                 "node": node,
-                "slurm_prefix": self._slurm_prefix(),
+                "slurm_prefix": self._slurm_prefix_of(node),
             },
         )
 
@@ -246,7 +265,7 @@ class SandboxBackend(Backend):
                 "node": n.name,
                 "netns": n.netns,
                 "daemons": self._daemons(n),
-                "slurm_prefix": self._slurm_prefix(),
+                "slurm_prefix": self._slurm_prefix_of(n.name),
                 "stack": self.stack,
                 "state_root": str(self.state_root) if self.state_root else None,
             },
@@ -295,7 +314,8 @@ class SandboxBackend(Backend):
             {"node": node, "signal": signal},
             {k: v for k, v in (("value", value), ("add", add), ("effect", effect)) if v is not None},
             Rollback("sandbox.host-restore", {"socket": sock, "token_file": token, "node": node,
-                                              "slurm_prefix": self._slurm_prefix(), "restart": restart}),
+                                              "slurm_prefix": self._slurm_prefix_of(node),
+                                              "restart": restart}),
             apply,
             f"{signal} {'=' if value is not None else '+='} {value if value is not None else add} on {node}"
             + (f", then {effect}" if effect else ""),
@@ -357,7 +377,8 @@ class SandboxBackend(Backend):
             "link-down",
             {"node": node, "rail": rail, "link": peer},
             {},
-            Rollback("sandbox.link-up", {"peer": peer, "node": node, "slurm_prefix": self._slurm_prefix()}),
+            Rollback("sandbox.link-up",
+                     {"peer": peer, "node": node, "slurm_prefix": self._slurm_prefix_of(node)}),
             lambda: (sysops.run(["ip", "link", "set", peer, "down"]), {})[1],
             f"ip link set {peer} down (rail {rail} of {node}, cable pull)",
             {node},
@@ -406,7 +427,7 @@ class SandboxBackend(Backend):
             {"node": node, "rail": rail, "ifname": ifname},
             {},
             Rollback("sandbox.nic-restore", {"netns": n.netns, "hidden": hidden, "ifname": ifname,
-                                             "node": node, "slurm_prefix": self._slurm_prefix()}),
+                                             "node": node, "slurm_prefix": self._slurm_prefix_of(node)}),
             apply,
             f"{ifname} of {node} gone (renamed {hidden}, down)",
             {node},
@@ -417,7 +438,7 @@ class SandboxBackend(Backend):
         _, _, peer = self._rail(node, rail)
         stop = threading.Event()
         flap_id = f"{peer}-{time.monotonic_ns()}"
-        slurm_prefix = self._slurm_prefix()
+        slurm_prefix = self._slurm_prefix_of(node)
 
         def after(rec_id: str, ledger: Ledger) -> None:
             FLAPPERS[flap_id] = stop
@@ -448,7 +469,7 @@ class SandboxBackend(Backend):
             {"period_seconds": period_seconds, "count": count},
             Rollback(
                 "sandbox.link-up",
-                {"peer": peer, "flap_id": flap_id, "node": node, "slurm_prefix": self._slurm_prefix()},
+                {"peer": peer, "flap_id": flap_id, "node": node, "slurm_prefix": self._slurm_prefix_of(node)},
             ),
             lambda: {},
             f"flap {peer} {count} times, period {period_seconds:g} s",

@@ -105,6 +105,25 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+@dataclass
+class LoadRun:
+    """A load started by an experiment: stopped with its run (engine.RunState.stop), whatever ends
+    the run (normal end, abort, Ctrl-C, SIGTERM); Locust's own run time bounds it after a crash."""
+
+    spec: LoadSpec
+    proc: subprocess.Popen[bytes]
+    records_dir: Path
+    log: Path
+    started_at: float  # wall clock
+
+    def finish(self, grace_s: float = 30.0) -> int:
+        """Wait for Locust to end by itself (bounded), stopping it past that."""
+        return wait(self.proc, self.spec, grace_s)
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
 def to_record(line: RequestLine) -> RequestRecord:
     return RequestRecord(line.t, line.latency_s, line.ok, line.missed)
 

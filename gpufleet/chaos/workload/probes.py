@@ -11,6 +11,7 @@ from chaoslib.exceptions import ActivityFailed, InvalidActivity
 from chaoslib.types import Configuration, Secrets
 
 from gpufleet.chaos import engine, prometheus
+from gpufleet.chaos.serving.probes import serving_run
 from gpufleet.chaos.timeline import (
     TimelineInputs,
     WorkloadFacts,
@@ -282,6 +283,7 @@ def recovery_within_budget(
             budget_override=ctx.settings.budget_override,
             expect_isolation=expect_isolation,
             expect_interruption=expect_interruption,
+            serving=serving_run(ctx),
         )
     )
     doc = verdict.to_doc()

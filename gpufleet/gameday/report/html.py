@@ -10,7 +10,7 @@ from typing import Any
 import jinja2
 
 from gpufleet.gameday.evaluate import ExperimentResult, Result
-from gpufleet.gameday.report.plots import timeline_png
+from gpufleet.gameday.report.plots import serving_png, timeline_png
 from gpufleet.gameday.report.summary import SuiteRun
 from gpufleet.slo import Check, Outcome
 
@@ -31,6 +31,7 @@ class Row:
     avail_text: str = "-"
     css: str = ""  # CSS class of the result: met / missed / unjudged / expected-failure
     capacity: dict[str, Any] | None = None
+    serving_png: str | None = None
 
 
 def _cell(checks: dict[str, Check], name: str) -> Cell:
@@ -54,7 +55,32 @@ def _row(r: ExperimentResult) -> Row:
     avail = "-" if m is None or m.availability is None else f"{m.availability:.2%}"
     css = "expected-failure" if r.expected_failure else r.result.value
     cap = r.extra.get("capacity")
-    return Row(r, cells, ret, lost, timeline_png(r), avail, css, cap if isinstance(cap, dict) else None)
+    return Row(r, cells, ret, lost, timeline_png(r), avail, css, cap if isinstance(cap, dict) else None,
+               serving_png(r) if r.serving is not None else None)
+
+
+def _unit(name: str) -> str:
+    """How a check's figures read: seconds, except the serving checks' shares and milliseconds."""
+    if name in ("serving-availability", "serving-window-availability"):
+        return "share"
+    return "ms" if name == "serving-window-p99-ms" else "s"
+
+
+def _figure(value: float | None, unit: str, budget: bool) -> str:
+    if value is None:
+        return "-"
+    if unit == "share":
+        return f"{value:.3%}" if not budget else f">= {value:.2%}"
+    text = f"{value:g} {unit}" if budget else f"{value:.2f} {unit}"
+    return text if not budget or unit == "s" else f"<= {text}"
+
+
+def measured_text(c: Check) -> str:
+    return _figure(c.measured, _unit(c.name), budget=False)
+
+
+def budget_text(c: Check) -> str:
+    return _figure(c.budget, _unit(c.name), budget=True)
 
 
 _ENV = jinja2.Environment(
@@ -64,6 +90,8 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+_ENV.filters["measured_text"] = measured_text
+_ENV.filters["budget_text"] = budget_text
 
 
 def html_report(run: SuiteRun) -> str:

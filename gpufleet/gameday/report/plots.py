@@ -87,3 +87,45 @@ def timeline_png(r: ExperimentResult) -> str:
     # Room on the right for the legend (tight_layout cannot place an outside legend and warns).
     fig.subplots_adjust(left=0.08, right=0.80, top=0.88, bottom=0.2)
     return _png(fig)
+
+
+def serving_png(r: ExperimentResult) -> str:
+    """The load an experiment ran under, per second from the fault's injection: requests due and
+    served, the error rate (failed and missed over due) and the p99 of served requests, with the
+    fault window shaded and the injection, isolation and return marked."""
+    s = r.serving
+    fig = Figure(figsize=(9.0, 4.2))
+    if s is None or not s.seconds or s.fault is None:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, f"{r.name}: the load recorded no request - nothing to plot",
+                ha="center", va="center")
+        return _png(fig)
+    t0 = s.fault[0]
+    xs = [p.t - t0 for p in s.seconds]
+    rate, err, p99 = fig.subplots(3, 1, sharex=True)
+    rate.step(xs, [p.due for p in s.seconds], where="post", color="#7f7f7f", label="due")
+    rate.step(xs, [p.ok for p in s.seconds], where="post", color="#2ca02c", label="served")
+    rate.set_ylabel("req/s", fontsize=8)
+    err.step(xs, [100 * (p.due - p.ok) / p.due if p.due else 0.0 for p in s.seconds], where="post",
+             color="#d62728")
+    err.set_ylabel("errors %", fontsize=8)
+    p99.step(xs, [float("nan") if p.p99_ms is None else p.p99_ms for p in s.seconds], where="post",
+             color="#1f77b4")
+    p99.set_ylabel("p99 ms", fontsize=8)
+    p99.set_xlabel("seconds from fault injection")
+    marks = [(EventKind.ISOLATED, "#9467bd"), (EventKind.RETURNED, "#1f77b4")]
+    for ax in (rate, err, p99):
+        ax.axvspan(0.0, s.fault[1] - t0, color="#d62728", alpha=0.08)
+        ax.axvline(0.0, color="#d62728", linewidth=1.5)
+        for kind, color in marks:
+            for e in (r.timeline.events if r.timeline is not None else []):
+                if e.kind is kind:
+                    ax.axvline(e.at - t0, color=color, linewidth=1, alpha=0.7)
+        ax.tick_params(labelsize=7)
+    availability = s.figures.get("availability")
+    shown = "-" if not isinstance(availability, float) else f"{availability:.3%}"
+    rate.set_title(f"{r.name}: {shown} of due requests served over the run", fontsize=10)
+    rate.legend(loc="lower left", fontsize=7)
+    fig.subplots_adjust(left=0.08, right=0.97, top=0.92, bottom=0.12, hspace=0.15)
+    return _png(fig)

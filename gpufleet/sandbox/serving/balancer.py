@@ -97,25 +97,6 @@ def haproxy_config(cfg: BalancerConfig, pid_file: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_server_states(csv_text: str) -> dict[str, str]:
-    """Server name -> status (UP, DOWN, MAINT, 'UP 1/2', ...) from HAProxy's `/stats;csv` page."""
-    rows = [line for line in csv_text.splitlines() if line.strip()]
-    if not rows or not rows[0].startswith("# "):
-        raise ValueError("not HAProxy stats CSV (no '# pxname,...' header)")
-    header = rows[0][2:].split(",")
-    col = {name: i for i, name in enumerate(header)}
-    if not {"pxname", "svname", "status"} <= col.keys():
-        raise ValueError("HAProxy stats CSV lacks pxname/svname/status columns")
-    out: dict[str, str] = {}
-    for line in rows[1:]:
-        f = line.split(",")
-        if len(f) < len(header):
-            continue
-        if f[col["pxname"]] == "replicas" and f[col["svname"]] not in ("FRONTEND", "BACKEND"):
-            out[f[col["svname"]]] = f[col["status"]]
-    return out
-
-
 def check_bound_seconds(cfg: BalancerConfig) -> float:
     """The longest a replica whose readiness fails stays in the rotation: `fall` checks, each
     `inter` apart, the last one allowed its timeout."""

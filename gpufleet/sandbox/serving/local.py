@@ -18,12 +18,12 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 
+from gpufleet.core.haproxy_stats import server_states
 from gpufleet.sandbox.serving.balancer import (
     Backend,
     BalancerConfig,
     Health,
     haproxy_config,
-    parse_server_states,
 )
 
 LOOPBACK = "127.0.0.1"
@@ -188,8 +188,7 @@ class LocalServing:
         return f"http://{cfg.bind_ip}:{cfg.stats_port}/stats;csv"
 
     def server_states(self, cfg: BalancerConfig) -> dict[str, str]:
-        status, body = http_get(self.stats_url(cfg))
-        return parse_server_states(body) if status == 200 else {}
+        return server_states(self.stats_url(cfg))
 
     def stop_balancer(self) -> None:
         if self._haproxy is not None and self._haproxy.poll() is None:

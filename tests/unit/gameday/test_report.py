@@ -126,3 +126,32 @@ def test_a_met_breach_test_is_shown_as_failed_as_expected(
     out = case.find("system-out")
     assert case.find("failure") is None and out is not None and (out.text or "").startswith(
         "result: failed as expected (verdict FAIL, expected FAIL)")
+
+
+def test_an_experiment_under_load_gets_its_serving_plot_and_readable_figures(
+    experiment: Exp, facts: Facts, budgets: dict[str, Budget], tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from gpufleet.slo import Check, EventKind, Outcome
+    from gpufleet.slo.run import judge_serving
+    from gpufleet.slo.serving import RequestRecord, ServingRun, ServingTargets, bin_records
+
+    base = suite(experiment, facts, budgets, names=("gpu-xid-79",), planned=("gpu-xid-79",))
+    r = base.results[0]
+    assert r.timeline is not None
+    t0 = next(e.at for e in r.timeline.events if e.kind is EventKind.INJECTED) - 5
+    records = [RequestRecord(t0 + s + i / 10, 0.03, s != 6) for s in range(20) for i in range(10)]
+    checks, figures = judge_serving(ServingRun(bin_records(records, t0), ServingTargets(0.999, 500, 10),
+                                               "http://10.76.0.1:8080"), r.timeline)
+    loaded = dataclasses.replace(r, serving=figures, checks=(*r.checks, *checks))
+    paths = write_report(dataclasses.replace(base, results=(loaded,)), tmp_path)
+    html = paths["html"].read_text()
+    found = re.findall(r'alt="serving load of gpu-xid-79" src="data:image/png;base64,([^"]+)"', html)
+    assert len(found) == 1 and base64.b64decode(found[0])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Under load (http://10.76.0.1:8080)" in html
+    by_name: dict[str, Check] = {c.name: c for c in checks}
+    assert by_name["serving-availability"].outcome is Outcome.FAIL  # 10 of 200 failed
+    row = '<td>serving-availability</td>\n<td class="num">95.000%</td>\n<td class="num">&gt;= 99.90%</td>'
+    assert row in html
+    assert '<td class="num">&lt;= 500 ms</td>' in html

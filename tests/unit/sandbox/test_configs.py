@@ -162,12 +162,24 @@ def test_sub_second_durations_render_in_ms() -> None:
     assert configs.prom_duration(2) == "2s"
 
 
-def test_a_stack_with_a_serving_pool_is_refused_until_the_sandbox_starts_one(spec: StackSpec) -> None:
-    from gpufleet.core.errors import InputError
+def test_a_serving_pool_is_outside_slurm_and_behind_haproxy() -> None:
+    from gpufleet.sandbox.serving.balancer import haproxy_config
+    from gpufleet.sandbox.serving.start import balancer_config, replica_argv, urls
 
-    data = spec.model_dump(by_alias=True, mode="json", exclude_none=True)
-    data["nodePools"].append({"name": "srv", "accelerator": "nvidia-h100-sxm", "gpusPerNode": 1, "nodes": 2,
-                              "provisioning": {"kind": "sandbox"}})
-    data["sandbox"]["serving"] = {"pool": "srv"}
-    with pytest.raises(InputError, match="the sandbox does not start a serving pool yet"):
-        plan_layout("s", parse_stack(data, "s"), "abc123", Path("/b"))
+    spec = load_named_stack("sandbox-serving", REPO / "stacks")
+    lay = plan_layout("sandbox-serving", spec, "abc123", Path("/run/gf/s/run-abc123"))
+    assert [(n.name, n.role) for n in lay.serving_nodes] == [("srv-0", "serving"), ("srv-1", "serving")]
+    # The training nodes keep their indices and addresses; the serving nodes come after them.
+    assert [n.mgmt_ip for n in lay.slurm_nodes] == [f"10.76.0.{10 + i}" for i in range(5)]
+    text = configs.slurm_conf(lay, BIN)
+    assert "NodeName=srv-" not in text and "Nodes=gpu-0,gpu-1,gpu-2,gpu-3,gpu-4 " in text
+    assert "srv-" not in configs.gres_conf(lay)
+    assert "gf-abc123-srv-0) node=srv-0" in configs.health_script(lay, BIN)  # the agents' nodes all map
+    assert spec.sandbox is not None and spec.sandbox.serving is not None
+    serving = spec.sandbox.serving
+    assert replica_argv(lay, "srv-1", serving, "/venv/bin/python") == [
+        "/venv/bin/python", "-m", "gpufleet.sandbox.serving.replica", "--name", "srv-1",
+        "--listen", "10.76.0.16:8080", "--health-file", "/run/gf/s/run-abc123/nodes/srv-1/gpu-health.json"]
+    cfg = haproxy_config(balancer_config(lay, serving), "/p")
+    assert "bind 10.76.0.1:8080" in cfg and "server srv-0 10.76.0.15:8080 check" in cfg
+    assert urls(lay, serving) == ("http://10.76.0.1:8080", "http://10.76.0.1:8404/stats;csv")

@@ -8,12 +8,12 @@ from gpufleet.sandbox import doctor
 def test_missing_binaries_map_to_debian_packages() -> None:
     present = {"ip", "tc", "unshare", "hostname", "nft"}
     missing = doctor.missing_packages(lambda b: f"/usr/bin/{b}" if b in present else None)
-    assert set(missing) == {"slurmctld", "slurmd", "slurm-client", "munge", "prometheus"}
+    assert set(missing) == {"slurmctld", "slurmd", "slurm-client", "munge", "prometheus", "haproxy"}
     assert sorted(missing["slurm-client"]) == ["sbatch", "scontrol", "sinfo", "srun"]
     checks = doctor.package_checks(missing)
     assert not any(c.ok for c in checks)
     assert checks[-1].fix.endswith(
-        "apt-get install -y --no-install-recommends munge prometheus slurm-client slurmctld slurmd"
+        "apt-get install -y --no-install-recommends haproxy munge prometheus slurm-client slurmctld slurmd"
     )
 
 

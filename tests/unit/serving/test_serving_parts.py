@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from gpufleet.chaos.serving.load import LOCUSTFILE, LoadSpec, bins, locust_argv
+from gpufleet.core.haproxy_stats import parse_server_states
 from gpufleet.core.serving_records import RequestLine, read_records
 from gpufleet.sandbox.serving.balancer import (
     Backend,
     BalancerConfig,
     check_bound_seconds,
     haproxy_config,
-    parse_server_states,
 )
 from gpufleet.sandbox.serving.replica import IN_FEATURES, parse_inputs
 
