@@ -67,4 +67,5 @@ def test_configuration_keys_and_node_selectors(discovery: dict[str, Any]) -> Non
     assert ext["name"] == "gpufleet"
     assert {c["key"] for c in ext["configuration"]} == KNOWN_KEYS
     assert all(c["description"] for c in ext["configuration"])
-    assert [s["syntax"] for s in ext["node_selectors"]] == ["@job:<i>", "@idle:<i>", "@serving:<i>", "<node name>"]
+    syntaxes = [s["syntax"] for s in ext["node_selectors"]]
+    assert syntaxes == ["@job:<i>", "@idle:<i>", "@serving:<i>", "<node name>"]
