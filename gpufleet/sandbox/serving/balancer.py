@@ -12,7 +12,13 @@ keywords are HAProxy 2.6's (configuration.txt of that release):
 - `retry-on conn-failure empty-response response-timeout` with `retries` and `option redispatch`:
   a request whose connection failed, or that got no answer at all, is sent again to another server
   (the inference request is idempotent). Requests a replica answered with an error are not retried:
-  taking a broken replica out is the health check's job, and the load shows when it is late.
+  the load shows every error a broken replica served.
+- `observe layer7 error-limit 1 on-error mark-down` (the passive check, `passive`): HAProxy watches
+  the answers of live traffic, and a server that answers a 5xx (500 from a dead GPU, 503 from a
+  stalled engine; 501 and 505 do not count) is marked down at once instead of at the next failed
+  probe. The active check still decides when it comes back (`rise` good probes): with `ready`, not
+  before the GPU is healthy; with `live`, after `rise` probes of a live process, so a dead GPU
+  behind a live process flaps in and out and fails a request each time.
 
 `health` chooses what the check reads: `ready` (the replica's readiness, the design), `live` (its
 liveness: the blind spot this project exists to show), or `none` (no check at all).
@@ -46,6 +52,7 @@ class BalancerConfig:
     connect_timeout_ms: int = 500
     server_timeout_ms: int = 3000  # above the replica's own 2 s engine timeout: its 503 arrives first
     retries: int = 2
+    passive: bool = True  # observe layer7: mark a server down on its first 5xx answer
 
     def __post_init__(self) -> None:
         if not self.replicas:
@@ -91,7 +98,8 @@ def haproxy_config(cfg: BalancerConfig, pid_file: str) -> str:
             f"    http-check send meth GET uri /{cfg.health}",
             "    http-check expect status 200",
             f"    default-server inter {cfg.check_interval_ms}ms fall {cfg.fall} rise {cfg.rise} "
-            "on-marked-down shutdown-sessions",
+            "on-marked-down shutdown-sessions"
+            + (" observe layer7 error-limit 1 on-error mark-down" if cfg.passive else ""),
         ]
     lines += [f"    server {r.name} {r.ip}:{r.port}{' check' if check else ''}" for r in cfg.replicas]
     return "\n".join(lines) + "\n"

@@ -29,7 +29,10 @@ def test_haproxy_config_checks_readiness_and_retries_only_unanswered_requests() 
     lines = [x.strip() for x in text.splitlines()]
     assert "bind 10.77.0.1:8080" in lines and "bind 10.77.0.1:8404" in lines
     assert "http-check send meth GET uri /ready" in lines and "http-check expect status 200" in lines
-    assert "default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions" in lines
+    assert ("default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions "
+            "observe layer7 error-limit 1 on-error mark-down") in lines
+    active_only = haproxy_config(BalancerConfig("10.77.0.1", 8080, 8404, REPLICAS, passive=False), "/p")
+    assert "default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions\n" in active_only
     assert "retry-on conn-failure empty-response response-timeout" in lines
     assert [x for x in lines if x.startswith("server ")] == [
         "server gpu-2 10.77.0.12:8080 check",
