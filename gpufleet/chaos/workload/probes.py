@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("chaostoolkit")
-WAIT_CONDITIONS = ("detected", "isolated", "interrupted", "resumed", "returned", "settled")
+WAIT_CONDITIONS = ("detected", "alerted", "isolated", "interrupted", "resumed", "returned", "settled")
 
 
 def training_progressing(
@@ -114,13 +114,15 @@ def recovery_timeline(
     secrets: Secrets = None,
 ) -> dict[str, Any]:
     """Wait (at most `timeout_seconds`) until every condition in `wait_for` holds — any of
-    detected, isolated, interrupted, resumed (first training step after the fault's restart/stall),
-    returned (the faulted nodes are schedulable again), settled (the workload steps now, and resumed
-    if it was interrupted: for faults it may ride through) — then build the recovery timeline of this
-    run's faults from the fault ledger (injected / reverted), Prometheus (first firing sample of the
-    catalog alert of `fault_id`), the scheduler (drain/down and return, polled since the injection)
-    and the training events (interrupted, resumed, resumed-from step). Returns
-    `gpufleet.slo.Timeline` as JSON; the time-out is not an error: the timeline shows what happened."""
+    detected, alerted (the fault's catalog alert fired: a health check may detect first, and a
+    fault reverted before its alert fires leaves the alert unshown), isolated, interrupted, resumed
+    (first training step after the fault's restart/stall), returned (the faulted nodes are
+    schedulable again), settled (the workload steps now, and resumed if it was interrupted: for
+    faults it may ride through) — then build the recovery timeline of this run's faults from the
+    fault ledger (injected / reverted), Prometheus (first firing sample of the catalog alert of
+    `fault_id`), the scheduler (drain/down and return, polled since the injection) and the training
+    events (interrupted, resumed, resumed-from step). Returns `gpufleet.slo.Timeline` as JSON; the
+    time-out is not an error: the timeline shows what happened."""
     wait = list(wait_for if wait_for is not None else ["resumed"])
     bad = sorted(set(wait) - set(WAIT_CONDITIONS))
     if bad:
@@ -145,6 +147,8 @@ def recovery_timeline(
         )
     if fault_class is None:
         raise InvalidActivity(f"fault class unknown for {fid}: set configuration gpufleet_fault_class")
+    if "alerted" in wait and alert is None:
+        raise InvalidActivity(f"wait_for alerted: fault {fid} has no catalog alert to wait for")
     targets = set(nodes or [str(r.target["node"]) for r in records if r.target.get("node")])
     run = ctx.run
     watcher = engine.ensure_watcher(run, backend)
@@ -219,6 +223,9 @@ def recovery_timeline(
                 have.add("returned")
             else:
                 have.discard("returned")
+        if "alerted" in wait:
+            fired = any(e.kind is EventKind.DETECTED and e.source == f"prometheus:{alert}" for e in tl.events)
+            (have.add if fired else have.discard)("alerted")
         if "settled" in wait:
             have.discard("settled")
             evs = read_events(events_path) if events_path else None
