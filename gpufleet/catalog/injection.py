@@ -96,6 +96,15 @@ class ExporterInject(InjectionModel):
     value: int | float
 
 
+class GpuHang(InjectionModel):
+    """One GPU stops completing work while reporting nothing: no XID, no DCGM health or field change
+    (its utilization reads 100 %: a kernel that never ends). A process on it blocks; only the
+    workload's own watchdog sees it (a serving replica's readiness, a training job's progress).
+    Undone by a GPU reset."""
+
+    method: Literal["gpu-hang"] = "gpu-hang"
+
+
 class NodeCrash(InjectionModel):
     """Every process of the node dies at once (a power loss / kernel crash)."""
 
@@ -252,13 +261,13 @@ class NicRemove(InjectionModel):
 
 
 AnyInjection = (
-    DcgmInject | ExporterInject | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap | LinkDegrade
-    | StorageOutage | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove | OsdKill | OsdHang
-    | OsdNearFull | ObjectStoreOutage | BucketLoss
+    DcgmInject | ExporterInject | GpuHang | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap
+    | LinkDegrade | StorageOutage | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove | OsdKill
+    | OsdHang | OsdNearFull | ObjectStoreOutage | BucketLoss
 )
 Injection = Annotated[AnyInjection, Field(discriminator="method")]
 INJECTION_MODELS: tuple[type[InjectionModel], ...] = (
-    DcgmInject, ExporterInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
+    DcgmInject, ExporterInject, GpuHang, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
     StorageOutage, StorageSlow, KillRank, HostSignal, SwitchDown, NicRemove, OsdKill, OsdHang, OsdNearFull,
     ObjectStoreOutage, BucketLoss,
 )

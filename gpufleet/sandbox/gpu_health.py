@@ -1,11 +1,13 @@
 """What a process on a sandbox node's GPUs must obey: the node agent's gpu-health.json (pure reader).
 
 Read by the training ranks (every step) and the serving replicas (every request and readiness
-probe): a fatal fault on a GPU fails every process on it, as a real GPU fault does."""
+probe): a fatal fault on a GPU fails every process on it, as a real GPU fault does; a hung GPU
+(`hung_since`) completes no work, so a process on it blocks until the GPU is reset."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,17 @@ def _one_gpu_fault(entry: Any, gpu: int, started_at: float | None) -> str | None
     return None
 
 
+def gpu_hung(doc: Any, gpus: int | Iterable[int]) -> bool:
+    """True when any of `gpus` is hung: its work never completes, and no error says so."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), dict):
+        return False
+    for gpu in [gpus] if isinstance(gpus, int) else gpus:
+        entry = doc["gpus"].get(str(gpu))
+        if isinstance(entry, dict) and isinstance(entry.get("hung_since"), int | float):
+            return True
+    return False
+
+
 class GpuHealth:
     """Reads <node dir>/gpu-health.json, re-parsing only when it changed (checked every step)."""
 
@@ -52,17 +65,35 @@ class GpuHealth:
         self.path, self.gpus, self.started_at = path, gpus, started_at
         self._sig: tuple[int, int] | None = None
         self._error: str | None = None
+        self._hung = False
 
-    def error(self) -> str | None:
+    def _refresh(self) -> None:
         try:
             st = self.path.stat()
         except FileNotFoundError:
-            return None  # no agent on this node (e.g. a plain test run): nothing to obey
+            # No agent on this node (e.g. a plain test run): nothing to obey.
+            self._sig, self._error, self._hung = None, None, False
+            return
         sig = (st.st_mtime_ns, st.st_ino)
         if sig != self._sig:
             try:
-                self._error = gpu_fault(json.loads(self.path.read_text()), self.gpus, self.started_at)
+                doc = json.loads(self.path.read_text())
             except (OSError, ValueError):
-                return self._error  # replaced mid-read; the agent writes atomically, retry next step
+                return  # replaced mid-read; the agent writes atomically, retry next step
+            self._error = gpu_fault(doc, self.gpus, self.started_at)
+            self._hung = gpu_hung(doc, self.gpus)
             self._sig = sig
+
+    def error(self) -> str | None:
+        self._refresh()
         return self._error
+
+    def hung(self) -> bool:
+        self._refresh()
+        return self._hung
+
+    def wait_while_hung(self, poll_s: float = 0.05) -> None:
+        """Block while a GPU this process holds is hung, as a kernel launched on it never returns;
+        a GPU reset (the agent's /clear) or a fatal fault (error()) ends the wait."""
+        while self.hung() and self.error() is None:
+            time.sleep(poll_s)

@@ -24,6 +24,7 @@ from gpufleet.catalog.injection import (
     BucketLoss,
     DcgmInject,
     ExporterInject,
+    GpuHang,
     HostSignal,
     InjectionModel,
     KillRank,
@@ -181,6 +182,8 @@ class Backend:
                 return self.plan_dcgm_inject(node, gpu, injection)
             case ExporterInject():
                 return self.plan_exporter_inject(node, gpu, injection)
+            case GpuHang():
+                return self.plan_gpu_hang(node, gpu, injection)
             case NodeCrash():
                 return self.plan_node_crash(node)
             case NodeHang():
@@ -228,6 +231,9 @@ class Backend:
 
     def plan_exporter_inject(self, node: str, gpu: int, inj: ExporterInject) -> Plan:
         raise self._unsupported("exporter-inject")
+
+    def plan_gpu_hang(self, node: str, gpu: int, inj: GpuHang) -> Plan:
+        raise self._unsupported("gpu-hang")
 
     def plan_node_crash(self, node: str) -> Plan:
         raise self._unsupported("node-crash")

@@ -42,6 +42,7 @@ from chaoslib.exceptions import ActivityFailed, InvalidActivity
 from gpufleet.catalog.injection import (
     XID_FIELD,
     DcgmInject,
+    GpuHang,
     InjectionModel,
     KillRank,
     LinkDegrade,
@@ -406,6 +407,8 @@ class KubernetesBackend(Backend):
     capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset({DcgmInject, LinkDown, NodeCrash})
     not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {
         NodeHang: "needs out-of-band power control",
+        GpuHang: "a real GPU hang cannot be caused from outside: no DCGM injection or driver "
+        "interface stops a GPU's engines; it needs a kernel that spins on the device (not shipped)",
         NodeReboot: "needs out-of-band power control",
         LinkFlap: "not implemented yet (a hostNetwork pod could run the flap loop)",
         LinkDegrade: "not implemented yet",

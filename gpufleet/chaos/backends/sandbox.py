@@ -21,6 +21,7 @@ from chaoslib.exceptions import ActivityFailed, InvalidActivity
 from gpufleet.catalog.injection import (
     DcgmInject,
     ExporterInject,
+    GpuHang,
     HostSignal,
     InjectionModel,
     KillRank,
@@ -78,7 +79,7 @@ logger = logging.getLogger("chaostoolkit")
 class SandboxBackend(Backend):
     name = "sandbox"
     capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset({
-        DcgmInject, ExporterInject, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
+        DcgmInject, ExporterInject, GpuHang, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
         StorageOutage, KillRank, HostSignal, SwitchDown, NicRemove,
     })
     not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {
@@ -221,8 +222,15 @@ class SandboxBackend(Backend):
         body = {"gpu": gpu, "metric": inj.metric, "value": inj.value}
         return self._agent_inject("exporter-inject", node, gpu, body, f"{inj.metric}={inj.value}")
 
-    def _agent_inject(self, method: str, node: str, gpu: int, body: dict[str, Any], what: str) -> Plan:
-        """POST /inject to the node's agent; undone by clearing the GPU (a GPU reset)."""
+    def plan_gpu_hang(self, node: str, gpu: int, inj: GpuHang) -> Plan:
+        """The agent marks the GPU hung: the processes on it (training ranks, a serving replica's
+        engine) block at their next pass, and its exporter shows nothing but 100 % utilization."""
+        return self._agent_inject("gpu-hang", node, gpu, {"gpu": gpu}, "a GPU hang", path="/hang")
+
+    def _agent_inject(
+        self, method: str, node: str, gpu: int, body: dict[str, Any], what: str, path: str = "/inject"
+    ) -> Plan:
+        """POST `path` to the node's agent; undone by clearing the GPU (a GPU reset)."""
         n = self._node(node)
         if n.agent_socket is None:
             raise ActivityFailed(f"node {node} has no agent socket in the sandbox state")
@@ -241,7 +249,7 @@ class SandboxBackend(Backend):
         )
 
         def apply() -> dict[str, Any]:
-            return {"agent": agent_request(sock, token, "POST", "/inject", body) or {}}
+            return {"agent": agent_request(sock, token, "POST", path, body) or {}}
 
         return Plan(method, {"node": node, "gpu": gpu}, body, rb, apply,
                     f"inject {what} on {node} GPU {gpu} via {sock}")

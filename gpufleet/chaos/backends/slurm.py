@@ -23,6 +23,7 @@ from chaoslib.exceptions import InvalidActivity
 
 from gpufleet.catalog.injection import (
     DcgmInject,
+    GpuHang,
     HostSignal,
     InjectionModel,
     KillRank,
@@ -145,6 +146,8 @@ class SlurmBackend(Backend):
     })
     not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {
         NodeReboot: "a reboot that comes back by itself needs out-of-band power control (a BMC)",
+        GpuHang: "a real GPU hang cannot be caused from outside: no DCGM injection or driver "
+        "interface stops a GPU's engines; it needs a kernel that spins on the device (not shipped)",
         SwitchDown: "a leaf switch is not reachable over ssh from the nodes",
         NicRemove: "removing a PCIe device needs out-of-band access to the host",
         HostSignal: "BMC sensors, EDAC counters and disk state are hardware: no ssh command sets them",

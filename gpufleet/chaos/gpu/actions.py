@@ -11,8 +11,8 @@ from gpufleet.chaos import engine
 __all__ = ["clear_gpu_faults", "inject_gpu_fault"]
 
 
-# The ledger kinds of GPU faults: DCGM fields (NVIDIA) and the other vendors' exporter series.
-GPU_INJECTIONS = frozenset({"dcgm-inject", "exporter-inject"})
+# The ledger kinds of GPU faults: DCGM fields (NVIDIA), the other vendors' exporter series, a hang.
+GPU_INJECTIONS = frozenset({"dcgm-inject", "exporter-inject", "gpu-hang"})
 
 
 def inject_gpu_fault(

@@ -4,6 +4,7 @@
   GET  /state              injected state, XID events, fabric link state (what node-health reads)
   POST /inject             {"gpu", "field_id", "value", "kmsg"?, "burst"?}  (dcgmi test --inject)
                            {"gpu", "metric", "value"}  (an AMD / Ascend node: its exporter's series)
+  POST /hang               {"gpu"}  (the GPU stops completing work: no XID, no DCGM change)
   POST /clear              {"gpu": int | null}  (GPU reset / node reboot; null = every GPU)
   POST /host               {"signal", "value" | "add", "kill_processes"?}  (BMC, EDAC, disk, port)
   POST /host/clear         {}  (the node was repaired)
@@ -23,7 +24,7 @@ from typing import Any
 
 from gpufleet.sandbox.agent.host import parse_host_injection
 from gpufleet.sandbox.agent.runtime import Agent
-from gpufleet.sandbox.agent.state import parse_injection
+from gpufleet.sandbox.agent.state import parse_hang, parse_injection
 
 log = logging.getLogger("gpufleet.sandbox.agent.control")
 MAX_BODY = 64 * 1024
@@ -102,6 +103,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._body()
             if self.path == "/inject":
                 self._reply(200, agent.inject(parse_injection(body, agent.gpus, agent.vendor)))
+            elif self.path == "/hang":
+                self._reply(200, agent.hang(parse_hang(body, agent.gpus)))
             elif self.path == "/clear":
                 self._reply(200, agent.clear(parse_clear(body, agent.gpus)))
             elif self.path == "/host":

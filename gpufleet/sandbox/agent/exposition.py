@@ -53,6 +53,10 @@ def gpu_values(snap: Snapshot, gpu: int) -> dict[int, float]:
     out = {fid: (spec.busy if busy else spec.idle) for fid, spec in F.FIELDS.items()}
     # Small per-GPU spread so the GPUs are distinguishable on a dashboard (deterministic).
     out[F.GPU_TEMP] += gpu % 4
+    if g.hung_since is not None:
+        # Utilization is the share of the sample period in which a kernel was executing (nvidia-smi
+        # documentation, "utilization.gpu"): a kernel that never ends reads 100 %, with no progress.
+        out[F.GPU_UTIL] = 100.0
     out.update(g.fields)
     return out
 

@@ -33,6 +33,7 @@ from gpufleet.sandbox.agent.state import (
     MetricInjection,
     clear,
     from_json,
+    hang,
     health_doc,
     initial_state,
     inject,
@@ -166,6 +167,13 @@ class Agent:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         return pids
+
+    def hang(self, gpu: int) -> dict[str, Any]:
+        with self._lock:
+            self.state = hang(self.state, gpu, self.clock())
+            self._persist()
+            log.info("hang gpu=%d", gpu)
+            return {"gpu": gpu, "hung_since": self.state.gpus[gpu].hung_since}
 
     def clear(self, gpu: int | None) -> dict[str, Any]:
         with self._lock:

@@ -59,6 +59,9 @@ class GpuState:
     fault: GpuFault | None = None
     fault_since: float | None = None
     reset_at: float | None = None  # last /clear of this GPU (GPU reset or node reboot)
+    # A hang (POST /hang): the GPU stops completing work with no XID and no DCGM health change, so
+    # nothing the exporter publishes shows it; a process on it blocks until a GPU reset (/clear).
+    hung_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,23 @@ def inject(
     return replace(state, gpus=gpus, events=events), new_events
 
 
+def parse_hang(body: Any, gpus: int) -> int:
+    """Validate a POST /hang body {"gpu": <int>}; raises ValueError naming what is wrong."""
+    if not isinstance(body, dict) or set(body) - {"gpu"}:
+        raise ValueError('body must be {"gpu": <int>}')
+    gpu = body.get("gpu")
+    if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < gpus:
+        raise ValueError(f"gpu must be an integer 0..{gpus - 1}")
+    return gpu
+
+
+def hang(state: AgentState, gpu: int, now: float) -> AgentState:
+    """GPU `gpu` stops completing work (already hung: unchanged, since when it first hung)."""
+    gpus = tuple(replace(x, hung_since=now) if x.index == gpu and x.hung_since is None else x
+                 for x in state.gpus)
+    return replace(state, gpus=gpus)
+
+
 def _holding(g: GpuState, fault: GpuFault | None, now: float) -> GpuState:
     """The GPU with the fault it holds after `fault` arrives (policy.worse), since when."""
     kept = worse(g.fault, fault)
@@ -172,8 +192,9 @@ def health_doc(state: AgentState) -> dict[str, Any]:
     """<state-dir>/gpu-health.json: what the training ranks read every step."""
     out: dict[str, Any] = {}
     for g in state.gpus:
+        entry: dict[str, Any] = {}
         if g.fault is not None:
-            out[str(g.index)] = {
+            entry = {
                 "fatal": g.fault.fatal,
                 "kills_process": g.fault.kills_process,
                 "xid": g.fault.xid,
@@ -181,6 +202,10 @@ def health_doc(state: AgentState) -> dict[str, Any]:
                 "since": g.fault_since,
                 "error": g.fault.error,
             }
+        if g.hung_since is not None:
+            entry["hung_since"] = g.hung_since
+        if entry:
+            out[str(g.index)] = entry
     return {"node": state.node, "gpus": out}
 
 
@@ -201,6 +226,7 @@ def to_json(state: AgentState) -> dict[str, Any]:
                     "kills_process": g.fault.kills_process,
                 },
                 "reset_at": g.reset_at,
+                "hung_since": g.hung_since,
             }
             for g in state.gpus
         ],
@@ -233,6 +259,7 @@ def from_json(doc: dict[str, Any], node: str, gpus: int, now: float) -> AgentSta
             fault=fault,
             fault_since=None if f is None else f.get("since"),
             reset_at=g.get("reset_at"),
+            hung_since=g.get("hung_since"),
         ))
     events = tuple(
         XidEvent(int(e["gpu"]), int(e["xid"]), float(e["at"]))

@@ -11,7 +11,9 @@ inference engine's step loop does; HTTP threads hand it requests and wait. Endpo
 - `GET /ready` - readiness, what the load balancer's health check reads: 200 only when the model
   is loaded, the GPU the replica holds has no fatal fault (the node agent's gpu-health.json), and
   the engine has completed a step (a request, or a canary pass when idle) within `--stall-seconds`.
-  A dead GPU or a stalled engine leaves the rotation; a live process alone does not keep it there
+  The last is what sees a GPU that hangs without an XID (nothing the GPU's exporter publishes says
+  so, and the process stays up): the engine's passes stop completing. A dead GPU or a stalled
+  engine leaves the rotation; a live process alone does not keep it there
   (the blind spot of health checks that only see the HTTP thread: kserve#6259, vllm#39863).
 
 Every answer names the replica (`X-Replica`), so the load generator's records show who served what.
@@ -82,6 +84,9 @@ class Engine:
         return fut
 
     def _forward(self, inputs: list[list[float]] | None) -> list[list[float]]:
+        # A hung GPU: the pass never completes (the engine thread blocks, so readiness sees no step
+        # for longer than --stall-seconds; requests waiting on it time out with 503).
+        self.health.wait_while_hung()
         error = self.health.error()
         if error is not None:
             raise RuntimeError(error)

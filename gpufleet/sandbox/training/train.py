@@ -226,6 +226,7 @@ class Trainer:
         first = True
         rate_t, rate_n = time.monotonic(), 0
         while self.step < self.args.max_steps:
+            self.health.wait_while_hung()  # a hung GPU: the step never completes, no error says why
             err = self.health.error()
             if err is not None:
                 raise RuntimeError(err)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,30 @@ def test_replica_input_is_checked() -> None:
     for bad in ({"inputs": []}, {"inputs": [[1] * 3]}, {"inputs": [["x"] * IN_FEATURES]}, [1]):
         with pytest.raises(ValueError, match="expected"):
             parse_inputs(json.dumps(bad).encode())
+
+
+def test_a_hung_gpu_stalls_the_engine_and_readiness_sees_it(tmp_path: Path) -> None:
+    # Nothing in the health document says "error": readiness fails only because the engine's passes
+    # stop completing (the GPU hang without an XID), and comes back after the GPU reset.
+    from gpufleet.sandbox.agent.state import clear, hang, health_doc, initial_state, write_json_atomic
+    from gpufleet.sandbox.serving.replica import Engine, ReplicaConfig
+
+    health = tmp_path / "gpu-health.json"
+    write_json_atomic(health, health_doc(initial_state("srv-0", 1, 0.0)))
+    engine = Engine(ReplicaConfig("srv-0", "127.0.0.1", 0, health, 0, stall_s=0.4, timeout_s=1.0,
+                                  canary_s=0.05))
+    engine.start()
+    assert engine.readiness() == (True, "ready")
+    hung = hang(initial_state("srv-0", 1, 0.0), 0, 1.0)
+    write_json_atomic(health, health_doc(hung))
+    fut = engine.submit(None)
+    time.sleep(0.8)
+    ok, why = engine.readiness()
+    assert not ok and why.startswith("engine stalled"), why
+    assert not fut.done()
+    write_json_atomic(health, health_doc(clear(hung, 0, 2.0)))
+    assert len(fut.result(timeout=5.0)[0]) == 8
+    deadline = time.monotonic() + 5.0
+    while engine.readiness()[0] is False and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.readiness() == (True, "ready")
