@@ -9,10 +9,11 @@ keywords are HAProxy 2.6's (configuration.txt of that release):
   within fall x inter (+ one check's timeout) - 1 s with the defaults below.
 - `on-marked-down shutdown-sessions`: connections still open to a server marked down are closed,
   so no request waits on a dead replica.
-- `retry-on conn-failure empty-response response-timeout` with `retries` and `option redispatch`:
-  a request whose connection failed, or that got no answer at all, is sent again to another server
-  (the inference request is idempotent). Requests a replica answered with an error are not retried:
-  the load shows every error a broken replica served.
+- `retry-on conn-failure empty-response response-timeout 503` with `retries` and `option
+  redispatch`: a request whose connection failed, that got no answer at all, or that the replica
+  answered 503 (its engine did not run it: a stall, a timeout; RFC 9110 15.6.4) is sent again to
+  another server (the inference request is idempotent). A 500 (the replica ran it and its GPU
+  failed) is not retried: the load shows every error a broken replica served.
 - `observe layer7 error-limit 1 on-error mark-down` (the passive check, `passive`): HAProxy watches
   the answers of live traffic, and a server that answers a 5xx (500 from a dead GPU, 503 from a
   stalled engine; 501 and 505 do not count) is marked down at once instead of at the next failed
@@ -80,7 +81,7 @@ def haproxy_config(cfg: BalancerConfig, pid_file: str) -> str:
         f"    timeout check {cfg.connect_timeout_ms}ms",
         f"    retries {cfg.retries}",
         "    option redispatch 1",
-        "    retry-on conn-failure empty-response response-timeout",
+        "    retry-on conn-failure empty-response response-timeout 503",
         "frontend serving",
         f"    bind {cfg.bind_ip}:{cfg.bind_port}",
         "    default_backend replicas",

@@ -5,14 +5,20 @@ inference engine's step loop does; HTTP threads hand it requests and wait. Endpo
 
 - `POST /v1/infer` - one forward pass. 200 with the output; 500 with the device error when the GPU
   the replica holds has a fatal fault (the process stays up and keeps answering, as vLLM's does
-  after an illegal memory access: vllm#36960); 503 when the engine did not answer in time.
+  after an illegal memory access: vllm#36960); 503 when the engine did not run it (it did not answer
+  in time, or its watchdog has declared it stalled): the request was not served and may be sent
+  again elsewhere (RFC 9110, 15.6.4), which the balancer does.
 - `GET /live` - liveness: 200 while the HTTP server answers. Restarting the process is the only cure
   for a failed liveness check, so it says nothing about the GPU or the engine.
 - `GET /ready` - readiness, what the load balancer's health check reads: 200 only when the model
   is loaded, the GPU the replica holds has no fatal fault (the node agent's gpu-health.json), and
   the engine has completed a step (a request, or a canary pass when idle) within `--stall-seconds`.
   The last is what sees a GPU that hangs without an XID (nothing the GPU's exporter publishes says
-  so, and the process stays up): the engine's passes stop completing. A dead GPU or a stalled
+  so, and the process stays up): the engine's passes stop completing. A pass that runs past
+  `--pass-deadline-seconds` trips the engine's watchdog at once (vLLM bounds an engine iteration
+  the same way, VLLM_ENGINE_ITERATION_TIMEOUT_S, at 60 s for LLM steps; this model's pass takes a
+  few ms): readiness fails, and the requests waiting for the engine, and any that come while it is
+  stalled, are answered 503 at once instead of waiting out their timeout. A dead GPU or a stalled
   engine leaves the rotation; a live process alone does not keep it there
   (the blind spot of health checks that only see the HTTP thread: kserve#6259, vllm#39863).
 
@@ -52,10 +58,16 @@ class ReplicaConfig:
     stall_s: float  # readiness fails when the engine completed no step for this long
     timeout_s: float  # a request the engine did not answer within this is a 503
     canary_s: float  # idle engine: one canary pass this often, so readiness sees it alive
+    pass_deadline_s: float = 0.25  # a pass running longer trips the watchdog (the engine is stalled)
+
+
+class EngineStalled(Exception):
+    """The engine's watchdog saw a pass run past its deadline: requests are not being served."""
 
 
 class Engine:
-    """The replica's single engine thread: forward passes in order, a canary when idle."""
+    """The replica's single engine thread: forward passes in order, a canary when idle; a watchdog
+    thread that declares the engine stalled when a pass runs past its deadline."""
 
     def __init__(self, cfg: ReplicaConfig) -> None:
         import torch
@@ -71,17 +83,54 @@ class Engine:
         self.last_step = 0.0  # monotonic time of the last completed pass (0: none yet)
         self.loaded = False
         self.thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        self.watchdog = threading.Thread(target=self._watch, name="engine-watchdog", daemon=True)
+        self._lock = threading.Lock()
+        self._pass_started: float | None = None  # monotonic start of the pass now running
+        self._current: Future[list[list[float]]] | None = None  # the request that pass serves
+        self.stalled_since: float | None = None  # set by the watchdog, cleared when a pass completes
 
     def start(self) -> None:
         self._forward(None)  # the model is loaded once one pass has run
         self.loaded = True
         self.last_step = time.monotonic()
         self.thread.start()
+        self.watchdog.start()
 
     def submit(self, inputs: list[list[float]] | None) -> Future[list[list[float]]]:
         fut: Future[list[list[float]]] = Future()
-        self.jobs.put((inputs, fut))
+        with self._lock:
+            if self.stalled_since is not None:
+                fut.set_exception(EngineStalled(self._stall_reason()))
+                return fut
+            self.jobs.put((inputs, fut))
         return fut
+
+    def _stall_reason(self) -> str:
+        assert self.stalled_since is not None
+        ran = time.monotonic() - self.stalled_since + self.cfg.pass_deadline_s
+        return f"engine stalled: a pass has run {ran:.1f} s (deadline {self.cfg.pass_deadline_s:g} s)"
+
+    def _watch(self) -> None:
+        """Trip when the running pass is past its deadline: fail the waiting requests at once."""
+        tick = min(0.05, self.cfg.pass_deadline_s / 4)
+        while True:
+            time.sleep(tick)
+            with self._lock:
+                started = self._pass_started
+                if (self.stalled_since is not None or started is None
+                        or time.monotonic() - started <= self.cfg.pass_deadline_s):
+                    continue
+                self.stalled_since = time.monotonic()
+                waiting = [self._current] if self._current is not None else []
+                while True:
+                    try:
+                        waiting.append(self.jobs.get_nowait()[1])
+                    except queue.Empty:
+                        break
+                reason = self._stall_reason()
+            for fut in waiting:
+                if fut is not None and not fut.done():
+                    fut.set_exception(EngineStalled(reason))
 
     def _forward(self, inputs: list[list[float]] | None) -> list[list[float]]:
         # A hung GPU: the pass never completes (the engine thread blocks, so readiness sees no step
@@ -103,16 +152,21 @@ class Engine:
                 inputs, fut = self.jobs.get(timeout=self.cfg.canary_s)
             except queue.Empty:
                 inputs, fut = None, None
+            with self._lock:
+                self._pass_started, self._current = time.monotonic(), fut
             try:
-                result = self._forward(inputs)
-                self.last_step = time.monotonic()
-                if fut is not None:
-                    fut.set_result(result)
+                result: list[list[float]] | RuntimeError = self._forward(inputs)
             except RuntimeError as e:
                 # A failed pass is still a step the engine completed: the engine is alive, the GPU is not.
+                result = e
+            with self._lock:
                 self.last_step = time.monotonic()
-                if fut is not None:
-                    fut.set_exception(e)
+                self._pass_started, self._current, self.stalled_since = None, None, None
+            if fut is not None and not fut.done():  # the watchdog may have failed it already
+                if isinstance(result, RuntimeError):
+                    fut.set_exception(result)
+                else:
+                    fut.set_result(result)
 
     def readiness(self) -> tuple[bool, str]:
         if not self.loaded:
@@ -120,6 +174,9 @@ class Engine:
         error = self.health.error()
         if error is not None:
             return False, f"device: {error}"
+        with self._lock:
+            if self.stalled_since is not None:
+                return False, self._stall_reason()
         idle = time.monotonic() - self.last_step
         if idle > self.cfg.stall_s:
             return False, f"engine stalled: no step for {idle:.1f} s (limit {self.cfg.stall_s:g} s)"
@@ -183,6 +240,9 @@ def make_handler(engine: Engine, cfg: ReplicaConfig) -> type[BaseHTTPRequestHand
             except TimeoutError:
                 self._send(503, {"error": f"engine did not answer within {cfg.timeout_s:g} s"})
                 return
+            except EngineStalled as e:
+                self._send(503, {"error": str(e)})
+                return
             except RuntimeError as e:
                 self._send(500, {"error": str(e)})
                 return
@@ -201,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-seconds", type=float, default=2.0)
     p.add_argument("--timeout-seconds", type=float, default=2.0)
     p.add_argument("--canary-seconds", type=float, default=0.5)
+    p.add_argument("--pass-deadline-seconds", type=float, default=0.25,
+                   help="a forward pass running longer trips the engine's watchdog")
     return p
 
 
@@ -211,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --listen must be IP:PORT, got {args.listen!r}", file=sys.stderr)
         return 2
     cfg = ReplicaConfig(args.name, host, int(port), args.health_file, args.gpu, args.stall_seconds,
-                        args.timeout_seconds, args.canary_seconds)
+                        args.timeout_seconds, args.canary_seconds, args.pass_deadline_seconds)
     engine = Engine(cfg)
     engine.start()
     server = ThreadingHTTPServer((cfg.host, cfg.port), make_handler(engine, cfg))

@@ -34,7 +34,7 @@ def test_haproxy_config_checks_readiness_and_retries_only_unanswered_requests() 
             "observe layer7 error-limit 1 on-error mark-down") in lines
     active_only = haproxy_config(BalancerConfig("10.77.0.1", 8080, 8404, REPLICAS, passive=False), "/p")
     assert "default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions\n" in active_only
-    assert "retry-on conn-failure empty-response response-timeout" in lines
+    assert "retry-on conn-failure empty-response response-timeout 503" in lines
     assert [x for x in lines if x.startswith("server ")] == [
         "server gpu-2 10.77.0.12:8080 check",
         "server gpu-3 10.77.0.13:8080 check",
@@ -136,28 +136,34 @@ def test_replica_input_is_checked() -> None:
             parse_inputs(json.dumps(bad).encode())
 
 
-def test_a_hung_gpu_stalls_the_engine_and_readiness_sees_it(tmp_path: Path) -> None:
-    # Nothing in the health document says "error": readiness fails only because the engine's passes
-    # stop completing (the GPU hang without an XID), and comes back after the GPU reset.
+def test_a_hung_gpu_trips_the_engine_watchdog_and_readiness_sees_it(tmp_path: Path) -> None:
+    # Nothing in the health document says "error": readiness fails only because a pass runs past its
+    # deadline (the GPU hang without an XID); waiting and new requests fail at once with
+    # EngineStalled (the replica's 503, which the balancer retries elsewhere); the GPU reset ends it.
     from gpufleet.sandbox.agent.state import clear, hang, health_doc, initial_state, write_json_atomic
-    from gpufleet.sandbox.serving.replica import Engine, ReplicaConfig
+    from gpufleet.sandbox.serving.replica import Engine, EngineStalled, ReplicaConfig
 
     health = tmp_path / "gpu-health.json"
     write_json_atomic(health, health_doc(initial_state("srv-0", 1, 0.0)))
-    engine = Engine(ReplicaConfig("srv-0", "127.0.0.1", 0, health, 0, stall_s=0.4, timeout_s=1.0,
-                                  canary_s=0.05))
+    engine = Engine(ReplicaConfig("srv-0", "127.0.0.1", 0, health, 0, stall_s=5.0, timeout_s=5.0,
+                                  canary_s=0.05, pass_deadline_s=0.2))
     engine.start()
     assert engine.readiness() == (True, "ready")
+    assert len(engine.submit(None).result(timeout=5.0)[0]) == 8
     hung = hang(initial_state("srv-0", 1, 0.0), 0, 1.0)
     write_json_atomic(health, health_doc(hung))
-    fut = engine.submit(None)
-    time.sleep(0.8)
+    queued = engine.submit(None)  # waits behind the hung pass
+    with pytest.raises(EngineStalled):
+        queued.result(timeout=2.0)  # failed by the watchdog, long before its 5 s timeout
     ok, why = engine.readiness()
     assert not ok and why.startswith("engine stalled"), why
-    assert not fut.done()
+    t0 = time.monotonic()
+    with pytest.raises(EngineStalled):
+        engine.submit(None).result(timeout=1.0)  # refused at once while stalled
+    assert time.monotonic() - t0 < 0.5
     write_json_atomic(health, health_doc(clear(hung, 0, 2.0)))
-    assert len(fut.result(timeout=5.0)[0]) == 8
     deadline = time.monotonic() + 5.0
-    while engine.readiness()[0] is False and time.monotonic() < deadline:
+    while not engine.readiness()[0] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert engine.readiness() == (True, "ready")
+    assert len(engine.submit(None).result(timeout=5.0)[0]) == 8
