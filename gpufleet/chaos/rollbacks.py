@@ -21,6 +21,7 @@ ROLLBACKS: dict[str, RollbackFn] = {
     "sandbox.continue": sandbox_undo.rb_continue,
     "sandbox.reboot-hung": sandbox_undo.rb_reboot_hung,
     "sandbox.restart-daemons": sandbox_undo.rb_restart_daemons,
+    "sandbox.replica-restore": sandbox_undo.rb_replica_restore,
     "sandbox.storage-restore": sandbox_undo.rb_storage_restore,
     "sandbox.host-restore": sandbox_undo.rb_host_restore,
     "sandbox.links-up": sandbox_undo.rb_links_up,

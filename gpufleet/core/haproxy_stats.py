@@ -13,35 +13,55 @@ from gpufleet.core.slurm_state import NodeObs
 BACKEND = "replicas"  # the backend (pxname) the sandbox's haproxy.cfg puts the replicas in
 
 
-def parse_server_states(csv_text: str, backend: str = BACKEND) -> dict[str, str]:
-    """Server name -> status (UP, DOWN, MAINT, 'UP 1/2', ...) of `backend`'s servers."""
+def parse_server_column(csv_text: str, column: str, backend: str = BACKEND) -> dict[str, str]:
+    """Server name -> the value of `column` (status, scur, check_status, ...) for `backend`'s servers."""
     rows = [line for line in csv_text.splitlines() if line.strip()]
     if not rows or not rows[0].startswith("# "):
         raise ValueError("not HAProxy stats CSV (no '# pxname,...' header)")
     header = rows[0][2:].split(",")
     col = {name: i for i, name in enumerate(header)}
-    if not {"pxname", "svname", "status"} <= col.keys():
-        raise ValueError("HAProxy stats CSV lacks pxname/svname/status columns")
+    if not {"pxname", "svname", column} <= col.keys():
+        raise ValueError(f"HAProxy stats CSV lacks pxname/svname/{column} columns")
     out: dict[str, str] = {}
     for line in rows[1:]:
         f = line.split(",")
         if len(f) < len(header):
             continue
         if f[col["pxname"]] == backend and f[col["svname"]] not in ("FRONTEND", "BACKEND"):
-            out[f[col["svname"]]] = f[col["status"]]
+            out[f[col["svname"]]] = f[col[column]]
     return out
+
+
+def parse_server_states(csv_text: str, backend: str = BACKEND) -> dict[str, str]:
+    """Server name -> status (UP, DOWN, MAINT, DRAIN, 'UP 1/2', ...) of `backend`'s servers."""
+    return parse_server_column(csv_text, "status", backend)
+
+
+def stats_csv(stats_url: str, netns: str | None = None, timeout_s: float = 2.0) -> str:
+    """The stats page, read from inside network namespace `netns` when given (raises OSError)."""
+
+    def fetch() -> str:
+        with urllib.request.urlopen(stats_url, timeout=timeout_s) as r:
+            return str(r.read().decode())
+
+    return fetch() if netns is None else run_in(netns, fetch)
+
+
+def server_sessions(stats_url: str, netns: str | None = None) -> dict[str, int]:
+    """Server name -> its current sessions (`scur`): requests it is serving now. Empty when the page
+    cannot be read."""
+    try:
+        return {k: int(v or 0) for k, v in parse_server_column(stats_csv(stats_url, netns), "scur").items()}
+    except (OSError, urllib.error.URLError, ValueError):
+        return {}
 
 
 def server_states(stats_url: str, netns: str | None = None, timeout_s: float = 2.0) -> dict[str, str]:
     """The servers' states read from `stats_url`, from inside network namespace `netns` when given
     (the sandbox's balancer listens in its head namespace). Empty when the page cannot be read."""
 
-    def fetch() -> str:
-        with urllib.request.urlopen(stats_url, timeout=timeout_s) as r:
-            return str(r.read().decode())
-
     try:
-        return parse_server_states(fetch() if netns is None else run_in(netns, fetch))
+        return parse_server_states(stats_csv(stats_url, netns, timeout_s))
     except (OSError, urllib.error.URLError, ValueError):
         return {}
 

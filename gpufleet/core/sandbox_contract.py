@@ -158,6 +158,7 @@ class SandboxState(_M):
     # namespace's management address (reach them from inside the head namespace).
     serving_url: str | None = None
     serving_stats_url: str | None = None
+    serving_admin_socket: str | None = None  # HAProxy's runtime API (drain / ready a replica)
 
     def node(self, name: str) -> SandboxNode:
         for n in self.nodes:

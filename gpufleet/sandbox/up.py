@@ -200,7 +200,8 @@ def _bring_up(
             started.append(_record(rec, serving_start.start_replica(layout, n.name, serving, opts.python)))
         started.append(_record(rec, serving_start.start_balancer(layout, serving)))
         url, stats_url = serving_start.urls(layout, serving)
-        rec.update(serving_url=url, serving_stats_url=stats_url)
+        rec.update(serving_url=url, serving_stats_url=stats_url,
+                   serving_admin_socket=serving_start.admin_socket(layout))
 
     names = [n.name for n in layout.slurm_nodes]
 

@@ -235,6 +235,14 @@ class Backend:
     def plan_gpu_hang(self, node: str, gpu: int, inj: GpuHang) -> Plan:
         raise self._unsupported("gpu-hang")
 
+    # ------------------------------------------------------------ planned operations
+    def plan_replica_restart(self, replica: str, drain_timeout_s: float, ready_timeout_s: float) -> Plan:
+        """Restart one serving replica without losing a request: drain it in the balancer, wait for
+        its requests to finish, restart it, wait until it is ready, put it back. Not a fault (no
+        catalog entry): a planned operation, recorded in the ledger all the same, so a run cut off
+        mid-restart leaves no replica stopped or drained (`gpufleet chaos revert`)."""
+        raise InvalidActivity(f"backend {self.name} cannot restart serving replicas")
+
     def plan_node_crash(self, node: str) -> Plan:
         raise self._unsupported("node-crash")
 

@@ -12,7 +12,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -58,7 +60,9 @@ from gpufleet.chaos.backends.sandbox_undo import (
     run_in_mount_namespace,
 )
 from gpufleet.chaos.ledger import Ledger, Rollback
-from gpufleet.core.haproxy_stats import replica_states, server_states
+from gpufleet.core.haproxy_runtime import set_server_state
+from gpufleet.core.haproxy_stats import in_rotation, replica_states, server_sessions, server_states
+from gpufleet.core.netns import run_in
 from gpufleet.core.procs import alive, start_time
 from gpufleet.core.sandbox_contract import (
     ControllerStatus,
@@ -74,6 +78,26 @@ logger = logging.getLogger("chaostoolkit")
 
 
 # ----------------------------------------------------------------------------- the backend
+
+
+def _listen_of(program: list[str]) -> str:
+    """The replica's IP:PORT from its recorded command line (`--listen IP:PORT`)."""
+    try:
+        return program[program.index("--listen") + 1]
+    except (ValueError, IndexError):
+        raise ActivityFailed(f"the replica's recorded command line has no --listen: {program}") from None
+
+
+def _http_ok(url: str, netns: str | None) -> bool:
+    """GET `url` (from inside `netns`) answered 200."""
+    def get() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as r:
+                return int(r.status) == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    return get() if netns is None else run_in(netns, get)
 
 
 class SandboxBackend(Backend):
@@ -278,6 +302,53 @@ class SandboxBackend(Backend):
                 "state_root": str(self.state_root) if self.state_root else None,
             },
         )
+
+    def plan_replica_restart(self, replica: str, drain_timeout_s: float, ready_timeout_s: float) -> Plan:
+        st = self.state
+        n = self._node(replica)
+        proc = next((p for p in st.processes if p.name == f"replica@{replica}"), None)
+        if n.role != "serving" or proc is None:
+            raise InvalidActivity(f"{replica} runs no serving replica of this sandbox")
+        if st.serving_admin_socket is None or st.serving_stats_url is None:
+            raise ActivityFailed("this sandbox's balancer has no admin socket: rebuild it (sandbox up)")
+        sock, stats, head = st.serving_admin_socket, st.serving_stats_url, st.head_netns
+        ready_url = f"http://{_listen_of(proc.launch.program)}/ready"
+        rb = Rollback("sandbox.replica-restore", {
+            "node": replica, "netns": n.netns, "admin_socket": sock, "slurm_prefix": [],
+            "daemons": [{"name": proc.name, "launch": proc.launch.model_dump()}],
+            "stack": self.stack, "state_root": str(self.state_root) if self.state_root else None,
+        })
+
+        def wait(what: str, timeout_s: float, done: Callable[[], bool]) -> float:
+            t0 = time.monotonic()
+            while not done():
+                if time.monotonic() - t0 > timeout_s:
+                    raise ActivityFailed(f"restarting replica {replica}: {what} not within {timeout_s:g} s")
+                time.sleep(0.1)
+            return round(time.monotonic() - t0, 3)
+
+        def apply() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            set_server_state(sock, replica, "drain")
+            out["drained_s"] = wait("its requests finished", drain_timeout_s,
+                                    lambda: server_sessions(stats, head).get(replica, -1) == 0)
+            now = self.state.processes  # the state file names the live process (a rollback may restart it)
+            live = next((p for p in now if p.name == proc.name), proc)
+            sysops.signal_verified(live.pid, live.start_time, signal.SIGTERM)
+            out["stopped_s"] = wait("the process exited", 10.0, lambda: not alive(live.pid, live.start_time))
+            rb_restart_daemons(rb.args)  # starts it from its recipe and records the new pid
+            out["ready_s"] = wait("readiness", ready_timeout_s, lambda: _http_ok(ready_url, head))
+            set_server_state(sock, replica, "ready")
+            out["in_rotation_s"] = wait("back in the rotation", ready_timeout_s,
+                                        lambda: in_rotation(server_states(stats, head).get(replica, "")))
+            return out
+
+        def done(rec_id: str, ledger: Ledger) -> None:
+            ledger.mark_reverted(rec_id, ok=True)  # the operation completed: nothing is left to undo
+
+        return Plan("replica-restart", {"node": replica}, {"drain_timeout_s": drain_timeout_s,
+                                                           "ready_timeout_s": ready_timeout_s},
+                    rb, apply, f"restart replica {replica} (drain, stop, start, ready)", {replica}, done)
 
     def plan_node_crash(self, node: str) -> Plan:
         n = self._node(node)

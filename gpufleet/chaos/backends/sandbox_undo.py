@@ -20,6 +20,7 @@ from chaoslib.exceptions import ActivityFailed
 
 from gpufleet.chaos import sysops
 from gpufleet.chaos.backends.base import nft_delete_argv
+from gpufleet.core.haproxy_runtime import set_server_state
 from gpufleet.core.procs import launch, start_time
 from gpufleet.core.sandbox_contract import Launch, read_state, write_state
 
@@ -194,6 +195,15 @@ def rb_restart_daemons(args: dict[str, Any]) -> None:
     while time.monotonic() < deadline and not all(_running(netns, r.program) for _, r in daemons):
         time.sleep(0.2)
     resume_node(list(args.get("slurm_prefix") or []), args["node"])
+
+
+def rb_replica_restore(args: dict[str, Any]) -> None:
+    """A replica restart cut off: start the replica again if it is not running, and put it back in
+    the balancer's rotation (its checks decide when it takes requests)."""
+    rb_restart_daemons(args)
+    sock = args.get("admin_socket")
+    if sock and Path(sock).exists():
+        set_server_state(sock, args["node"], "ready")
 
 
 def _update_state_pid(stack: str | None, root: str | None, name: str, pid: int, st: int) -> None:

@@ -1,4 +1,4 @@
-"""Serving actions: start the load an experiment's fault is judged under.
+"""Serving actions: start the load an experiment's fault is judged under; restart every replica.
 
 `start_load` runs Locust in the background (gpufleet.chaos.serving.load): bounded in users, rate
 and run time, stopped with the run whatever ends it, and, in the sandbox, inside its head network
@@ -20,7 +20,7 @@ from gpufleet.chaos import engine
 from gpufleet.chaos.serving import load
 from gpufleet.core.serving_records import read_records
 
-__all__ = ["start_load"]
+__all__ = ["rolling_restart", "start_load"]
 
 logger = logging.getLogger("chaostoolkit")
 LOADS_DIR = Path(tempfile.gettempdir()) / "gpufleet" / "loads"
@@ -85,3 +85,33 @@ def start_load(
                 url, users, rate, duration_seconds, records)
     return {"url": url, "users": users, "rate_per_user": rate, "duration_seconds": duration_seconds,
             "records": str(records), "first_request_at": first, "netns": netns}
+
+
+def rolling_restart(
+    drain_timeout_seconds: float = 10.0,
+    ready_timeout_seconds: float = 60.0,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """Restart every replica of the backend's serving workload, one at a time: drained in the
+    balancer (no new requests; those in progress finish, bounded by `drain_timeout_seconds`),
+    stopped, started again, back in the rotation once ready (bounded by `ready_timeout_seconds`).
+    Each restart is written to the fault ledger before it starts, so a run cut off leaves no replica
+    stopped or drained. With a balancer that drains correctly, no request fails."""
+    for name, value in (("drain_timeout_seconds", drain_timeout_seconds),
+                        ("ready_timeout_seconds", ready_timeout_seconds)):
+        if not 0 < value <= 600:
+            raise InvalidActivity(f"{name} must be in (0, 600] seconds, got {value:g}")
+    target = engine.context(configuration).backend().serving()
+    if target is None:
+        raise InvalidActivity("the backend runs no serving workload to restart")
+    done = []
+    for replica in target.replicas:
+        out = engine.run_plan(
+            configuration,
+            lambda b, r=replica: b.plan_replica_restart(r, drain_timeout_seconds, ready_timeout_seconds),
+            None,
+        )
+        done.append({"replica": replica, **out.get("result", {})})
+        logger.info("gpufleet: replica %s restarted: %s", replica, out.get("result"))
+    return {"restarted": done}

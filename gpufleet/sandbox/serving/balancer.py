@@ -54,6 +54,9 @@ class BalancerConfig:
     server_timeout_ms: int = 3000  # above the replica's own 2 s engine timeout: its 503 arrives first
     retries: int = 2
     passive: bool = True  # observe layer7: mark a server down on its first 5xx answer
+    # The runtime API (level admin: a rolling restart drains a server and readies it again); a unix
+    # socket of mode 0600, so only root on this machine can use it.
+    admin_socket: str | None = None
 
     def __post_init__(self) -> None:
         if not self.replicas:
@@ -72,6 +75,7 @@ def haproxy_config(cfg: BalancerConfig, pid_file: str) -> str:
         "global",
         f"    pidfile {pid_file}",
         "    maxconn 2000",
+        *([f"    stats socket {cfg.admin_socket} mode 600 level admin"] if cfg.admin_socket else []),
         "defaults",
         "    mode http",
         "    option http-keep-alive",

@@ -14,11 +14,15 @@ from gpufleet.sandbox.processes import Started, spawn
 from gpufleet.sandbox.serving.balancer import Backend, BalancerConfig, haproxy_config
 
 
+def admin_socket(layout: Layout) -> str:
+    return str(layout.path("serving") / "haproxy.sock")
+
+
 def balancer_config(layout: Layout, serving: SandboxServing) -> BalancerConfig:
     return BalancerConfig(
         bind_ip=layout.head.mgmt_ip, bind_port=serving.port, stats_port=serving.stats_port,
         replicas=tuple(Backend(n.name, n.mgmt_ip, serving.port) for n in layout.serving_nodes),
-        health=serving.health,
+        health=serving.health, admin_socket=admin_socket(layout),
     )
 
 

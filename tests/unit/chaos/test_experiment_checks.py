@@ -116,7 +116,8 @@ def test_fault_needs_an_injection_for_the_backend(tmp_path: Path) -> None:
     assert len(got) == 1 and got[0].startswith(
         "method[0].provider.arguments.fault_id: fault gpu-xid-79: backend sandbox cannot inject "
         "storage-slow: the sandbox's checkpoint store is a local directory"), got
-    assert "(it can inject: dcgm-inject, exporter-inject, gpu-hang, host-signal, kill-rank, link-degrade" in got[0]
+    assert ("(it can inject: dcgm-inject, exporter-inject, gpu-hang, host-signal, kill-rank, link-degrade"
+            in got[0])
 
 
 def test_a_fault_class_that_disagrees_with_the_fault_is_an_error() -> None:

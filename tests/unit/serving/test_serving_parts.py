@@ -167,3 +167,56 @@ def test_a_hung_gpu_trips_the_engine_watchdog_and_readiness_sees_it(tmp_path: Pa
         time.sleep(0.05)
     assert engine.readiness() == (True, "ready")
     assert len(engine.submit(None).result(timeout=5.0)[0]) == 8
+
+
+def test_runtime_api_commands_are_checked() -> None:
+    from gpufleet.core.haproxy_runtime import set_state_command
+
+    assert set_state_command("srv-0", "drain") == "set server replicas/srv-0 state drain"
+    for bad in ("srv 0", "srv;0", ""):
+        with pytest.raises(ValueError, match="server name"):
+            set_state_command(bad, "drain")
+    with pytest.raises(ValueError, match="state must be"):
+        set_state_command("srv-0", "down")  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy (Debian package haproxy) not installed")
+def test_a_real_haproxy_drains_and_readies_a_server_on_its_admin_socket(tmp_path: Path) -> None:
+    # The runtime API a rolling restart uses, against HAProxy itself on loopback: drain takes the
+    # server out of the rotation (DRAIN in the stats page), ready puts it back; a wrong name is refused.
+    import socket as sk
+
+    from gpufleet.core.haproxy_runtime import set_server_state
+    from gpufleet.core.haproxy_stats import in_rotation, parse_server_states, stats_csv
+
+    ports = []
+    for _ in range(2):
+        with sk.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    sock = str(tmp_path / "haproxy.sock")
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(haproxy_config(BalancerConfig("127.0.0.1", ports[0], ports[1], REPLICAS, health="none",
+                                                 admin_socket=sock), str(tmp_path / "pid")))
+    proc = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{ports[1]}/stats;csv"
+        deadline = time.monotonic() + 10
+        while not Path(sock).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        def states() -> dict[str, str]:
+            return parse_server_states(stats_csv(url))
+
+        assert all(in_rotation(v) for v in states().values()), states()
+        set_server_state(sock, "gpu-2", "drain")
+        assert states()["gpu-2"] == "DRAIN" and in_rotation(states()["gpu-3"])
+        assert not in_rotation(states()["gpu-2"])
+        set_server_state(sock, "gpu-2", "ready")
+        assert in_rotation(states()["gpu-2"])
+        with pytest.raises(RuntimeError, match="No such server"):
+            set_server_state(sock, "gpu-9", "drain")
+    finally:
+        proc.terminate()
+        proc.wait(10)
