@@ -4,9 +4,12 @@ machine's cores. Two parts, in one run:
 1. Capacity: offered rates stepped up (20 users, a fixed schedule each); per step the successful
    requests per second, availability and p99. Sustained = the highest offered rate served at
    >= 99.9% availability with p99 <= 500 ms.
-2. Faults side by side: a replica process killed (a crash) and a fatal XID 79 on a replica's GPU
-   (process alive), each with the balancer checking readiness and with no health check; per run the
-   availability over the run and the fault window, p99, time to recover, error budget burnt.
+2. Faults side by side: a replica process killed (a crash: its port refuses at once), its host
+   silent (a power loss: packets to it dropped by an nftables rule on loopback, so connections and
+   checks time out), a fatal XID 79 on a replica's GPU
+   (process alive) and a GPU hang without an XID (process alive, its passes never complete), each
+   with the balancer checking readiness and with no health check; per run the availability over the
+   run and the fault window, p99, time to recover, error budget burnt.
 
     .venv/bin/python benchmarks/serving.py [--rates 20,40,80,160] [--step-seconds 10]
                                            [--fault-rate 40] [--fault-seconds 60]
@@ -21,6 +24,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,12 +33,27 @@ from typing import Any
 
 from gpufleet.chaos.serving import load
 from gpufleet.sandbox.serving.balancer import Health
-from gpufleet.sandbox.serving.local import LocalServing, write_fatal_fault
+from gpufleet.sandbox.serving.local import LocalServing, write_fatal_fault, write_gpu_hang
 from gpufleet.slo.serving import ServingTargets, judge, window
 
 REPO = Path(__file__).resolve().parents[1]
 USERS = 20
 TARGETS = ServingTargets(availability=0.999, p99_ms=500, recover_s=10)
+
+
+NFT_TABLE = f"gpufleet_bench_{os.getpid()}"
+
+
+def silence(port: int) -> None:
+    """A power loss, as its peers see it: packets to the replica's port are dropped (no RST, no
+    answer), in a table of this run's own on loopback only. `unsilence` deletes the table."""
+    rules = (f"table inet {NFT_TABLE} {{ chain input {{ type filter hook input priority 0; policy accept; "
+             f'iifname "lo" tcp dport {port} drop; }} }}')
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True, timeout=10)
+
+
+def unsilence() -> None:
+    subprocess.run(["nft", "delete", "table", "inet", NFT_TABLE], capture_output=True, timeout=10)
 
 
 def run_load(
@@ -55,9 +74,14 @@ def run_load(
         victim = serving.members[0]
         if fault == "crash":
             victim.kill()
+        elif fault == "power-loss":
+            silence(victim.backend.port)
+        elif fault == "hang":
+            write_gpu_hang(victim.health_file)
         else:
             write_fatal_fault(victim.health_file)
     rc = load.wait(proc, spec)
+    unsilence()
     if rc != 0:
         raise SystemExit(f"locust exited {rc}; see {work / 'locust.log'}")
     bins = load.bins(records, t0)
@@ -112,11 +136,22 @@ def main(argv: list[str] | None = None) -> int:
     if problems or not rates:
         print("; ".join(problems) or "--rates is empty", file=sys.stderr)
         return 2
-    if shutil.which("haproxy") is None:
-        print("haproxy is not installed (Debian package haproxy; `make deps`)", file=sys.stderr)
+    if shutil.which("haproxy") is None or shutil.which("nft") is None:
+        print("haproxy or nft is not installed (Debian packages haproxy, nftables; `make deps`)",
+              file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("the power-loss case adds an nftables rule: run as root", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     t_all = time.monotonic()
+    try:
+        return _run(args, rates, t_all)
+    finally:
+        unsilence()
+
+
+def _run(args: argparse.Namespace, rates: list[float], t_all: float) -> int:
     with tempfile.TemporaryDirectory(prefix="gpufleet-serving-") as tmp:
         work = Path(tmp)
         with LocalServing(work / "serving") as serving:
@@ -131,12 +166,12 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             faults = []
-            for fault in ("crash", "xid79"):
+            for fault in ("crash", "power-loss", "xid79", "hang"):
                 for health in ("ready", "none"):
                     faults.append(run_load(serving, health, args.fault_rate, args.fault_seconds, work, fault))
                     f = faults[-1]
                     print(
-                        f"{fault:6} check={health:5}  availability {_pct(f['availability'])}  window "
+                        f"{fault:10} check={health:5}  availability {_pct(f['availability'])}  window "
                         f"{_pct(f['window_availability'])}  p99 {_num(f['window_p99_ms'])} ms  recover "
                         f"{_num(f['recover_seconds'])} s  budget burnt {_num(f['budget_burnt'])}x",
                         flush=True,

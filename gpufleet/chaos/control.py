@@ -105,7 +105,7 @@ def before_experiment_control(
         raise InterruptExecution(f"cluster steady state unknown: {e}") from None
     if found:
         msg = "cluster not in steady state: " + "; ".join(found)
-        msg += " (`gpufleet chaos steady --heal` restores it)"
+        msg += " (`gpufleet chaos steady --stack <stack> --heal` restores it)"
         logger.error("gpufleet: %s", msg)
         raise InterruptExecution(msg)
 

@@ -109,6 +109,42 @@ def ledger_cmd(
         )
 
 
+@chaos_app.command("steady")
+def steady_cmd(
+    stack: Annotated[str, typer.Option("--stack", help="the stack whose cluster to check")],
+    backend: Annotated[str, typer.Option("--backend", help="sandbox | slurm | kubernetes")] = "sandbox",
+    heal: Annotated[bool, typer.Option("--heal", help="restore the steady state: revert pending faults, "
+                                       "restart dead daemons, resume nodes and training")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, max=1800,
+                                           help="seconds --heal waits for the steady state")] = 120.0,
+    stacks_dir: Annotated[Path, typer.Option("--stacks-dir")] = Path("stacks"),
+) -> None:
+    """Check the cluster's steady state (what an experiment's control requires before it runs):
+    exit 0 when it holds, 1 when it does not; `--heal` restores it first (as the game-day does
+    before each experiment)."""
+    from chaoslib.exceptions import ActivityFailed, InvalidActivity
+
+    from gpufleet.chaos import engine, steady
+
+    cfg = {"gpufleet_backend": backend, "gpufleet_stack": stack, "gpufleet_stacks_dir": str(stacks_dir)}
+    try:
+        ctx = engine.context(cfg)
+        if heal:
+            report = steady.ensure(ctx.backend, ctx.ledger, timeout_s=timeout)
+            for action in report.actions:
+                console.print(f"healed: {escape(action)}", highlight=False)
+            left = report.remaining if not report.ok else []
+        else:
+            left = steady.check(ctx.backend(), ctx.ledger)
+    except (ActivityFailed, InvalidActivity) as e:
+        raise fail(f"steady state unknown: {e}", code=2) from None
+    if left:
+        for problem in left:
+            err_console.print(f"not steady: {escape(problem)}", highlight=False)
+        raise typer.Exit(1)
+    console.print(f"{stack}: steady state holds")
+
+
 @chaos_app.command("discover-check")
 def discover_check() -> None:
     """List every activity of the extension; fail if one has no docstring."""

@@ -10,6 +10,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
@@ -52,6 +53,21 @@ def infer(st: SandboxState) -> tuple[int, str]:
     return run_in(st.head_netns, post)
 
 
+def run_experiment(root: Path, tmp_path: Path, name: str) -> dict[str, Any]:
+    """`chaos run` of experiments/serving/<name>.json against this module's sandbox; its journal."""
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root), "GPUFLEET_LEDGER": str(root / "ledger.jsonl")}
+    journal_path = tmp_path / f"{name}.journal.json"
+    p = subprocess.run(
+        [str(Path(GPUFLEET).parent / "chaos"), "--log-file", str(tmp_path / f"{name}.log"), "run",
+         "--journal-path", str(journal_path), str(REPO / "experiments" / "serving" / f"{name}.json")],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    journal: dict[str, Any] = json.loads(journal_path.read_text())
+    log = (tmp_path / f"{name}.log").read_text()
+    assert journal["status"] == "completed", (p.stdout[-3000:], log[-5000:])
+    return journal
+
+
 def test_serving_pool_is_up_behind_haproxy_and_outside_slurm(state: tuple[Path, SandboxState]) -> None:
     _, st = state
     assert st.serving_url == "http://10.76.0.1:8080" and st.head_netns is not None
@@ -81,16 +97,7 @@ def test_a_fatal_xid_under_load_is_judged_on_requests(
     head namespace, XID 79 hits srv-0, the balancer's check takes it out (the timeline's isolation),
     and the one judge adds the request-level checks to the verdict."""
     root, st = state
-    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root), "GPUFLEET_LEDGER": str(root / "ledger.jsonl")}
-    journal_path = tmp_path / "journal.json"
-    p = subprocess.run(
-        [str(Path(GPUFLEET).parent / "chaos"), "--log-file", str(tmp_path / "chaos.log"), "run",
-         "--journal-path", str(journal_path),
-         str(REPO / "experiments" / "serving" / "serving-gpu-xid79.json")],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
-    )
-    journal = json.loads(journal_path.read_text())
-    assert journal["status"] == "completed", (p.stdout[-3000:], (tmp_path / "chaos.log").read_text()[-5000:])
+    journal = run_experiment(root, tmp_path, "serving-gpu-xid79")
     verdict = journal["steady_states"]["after"]["probes"][0]["output"]
     checks = {c["name"]: c for c in verdict["checks"]}
     # The request-level checks sit beside detect / isolate in the one verdict.
@@ -118,6 +125,44 @@ def test_a_fatal_xid_under_load_is_judged_on_requests(
 
     assert Ledger(str(root / "ledger.jsonl")).pending() == []
     assert subprocess.run(["pgrep", "-f", "gpufleet/chaos/serving/locustfile.py"]).returncode == 1
+    assert server_states(st.serving_stats_url or "", st.head_netns) == {"srv-0": "UP", "srv-1": "UP"}
+
+
+def test_a_gpu_hang_without_an_xid_is_seen_by_readiness_alone(
+    state: tuple[Path, SandboxState], tmp_path: Path
+) -> None:
+    """experiments/serving/serving-gpu-hang.json: nothing the GPU reports changes, the replica's
+    engine watchdog fails its readiness, the balancer takes it out and retries its 503s elsewhere."""
+    root, st = state
+    journal = run_experiment(root, tmp_path, "serving-gpu-hang")
+    verdict = journal["steady_states"]["after"]["probes"][0]["output"]
+    assert verdict["outcome"] == "PASS", verdict["checks"]
+    timeline = next(a["output"] for a in journal["run"] if a["activity"]["name"] == "wait-for-isolation")
+    isolated = [e for e in timeline["events"] if e["kind"] == "isolated"]
+    assert isolated and isolated[0]["node"] == "srv-0", timeline["events"]
+    assert "balancer" in isolated[0]["detail"], isolated[0]  # out of the rotation: no scheduler saw it
+    assert verdict["serving"]["figures"]["window_failed"] <= 1, verdict["serving"]["figures"]
+    assert server_states(st.serving_stats_url or "", st.head_netns) == {"srv-0": "UP", "srv-1": "UP"}
+
+
+def test_a_rolling_restart_of_every_replica_fails_no_request(
+    state: tuple[Path, SandboxState], tmp_path: Path
+) -> None:
+    """experiments/serving/serving-rolling-restart.json: each replica drained, restarted (a new
+    process), ready and back, one at a time, under load: not one request fails."""
+    root, st = state
+    before = {p.name: p.pid for p in read_state(STACK, root).processes if p.name.startswith("replica@")}
+    journal = run_experiment(root, tmp_path, "serving-rolling-restart")
+    verdict = journal["steady_states"]["after"]["probes"][0]["output"]
+    assert verdict["outcome"] == "PASS", verdict["checks"]
+    assert verdict["serving"]["figures"]["failed"] == 0, verdict["serving"]["figures"]
+    restarted = next(a["output"] for a in journal["run"] if a["activity"]["name"] == "rolling-restart")
+    assert [r["replica"] for r in restarted["restarted"]] == ["srv-0", "srv-1"], restarted
+    after = {p.name: p.pid for p in read_state(STACK, root).processes if p.name.startswith("replica@")}
+    assert set(after) == set(before) and all(after[k] != before[k] for k in before), (before, after)
+    from gpufleet.chaos.ledger import Ledger
+
+    assert Ledger(str(root / "ledger.jsonl")).pending() == []
     assert server_states(st.serving_stats_url or "", st.head_netns) == {"srv-0": "UP", "srv-1": "UP"}
 
 

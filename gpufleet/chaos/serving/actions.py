@@ -20,7 +20,9 @@ from gpufleet.chaos import engine
 from gpufleet.chaos.serving import load
 from gpufleet.core.serving_records import read_records
 
-__all__ = ["rolling_restart", "start_load"]
+__all__ = ["restore_replicas", "rolling_restart", "start_load"]
+
+RESTART_KIND = "replica-restart"  # the ledger kind of one replica's restart (a planned operation)
 
 logger = logging.getLogger("chaostoolkit")
 LOADS_DIR = Path(tempfile.gettempdir()) / "gpufleet" / "loads"
@@ -115,3 +117,10 @@ def rolling_restart(
         done.append({"replica": replica, **out.get("result", {})})
         logger.info("gpufleet: replica %s restarted: %s", replica, out.get("result"))
     return {"restarted": done}
+
+
+def restore_replicas(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """Rollback of `rolling_restart`: any restart still pending in the ledger (the run was cut off
+    mid-restart) is undone: the replica started again if it is not running, and put back in the
+    balancer's rotation."""
+    return engine.revert_summary(engine.revert(configuration, frozenset({RESTART_KIND})))

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from gpufleet.core.haproxy_stats import server_states
+from gpufleet.sandbox.agent.state import hang, health_doc, initial_state, write_json_atomic
 from gpufleet.sandbox.serving.balancer import (
     Backend,
     BalancerConfig,
@@ -78,6 +79,12 @@ def write_fatal_fault(health_file: Path, xid: int = 79) -> None:
     tmp = health_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
     tmp.replace(health_file)
+
+
+def write_gpu_hang(health_file: Path) -> None:
+    """GPU 0 hung (no XID, no error: its passes stop completing), in the agent's own document."""
+    state = hang(initial_state(health_file.parent.name, 1, time.time()), 0, time.time())
+    write_json_atomic(health_file, health_doc(state))
 
 
 @dataclass
