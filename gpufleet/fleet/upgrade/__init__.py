@@ -10,6 +10,7 @@ from gpufleet.fleet.upgrade.model import (
     RolloutPolicy,
     protection,
     under_upgrade,
+    with_protection,
 )
 from gpufleet.fleet.upgrade.plan import LeftOut, SkipReason, UpgradePlan, Wave, plan_upgrade
 from gpufleet.fleet.upgrade.rollout import (
@@ -64,4 +65,5 @@ __all__ = [
     "protection",
     "snapshot_from_stack",
     "under_upgrade",
+    "with_protection",
 ]

@@ -82,6 +82,17 @@ def protection(spec: UpgradeSpec, job: Job) -> bool:
     return job.queue in rules.queues or any(fnmatchcase(job.name, pat) for pat in rules.name_patterns)
 
 
+def with_protection(snapshot: FleetSnapshot, spec: UpgradeSpec) -> FleetSnapshot:
+    """The snapshot with every job the stack's policy protects flagged (a flag the source set stays)."""
+    nodes = [
+        n.model_copy(update={"jobs": [j.model_copy(update={"protected": j.protected or protection(spec, j)})
+                                      for j in n.jobs]})
+        if n.jobs else n
+        for n in snapshot.nodes
+    ]
+    return snapshot.model_copy(update={"nodes": nodes})
+
+
 @dataclass(frozen=True, slots=True)
 class RolloutPolicy:
     """The stack's UpgradeSpec resolved to node counts for one fleet."""

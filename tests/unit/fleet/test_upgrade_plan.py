@@ -19,6 +19,7 @@ from gpufleet.fleet.upgrade import (
     plan_upgrade,
     protection,
     snapshot_from_stack,
+    with_protection,
 )
 
 STACKS = Path(__file__).parents[3] / "stacks"
@@ -125,6 +126,14 @@ def test_protected_jobs_by_queue_or_name() -> None:
     assert protection(spec, Job(id="1", queue="prod"))
     assert protection(spec, Job(id="2", name="llm-70b-pretrain", queue="batch"))
     assert not protection(spec, Job(id="3", name="eval-llm", queue="batch"))
+
+
+def test_the_stacks_protection_is_added_to_a_snapshots_flags() -> None:
+    spec = UpgradeSpec.model_validate({"protectedJobs": {"queues": ["prod"]}})
+    snap = fleet(node("n0", jobs=[Job(id="1", queue="prod"), Job(id="2", queue="batch")]),
+                 node("n1", jobs=[Job(id="3", queue="batch", protected=True)]))
+    flags = [[j.protected for j in n.jobs] for n in with_protection(snap, spec).nodes]
+    assert flags == [[True, False], [True]]
 
 
 def test_snapshot_from_the_sandbox_stack_knows_no_versions() -> None:
