@@ -1,15 +1,14 @@
 """Rolling driver and firmware upgrades: a pure planner (canary, then waves) and a pure rollout
 state machine (next actions from observed events), docs/fleet-upgrade.md."""
 
+from gpufleet.core.maintenance import under_upgrade
 from gpufleet.fleet.upgrade.model import (
-    MARK_PREFIX,
     Component,
     FleetSnapshot,
     Job,
     NodeObservation,
     RolloutPolicy,
     protection,
-    under_upgrade,
     with_protection,
 )
 from gpufleet.fleet.upgrade.plan import LeftOut, SkipReason, UpgradePlan, Wave, plan_upgrade
@@ -34,7 +33,6 @@ from gpufleet.fleet.upgrade.rollout import (
 from gpufleet.fleet.upgrade.snapshot import load_snapshot, snapshot_from_stack
 
 __all__ = [
-    "MARK_PREFIX",
     "Action",
     "Component",
     "Cordon",

@@ -18,15 +18,6 @@ from pydantic.alias_generators import to_camel
 
 from gpufleet.config import UpgradeSpec, share_of
 
-# The cordon reason (Slurm) or node label value (Kubernetes) that marks a node as taken by a
-# rollout: the platform's remediation reads it and leaves the node to the rollout (ADR 0057).
-MARK_PREFIX = "gpufleet-upgrade"
-
-
-def under_upgrade(reason: str | None) -> bool:
-    """Whether a cordon reason says that a rollout holds the node (remediation must stand aside)."""
-    return reason is not None and reason.startswith(MARK_PREFIX)
-
 
 class Component(StrEnum):
     DRIVER = "driver"

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gpufleet.fleet.upgrade.model import MARK_PREFIX, FleetSnapshot, Job, RolloutPolicy
+from gpufleet.core.maintenance import held_reason, upgrade_reason
+from gpufleet.fleet.upgrade.model import FleetSnapshot, Job, RolloutPolicy
 from gpufleet.fleet.upgrade.plan import SkipReason, UpgradePlan
 
 # --------------------------------------------------------------------------- actions
@@ -171,7 +172,7 @@ class Rollout:
         self.plan = plan
         self.policy: RolloutPolicy = plan.policy
         self.target = plan.target
-        self.mark = f"{MARK_PREFIX} {rollout_id}: {plan.component.value} -> {plan.target}"
+        self.mark = upgrade_reason(rollout_id, plan.component.value, plan.target)
         wave_of = {n: w.index for w in plan.waves for n in w.nodes}
         self.nodes: dict[str, NodeProgress] = {}
         unknown = []
@@ -322,7 +323,7 @@ class Rollout:
 
     def _hold(self, node: NodeProgress, why: str) -> None:
         self._halt(f"{node.name}: {why}")
-        self._emit(Hold(node.name, f"{MARK_PREFIX} failed: {why}"))
+        self._emit(Hold(node.name, held_reason(why)))
         self._settle(node, Phase.FAILED, why)
 
     def _take(self, node: NodeProgress) -> None:

@@ -105,6 +105,7 @@ def test_a_rollback_whose_gate_fails_holds_the_node_cordoned() -> None:
     r.handle(RebootDone(30, "n0", OLD))
     [hold] = r.handle(GateResult(40, "n0", False))
     assert isinstance(hold, Hold) and hold.node == "n0" and "gate failed after the rollback" in hold.reason
+    assert not under_upgrade(hold.reason)  # handed over: remediation and people may act on it
     assert r.nodes["n0"].cordoned and r.finished
 
 
