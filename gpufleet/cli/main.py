@@ -17,6 +17,7 @@ from gpufleet.cli import (
     sandbox_cmds,
     sim_cmds,
     stack_cmds,
+    upgrade_cmds,
 )
 
 app = typer.Typer(
@@ -58,6 +59,7 @@ for module in (
     gameday_cmds,
     drill_cmds,
     sim_cmds,
+    upgrade_cmds,
 ):
     module.register(app)
 

@@ -25,7 +25,9 @@ from gpufleet.config.model import (
     SloSpec,
     StackSpec,
     StaticProvisioning,
+    UpgradeSpec,
     duration_seconds,
+    share_of,
 )
 from gpufleet.config.nccl import collective_environment
 
@@ -48,6 +50,7 @@ __all__ = [
     "SloSpec",
     "StackSpec",
     "StaticProvisioning",
+    "UpgradeSpec",
     "Vendor",
     "accelerator_spec",
     "all_specs",
@@ -57,5 +60,6 @@ __all__ = [
     "load_stack",
     "parse_stack",
     "read_yaml",
+    "share_of",
     "stack_path",
 ]

@@ -694,6 +694,61 @@ class ChartsSpec(Model):
         return self
 
 
+# --------------------------------------------------------------------------- rolling upgrades
+
+# A count of nodes (`2`) or a share of the fleet (`"5%"`), as Kubernetes' maxUnavailable is written.
+NodeShare = Annotated[int, Field(ge=1)] | Annotated[str, Field(pattern=r"^([1-9][0-9]?|100)%$")]
+
+
+def share_of(share: int | str, total: int) -> int:
+    """Nodes a NodeShare allows out of `total`: a percentage rounds down, as Kubernetes rounds a
+    Deployment's maxUnavailable (Deployment docs, "Max Unavailable"), but never below 1, or a small
+    fleet could never be upgraded."""
+    if isinstance(share, int):
+        return share
+    return max(1, total * int(share.removesuffix("%")) // 100)
+
+
+class ProtectedJobs(Model):
+    """Jobs a rollout never interrupts: it waits for them to end (up to protectedJobWaitSeconds),
+    then skips the node. A job is protected when its queue (Slurm partition, Kueue/Volcano queue) is
+    listed or its name matches one of the shell-style patterns."""
+
+    queues: list[str] = Field(default_factory=list)
+    name_patterns: list[str] = Field(default_factory=list)
+
+
+class UpgradeGate(Model):
+    """What must pass before an upgraded node returns to service."""
+
+    # Collective and copy bandwidth as a share of the pool's reference figure; 90% is the floor the
+    # fleet inspection uses by default (issue 16).
+    performance_floor_percent: Annotated[float, Field(gt=0, le=100)] = 90.0
+    inspect_level: Literal["light", "full"] = "full"
+    smoke_run: bool = True  # a one-step training run on the node
+
+
+class UpgradeSpec(Model):
+    """`gpufleet:upgrade`: how `gpufleet upgrade` rolls a driver or firmware version over the fleet
+    (docs/fleet-upgrade.md). Canary nodes first, then waves of `waveSize` nodes with `bakeSeconds`
+    between waves; never more than `maxUnavailable` nodes taken at once."""
+
+    canary_nodes_per_pool: Annotated[int, Field(ge=1)] = 1
+    wave_size: NodeShare = "10%"
+    # 1 is the GPU Operator's default for driver.upgradePolicy.maxParallelUpgrades (its Helm chart
+    # values): one node at a time unless the stack says otherwise.
+    max_unavailable: NodeShare = 1
+    bake_seconds: Annotated[float, Field(ge=0)] = 600.0
+    protected_job_wait_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    # 300 s is the GPU Operator's default drain.timeoutSeconds and podDeletion.timeoutSeconds (same
+    # chart values).
+    drain_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    reboot_timeout_seconds: Annotated[float, Field(gt=0)] = 900.0
+    gate_timeout_seconds: Annotated[float, Field(gt=0)] = 1200.0
+    gate: UpgradeGate = Field(default_factory=UpgradeGate)
+    protected_jobs: ProtectedJobs = Field(default_factory=ProtectedJobs)
+
+
 # --------------------------------------------------------------------------- the stack
 
 
@@ -709,6 +764,7 @@ class StackSpec(Model):
     remediation: RemediationSpec = Field(default_factory=RemediationSpec)
     slos: SloSpec = Field(default_factory=SloSpec)
     gameday: GamedaySpec = Field(default_factory=GamedaySpec)
+    upgrade: UpgradeSpec = Field(default_factory=UpgradeSpec)
     sandbox: SandboxSpec | None = None
     dr: DrSpec | None = None
     charts: ChartsSpec = Field(default_factory=ChartsSpec)
