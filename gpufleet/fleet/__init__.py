@@ -1,0 +1,1 @@
+"""Fleet operations: inspection and rolling upgrades (issue 16)."""
