@@ -4,8 +4,11 @@ The rule (anchors-ops.md 3.3 item 2, after Meta's lemon-node detection in Kokoli
 "Revisiting Reliability in Large-Scale ML Research Clusters", HPCA 2025, whose signals include the
 count of jobs that excluded a node; removing lemons cut 512+ GPU job failures from 14 % to 4 %):
 a node is a lemon when
-  (a) it is at the bottom of its pool in at least BOTTOM_RUNS of its last WINDOW_RUNS sweeps, or
+  (a) at least BOTTOM_RUNS of its last WINDOW_RUNS sweeps went against it, or
   (b) jobs excluded it more than MAX_EXCLUSIONS times in the last EXCLUSION_WINDOW_S.
+A sweep goes against a node when the node is at the bottom of its pool for a signal in it, or
+failed a check in it (our addition: a node that fails its floor or flaps in sweep after sweep is
+the same lemon whether or not its peers happen to be close behind).
 "At the bottom" in one sweep, for one signal: among the worst ceil(BOTTOM_SHARE x pool) nodes (at
 least one) AND at least Z_LIMIT robust deviations from the pool's median (scale = 1.4826 x median
 absolute deviation, floored at the signal's MIN_SPREAD). The second condition is ours: someone is
@@ -79,16 +82,20 @@ def bottom_nodes(values: dict[str, float], signal: str) -> set[str]:
 
 
 def bottom_runs(records: Iterable[NodeRecord]) -> dict[str, list[bool]]:
-    """Per node, oldest first: whether each of its sweeps put it at the bottom of its pool."""
+    """Per node, oldest first: whether each of its sweeps went against it (bottom of its pool, or a
+    failed check)."""
     ordered = sorted(records, key=lambda r: r.at)
     prev: dict[str, NodeRecord] = {}
     by_run: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
+    failed: set[tuple[str, str, str]] = set()
     run_order: list[tuple[str, str]] = []
     for r in ordered:
         key = (r.run_id, r.pool)
         if key not in by_run:
             run_order.append(key)
         by_run[key][r.node] = signals(r, prev.get(r.node))
+        if r.status == "fail":
+            failed.add((r.run_id, r.pool, r.node))
         prev[r.node] = r
     out: dict[str, list[bool]] = defaultdict(list)
     for key in run_order:
@@ -98,7 +105,7 @@ def bottom_runs(records: Iterable[NodeRecord]) -> dict[str, list[bool]]:
             vals = {n: sig[signal] for n, sig in nodes.items() if signal in sig}
             bottom |= bottom_nodes(vals, signal)
         for n in nodes:
-            out[n].append(n in bottom)
+            out[n].append(n in bottom or (*key, n) in failed)
     return dict(out)
 
 
@@ -114,7 +121,7 @@ def lemons(records: Sequence[NodeRecord], now: float) -> list[Lemon]:
         n_bottom = sum(recent)
         reasons = []
         if n_bottom >= BOTTOM_RUNS:
-            reasons.append(f"bottom of its pool in {n_bottom} of its last {len(recent)} sweeps")
+            reasons.append(f"bottom of its pool or failing in {n_bottom} of its last {len(recent)} sweeps")
         if excl[node] > MAX_EXCLUSIONS:
             reasons.append(f"excluded by {excl[node]} jobs in 7 days")
         if reasons:
