@@ -151,9 +151,16 @@ def flaps_since(port: PortObs, previous: NodeObservation | None) -> int | None:
     return delta // 2
 
 
-def check_fabric(obs: NodeObservation, previous: NodeObservation | None, ctx: Context) -> list[Finding]:
+def port_flaps(obs: NodeObservation, previous: NodeObservation | None) -> dict[str, int | None]:
+    """flaps_since for every port of the node (computed once per sweep, read by two checks)."""
+    return {p.name: flaps_since(p, previous) for p in obs.ports or ()}
+
+
+def check_fabric(obs: NodeObservation, previous: NodeObservation | None, ctx: Context,
+                 flaps_by_port: dict[str, int | None] | None = None) -> list[Finding]:
     if obs.ports is None:
         return []
+    flaps_by_port = port_flaps(obs, previous) if flaps_by_port is None else flaps_by_port
     limit = ctx.thresholds.defaults.max_link_flaps.value
     out: list[Finding] = []
     for p in obs.ports:
@@ -167,7 +174,7 @@ def check_fabric(obs: NodeObservation, previous: NodeObservation | None, ctx: Co
                 and p.speed_gbps < obs.expected_port_gbps):
             out.append(_f("fabric-port-slow", subject, f"{p.speed_gbps:g} Gb/s, stack declares "
                           f"{obs.expected_port_gbps:g}", p.speed_gbps, obs.expected_port_gbps))
-        flaps = flaps_since(p, previous)
+        flaps = flaps_by_port.get(p.name)
         if flaps is not None and flaps > limit:
             out.append(_f("fabric-port-flapping", subject, f"{flaps} lost-carrier events since the last "
                           f"sweep (limit {limit:g})", flaps, limit))
@@ -215,14 +222,16 @@ def check_perf(obs: NodeObservation, ctx: Context) -> tuple[list[Finding], dict[
     return out, metrics, skipped
 
 
-def trend_metrics(obs: NodeObservation, previous: NodeObservation | None) -> dict[str, float]:
+def trend_metrics(obs: NodeObservation, previous: NodeObservation | None,
+                  flaps_by_port: dict[str, int | None] | None = None) -> dict[str, float]:
     """Figures the history keeps per node: ECC totals and flaps since the last sweep."""
+    flaps_by_port = port_flaps(obs, previous) if flaps_by_port is None else flaps_by_port
     out: dict[str, float] = {}
     if obs.gpus is not None:
         out["ecc_correctable"] = sum(g.ecc_correctable_volatile for g in obs.gpus)
         out["ecc_uncorrectable"] = sum(g.ecc_uncorrectable_volatile for g in obs.gpus)
     if obs.ports is not None:
-        flaps = [f for p in obs.ports if (f := flaps_since(p, previous)) is not None]
+        flaps = [f for f in flaps_by_port.values() if f is not None]
         if flaps:
             out["link_flaps"] = float(sum(flaps))
     out["job_exclusions"] = float(obs.job_exclusions)
@@ -257,12 +266,13 @@ def check_node(obs: NodeObservation, previous: NodeObservation | None, ctx: Cont
     pcie, pcie_skip = check_pcie(obs, ctx)
     findings += pcie
     skipped += pcie_skip
-    findings += check_fabric(obs, previous, ctx)
+    flaps = port_flaps(obs, previous)
+    findings += check_fabric(obs, previous, ctx, flaps)
     ver, ver_skip, ver_unknown = check_versions(obs, ctx)
     findings += ver
     skipped += ver_skip
     unknown += ver_unknown
-    metrics = trend_metrics(obs, previous)
+    metrics = trend_metrics(obs, previous, flaps)
     if run_full:
         perf, perf_metrics, perf_skip = check_perf(obs, ctx)
         findings += perf
