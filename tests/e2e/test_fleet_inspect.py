@@ -1,0 +1,83 @@
+"""End-to-end: `gpufleet inspect` on the real sandbox (node agents, Slurm, fabric veths).
+
+Three degradations the node agents and links are told to show: a node whose rail-0 port a tc token
+bucket caps at 85 % of the probe's payload rate (gpu-1), a GPU whose correctable ECC count rises
+between sweeps (gpu-2, by `dcgmi test --inject`-style injection), and a port that loses carrier
+three times between sweeps (gpu-4, its cable pulled and put back on the fabric bridge). After five
+full sweeps the three are lemons and no other node is; a light sweep of the healthy sandbox passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_support import gpufleet
+
+from gpufleet.core.sandbox_contract import SandboxState, read_state
+from gpufleet.fleet.inspect import sandbox as SB
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the sandbox needs root (network namespaces, veth links, Slurm daemons)"
+)
+pytestmark = [pytest.mark.sandbox, needs_root, pytest.mark.timeout(600)]
+STACK = "sandbox"
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, SandboxState]]:
+    root = tmp_path_factory.mktemp("sbroot")
+    res = gpufleet(root, "sandbox", "up", "--stack", STACK, "--no-training")
+    try:
+        assert res.returncode == 0, f"sandbox up failed:\n{res.stdout}\n{res.stderr}"
+        yield root, read_state(STACK, root)
+    finally:
+        gpufleet(root, "sandbox", "down", "--stack", STACK, timeout=120)
+
+
+def inspect(root: Path, hist: Path, *args: str) -> tuple[int, dict[str, object]]:
+    res = gpufleet(root, "inspect", "--stack", STACK, "--history", str(hist), "--format", "json", *args)
+    assert res.stdout.startswith("{"), res.stderr
+    return res.returncode, json.loads(res.stdout)
+
+
+def test_light_sweep_of_a_healthy_sandbox(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:
+    root, _ = sandbox
+    rc, doc = inspect(root, tmp_path, "--level", "light", "--out", str(tmp_path / "report"))
+    assert rc == 0, doc
+    assert doc["summary"] == {"ok": 5}
+    assert {p.name for p in (tmp_path / "report").iterdir()} == {"inspect.html", "inspect.json",
+                                                                "inspect.junit.xml"}
+
+
+def test_three_degradations_become_lemons_and_nothing_else(sandbox: tuple[Path, SandboxState],
+                                                           tmp_path: Path) -> None:
+    root, state = sandbox
+    SB.degrade_slow(state, "gpu-1")
+    try:
+        docs = []
+        for _ in range(5):
+            SB.degrade_ecc(state, "gpu-2", add=100.0)
+            SB.degrade_flap(state, "gpu-4", count=3)
+            rc, doc = inspect(root, tmp_path, "--level", "full")
+            assert rc == 1  # gpu-1 fails its floor and port speed, gpu-4 its flap count
+            docs.append(doc)
+        last = docs[-1]
+        assert sorted(last["lemons"]) == ["gpu-1", "gpu-2", "gpu-4"]  # type: ignore[call-overload]
+        rows = {n["node"]: n for n in last["nodes"]}  # type: ignore[attr-defined]
+        pct = rows["gpu-1"]["metrics"]["perf:fabric_tcp_mbps:pct"]
+        assert pct < 90, pct
+        assert {f["code"] for f in rows["gpu-1"]["findings"]} == {"GFI032", "GFI052"}
+        assert {f["code"] for f in rows["gpu-4"]["findings"]} == {"GFI033"}
+        assert rows["gpu-2"]["deltas"]["ecc_correctable"] == 100.0
+        print("gpu-1 %:", [round(d["nodes"][1]["metrics"]["perf:fabric_tcp_mbps:pct"], 1)  # type: ignore[index]
+                           for d in docs])
+        SB.degrade_flap(state, "gpu-4", count=3)  # flaps since the last recorded sweep
+        res = gpufleet(root, "inspect", "--stack", STACK, "--history", str(tmp_path), "--node", "gpu-4",
+                       "--format", "npd")
+        assert res.returncode == 1 and res.stdout.startswith("PROBLEM: GFI033 fabric-port-flapping port fab0")
+    finally:
+        SB.degrade_slow(state, "gpu-1", clear=True)
