@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
         outcome = run_sweep(run_id=uuid.uuid4().hex[:12], stack=stack,
                             level="full" if level is Level.FULL else "light", at=time.time(),
                             observations=obs, past=past, thresholds=thresholds, xid_rules=rules, pins=pins,
-                            floor_percent=floor)
+                            floor_percent=floor, fault_actions={f.id: f.action for f in catalog})
         wall = time.monotonic() - t0
         if record and node is None:
             H.append(path, outcome.records)

@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpufleet.catalog import XidRule
+from gpufleet.core.taxonomy import LadderAction
 from gpufleet.fleet.inspect.codes import CODES, PERF_METRIC_CODES, Severity, spec
 from gpufleet.fleet.inspect.observation import Level, NodeObservation, PortObs
 from gpufleet.fleet.inspect.thresholds import Sourced, Thresholds
 
 Status = Literal["ok", "warn", "fail", "unknown"]
+HEALTH_SOURCE_CODES = frozenset({"GFI004", "GFI005"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class Context:
     references: Mapping[str, Reference] = field(default_factory=dict)  # metric -> reference (the node's pool)
     floor_percent: float = 90.0
     level: Level = "light"
+    # Catalog fault -> its action (the health-source check's severity); a fault not in it fails.
+    fault_actions: Mapping[str, LadderAction] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,13 @@ def check_gpus(obs: NodeObservation, ctx: Context) -> list[Finding]:
         out.append(_f("gpu-count-low", "node", f"{len(obs.gpus)} of {obs.expected_gpus} GPUs visible",
                       len(obs.gpus), obs.expected_gpus))
     for g in obs.gpus:
+        if g.health_fault is not None:
+            action = ctx.fault_actions.get(g.health_fault)
+            isolates = action is None or action.isolates_node
+            out.append(_f("gpu-unhealthy" if isolates else "gpu-degraded", f"GPU {g.index}",
+                          f"health source holds {g.health_fault} (action "
+                          f"{action.value if action else 'unknown to the catalog'})",
+                          fault_id=g.health_fault))
         for xid in sorted(set(g.xids)):
             rule = ctx.xid_rules.get(xid)
             if rule is None:
@@ -263,6 +274,10 @@ def check_node(obs: NodeObservation, previous: NodeObservation | None, ctx: Cont
         unknown.append("fabric: port state could not be read")
     findings += check_gpus(obs, ctx)
     findings += check_ecc(obs, ctx)
+    # A held fault that a specific check already names on that GPU is reported once, by that check.
+    specific = {(f.subject, f.fault_id) for f in findings if f.code not in HEALTH_SOURCE_CODES}
+    findings = [f for f in findings
+                if f.code not in HEALTH_SOURCE_CODES or (f.subject, f.fault_id) not in specific]
     pcie, pcie_skip = check_pcie(obs, ctx)
     findings += pcie
     skipped += pcie_skip

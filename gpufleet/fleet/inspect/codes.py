@@ -31,6 +31,11 @@ _SPECS = (
              "an XID since the GPU's last reset whose catalog action isolates the node (fault by XID)"),
     CodeSpec("GFI003", "gpu-xid-contained", Severity.WARN, None,
              "an XID since the last reset whose catalog action keeps the node in service"),
+    CodeSpec("GFI004", "gpu-unhealthy", Severity.FAIL, None,
+             "the GPU's health source (DCGM's health watches; the sandbox's agent) holds a catalog fault "
+             "whose action isolates the node (fault as reported)"),
+    CodeSpec("GFI005", "gpu-degraded", Severity.WARN, None,
+             "the GPU's health source holds a catalog fault whose action keeps the node in service"),
     CodeSpec("GFI010", "ecc-row-remap-pending", Severity.FAIL, "gpu-row-remap-pending",
              "a row remap waits for a GPU reset"),
     CodeSpec("GFI011", "ecc-row-remap-failed", Severity.FAIL, "gpu-xid-64",

@@ -27,6 +27,9 @@ class GpuObs(_M):
     index: Annotated[int, Field(ge=0)]
     # XIDs seen since the GPU's last reset / the node's last boot (older ones are history).
     xids: tuple[int, ...] = ()
+    # The catalog fault the GPU's health source holds for it (DCGM health watches; the sandbox
+    # agent's held fault), None: healthy.
+    health_fault: str | None = None
     ecc_correctable_volatile: float = 0.0  # DCGM field 310 (ECC_SBE_VOL_TOTAL)
     ecc_uncorrectable_volatile: float = 0.0  # DCGM field 311 (ECC_DBE_VOL_TOTAL)
     uncorrectable_remapped_rows: float = 0.0  # DCGM field 393

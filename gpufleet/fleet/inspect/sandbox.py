@@ -58,8 +58,10 @@ def observation_from_agent(
     for g in doc["gpus"]:
         fields = {str(k): float(v) for k, v in g.get("fields", {}).items()}
         idx = int(g["index"])
+        held = g.get("fault")
         gpus.append(GpuObs(
             index=idx, xids=_xids_since_reset(doc, idx, g.get("reset_at")),
+            health_fault=held.get("fault_id") if isinstance(held, dict) else None,
             ecc_correctable_volatile=fields.get(F_ECC_SBE_VOL, 0.0),
             ecc_uncorrectable_volatile=fields.get(F_ECC_DBE_VOL, 0.0),
             uncorrectable_remapped_rows=fields.get(F_UNCORR_REMAPPED_ROWS, 0.0),

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufleet.catalog import XidRule
+from gpufleet.core.taxonomy import LadderAction
 from gpufleet.fleet.inspect import history as H
 from gpufleet.fleet.inspect.checks import Context, NodeResult, Pins, check_node
 from gpufleet.fleet.inspect.lemon import Lemon, lemons
@@ -42,6 +43,7 @@ def run_sweep(
     *, run_id: str, stack: str, level: Level, at: float, observations: Sequence[NodeObservation],
     past: Sequence[H.NodeRecord], thresholds: Thresholds, xid_rules: Mapping[int, XidRule],
     pins: Mapping[str, Pins], floor_percent: float | None = None,
+    fault_actions: Mapping[str, LadderAction] | None = None,
 ) -> SweepOutcome:
     """`pins`: pool -> the stack's version pins. `floor_percent` None: thresholds' default."""
     floor = thresholds.defaults.perf_floor_percent.value if floor_percent is None else floor_percent
@@ -53,7 +55,8 @@ def run_sweep(
     past_by_node = H.by_node(past)
     results, records = [], []
     for o in observations:
-        ctx = Context(thresholds, xid_rules, pins.get(o.pool, Pins()), refs.get(o.pool, {}), floor, level)
+        ctx = Context(thresholds, xid_rules, pins.get(o.pool, Pins()), refs.get(o.pool, {}), floor, level,
+                      fault_actions or {})
         res = check_node(o, previous.get(o.node), ctx, full[o.node].full)
         results.append(res)
         records.append(H.record_of(run_id, stack, level, o, res))

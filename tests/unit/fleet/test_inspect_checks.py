@@ -36,7 +36,8 @@ def gpu(i: int = 3, **kw: Any) -> tuple[GpuObs, ...]:
                  for g in range(8))
 
 
-CTX = Context(T, RULES, PINS, {"nccl_allreduce_busbw_gbs": Reference(460.0, "AzNHC")}, 90.0, "full")
+CTX = Context(T, RULES, PINS, {"nccl_allreduce_busbw_gbs": Reference(460.0, "AzNHC")}, 90.0, "full",
+              {f.id: f.action for f in CAT})
 
 
 @pytest.mark.parametrize(
@@ -47,6 +48,14 @@ CTX = Context(T, RULES, PINS, {"nccl_allreduce_busbw_gbs": Reference(460.0, "AzN
         ("XID 79 isolates", node(gpus=gpu(xids=(79,))), "fail", ["GFI002"], ["gpu-xid-79"]),
         ("XID 13 is contained", node(gpus=gpu(xids=(13,))), "warn", ["GFI003"], ["gpu-xid-13"]),
         ("remap pending", node(gpus=gpu(row_remap_pending=1)), "fail", ["GFI010"], ["gpu-row-remap-pending"]),
+        ("health source: thermal", node(gpus=gpu(health_fault="gpu-thermal")), "fail", ["GFI004"],
+         ["gpu-thermal"]),
+        ("health source: contained", node(gpus=gpu(health_fault="gpu-xid-13")), "warn", ["GFI005"],
+         ["gpu-xid-13"]),
+        ("health source: unknown fault", node(gpus=gpu(health_fault="no-such-fault")), "fail", ["GFI004"],
+         ["no-such-fault"]),
+        ("XID and its held fault once", node(gpus=gpu(xids=(79,), health_fault="gpu-xid-79")), "fail",
+         ["GFI002"], ["gpu-xid-79"]),
         ("remap failed", node(gpus=gpu(row_remap_failed=1)), "fail", ["GFI011"], ["gpu-xid-64"]),
         ("513 remapped rows", node(gpus=gpu(uncorrectable_remapped_rows=513)), "fail", ["GFI012"],
          ["gpu-xid-64"]),

@@ -24,7 +24,9 @@ DOC: dict[str, Any] = {
     "gpus": [
         {"index": 0, "fields": {"310": 250.0}, "metrics": {}, "xid_counts": {"79": 1}, "fault": None,
          "reset_at": 1500.0, "uuid": "GPU-x", "pci_bus_id": "00000000:18:00.0", "busy": False},
-        {"index": 1, "fields": {"396": 1.0}, "metrics": {}, "xid_counts": {}, "fault": None,
+        {"index": 1, "fields": {"396": 1.0}, "metrics": {}, "xid_counts": {},
+         "fault": {"fatal": False, "fault_id": "gpu-row-remap-pending", "xid": None, "title": "t",
+                   "error": "e", "since": 1900.0, "kills_process": False},
          "reset_at": None},
     ],
     "events": [{"gpu": 0, "xid": 79, "at": 1400.0}, {"gpu": 0, "xid": 13, "at": 1600.0}],
@@ -44,6 +46,7 @@ def test_agent_document_to_observation() -> None:
     g0, g1 = o.gpus
     assert g0.xids == (13,)  # XID 79 came before the GPU's reset: history, not a current fault
     assert g0.ecc_correctable_volatile == 250.0 and g1.row_remap_pending == 1.0
+    assert g0.health_fault is None and g1.health_fault == "gpu-row-remap-pending"
     (port,) = o.ports
     assert port.carrier_changes == 6 and port.speed_gbps == pytest.approx(0.34)
     assert "pcie" in o.not_observable and "driver" in o.not_observable
@@ -51,7 +54,10 @@ def test_agent_document_to_observation() -> None:
 
 def test_the_sandbox_observation_through_the_checks() -> None:
     rules, _ = xid_policy(load_catalog(), {})
-    r = check_node(obs(), None, Context(load_thresholds(), rules), run_full=False)
+    cat = load_catalog()
+    ctx = Context(load_thresholds(), rules, fault_actions={f.id: f.action for f in cat})
+    r = check_node(obs(), None, ctx, run_full=False)
+    # GPU 1's held fault is the remap-pending field's own: reported once, as GFI010
     assert {f.code for f in r.findings} == {"GFI003", "GFI010", "GFI032"}
     assert r.status == "fail" and any(s.startswith("pcie: the sandbox") for s in r.skipped)
 
