@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +53,28 @@ def test_light_sweep_of_a_healthy_sandbox(sandbox: tuple[Path, SandboxState], tm
     assert doc["summary"] == {"ok": 5}
     assert {p.name for p in (tmp_path / "report").iterdir()} == {"inspect.html", "inspect.json",
                                                                 "inspect.junit.xml"}
+
+
+def test_jobs_take_precedence_over_heavy_checks(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:
+    root, state = sandbox
+    sub = subprocess.run(state.slurm_command("sbatch", "-N", "2", "-w", "gpu-0,gpu-3", "--wrap", "sleep 300"),
+                         capture_output=True, text=True, timeout=20)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.split()[-1]
+    try:
+        for _ in range(40):
+            out = subprocess.run(state.slurm_command("sinfo", "-h", "-N", "-o", "%N %T"), capture_output=True,
+                                 text=True, timeout=20).stdout
+            if {ln.split()[0] for ln in out.splitlines() if ln.split()[1] in ("mixed", "allocated")} == {
+                    "gpu-0", "gpu-3"}:
+                break
+            time.sleep(0.5)
+        _, doc = inspect(root, tmp_path, "--level", "full", "--no-record")
+        full = {n["node"]: n["full"] for n in doc["nodes"]}  # type: ignore[attr-defined]
+        assert full == {"gpu-0": False, "gpu-1": True, "gpu-2": True, "gpu-3": False, "gpu-4": True}
+        assert doc["pairs"] == [["gpu-1", "gpu-2"]]
+    finally:
+        subprocess.run(state.slurm_command("scancel", job), capture_output=True, timeout=20)
 
 
 def test_three_degradations_become_lemons_and_nothing_else(sandbox: tuple[Path, SandboxState],
