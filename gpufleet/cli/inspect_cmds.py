@@ -89,10 +89,16 @@ def register(app: typer.Typer) -> None:
         except (OSError, ValueError) as e:
             raise fail(f"no running sandbox for stack {stack}: {e} (start one with `gpufleet sandbox up`)",
                        2) from None
+        path = H.history_path(history_dir, stack)
+        try:
+            past = H.load(path) if path.exists() else []
+        except ValueError as e:
+            raise fail(str(e), 2) from None
+        since = {n: o.at for n, o in H.last_observations(past).items()}
         t0 = time.monotonic()
         try:
             obs = SB.gather(state, pool=pool.name, sku=pool.accelerator, expected_gpus=pool.gpus_per_node,
-                            expected_port_gbps=float(spec.fabric.link_speed_gbps))
+                            expected_port_gbps=float(spec.fabric.link_speed_gbps), since=since)
         except AgentError as e:
             raise fail(str(e), 2) from None
         if node is not None:
@@ -104,8 +110,6 @@ def register(app: typer.Typer) -> None:
             figures = SB.measure(state, plan.pairs, plan.unpaired)
             obs = [o.model_copy(update={"perf": {SB.PERF_METRIC: figures[o.node]}}) if o.node in figures
                    else o for o in obs]
-        path = H.history_path(history_dir, stack)
-        past = H.load(path) if path.exists() else []
         pins = {p.name: Pins(p.software.driver, p.software.firmware) for p in spec.node_pools}
         outcome = run_sweep(run_id=uuid.uuid4().hex[:12], stack=stack,
                             level="full" if level is Level.FULL else "light", at=time.time(),

@@ -105,3 +105,21 @@ def test_three_degradations_become_lemons_and_nothing_else(sandbox: tuple[Path, 
         assert res.returncode == 1 and res.stdout.startswith("PROBLEM: GFI033 fabric-port-flapping port fab0")
     finally:
         SB.degrade_slow(state, "gpu-1", clear=True)
+
+
+def test_jobs_that_exclude_a_node_make_it_a_lemon(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:
+    """Last in the module: Slurm remembers these jobs for MinJobAge (300 s), and a first sweep of
+    a fresh history counts every job it still remembers."""
+    root, state = sandbox
+    for _ in range(3):
+        sub = subprocess.run(state.slurm_command("sbatch", "-N", "1", "--exclude", "gpu-3", "--wrap", "true"),
+                             capture_output=True, text=True, timeout=20)
+        assert sub.returncode == 0, sub.stderr
+    _, doc = inspect(root, tmp_path, "--level", "light")
+    rows = {n["node"]: n for n in doc["nodes"]}  # type: ignore[attr-defined]
+    assert rows["gpu-3"]["metrics"]["job_exclusions"] == 3
+    assert "gpu-3" in doc["lemons"]  # type: ignore[operator]
+    assert "excluded by 3 jobs in 7 days" in rows["gpu-3"]["lemon"]["reason"]
+    _, again = inspect(root, tmp_path, "--level", "light")  # the same jobs are not counted twice
+    rows2 = {n["node"]: n for n in again["nodes"]}  # type: ignore[attr-defined]
+    assert rows2["gpu-3"]["metrics"]["job_exclusions"] == 0 and "gpu-3" in again["lemons"]  # type: ignore[operator]

@@ -20,6 +20,7 @@ from gpufleet.config.accelerators import AcceleratorModel
 from gpufleet.core.agent_client import AgentError, agent_request, agent_state
 from gpufleet.core.sandbox_contract import SandboxNode, SandboxState
 from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
+from gpufleet.fleet.inspect.exclusions import job_exclusions
 from gpufleet.fleet.inspect.observation import GpuObs, NodeObservation, PortObs, SchedState
 
 # DCGM field ids (shared/reference/gpu-faults.md "DCGM"), as the agent's /state keys them.
@@ -103,6 +104,18 @@ def slurm_states(state: SandboxState) -> dict[str, str]:
     return {k: v.base_state for k, v in parse_sinfo(res.stdout).items()} if res.returncode == 0 else {}
 
 
+def slurm_exclusions(state: SandboxState, since: dict[str, float]) -> dict[str, int] | None:
+    """Jobs that excluded each node since its previous sweep (None: Slurm could not be read)."""
+    try:
+        res = subprocess.run(state.slurm_command("scontrol", "-o", "show", "job"), capture_output=True,
+                             text=True, timeout=15, check=False)
+    except (OSError, subprocess.TimeoutExpired, RuntimeError):
+        return None
+    if res.returncode != 0:
+        return None
+    return job_exclusions(res.stdout, since)
+
+
 def read_token(state: SandboxState) -> str:
     if state.agent_token_file is None:
         raise AgentError("the sandbox's state names no agent token file")
@@ -113,11 +126,13 @@ def read_token(state: SandboxState) -> str:
 
 
 def gather(state: SandboxState, *, pool: str, sku: AcceleratorModel, expected_gpus: int,
-           expected_port_gbps: float | None) -> list[NodeObservation]:
-    """Every GPU node's observation, read in parallel; an unreachable agent is an UNKNOWN node."""
+           expected_port_gbps: float | None, since: dict[str, float] | None = None) -> list[NodeObservation]:
+    """Every GPU node's observation, read in parallel; an unreachable agent is an UNKNOWN node.
+    `since`: each node's previous sweep (job exclusions are counted after it)."""
     nodes = inspected_nodes(state)
     token = read_token(state)
     sched = slurm_states(state)
+    excluded = slurm_exclusions(state, since or {}) or {}
 
     def one(n: SandboxNode) -> NodeObservation:
         at = time.time()
@@ -127,8 +142,9 @@ def gather(state: SandboxState, *, pool: str, sku: AcceleratorModel, expected_gp
         except AgentError as e:
             return NodeObservation(node=n.name, pool=pool, sku=sku, at=at, expected_gpus=expected_gpus,
                                    sched_state=st, unknown=(f"gpus: {e}", f"fabric: {e}"))
-        return observation_from_agent(doc, node=n.name, pool=pool, sku=sku, expected_gpus=expected_gpus,
-                                      expected_port_gbps=expected_port_gbps, sched_state=st, at=at)
+        o = observation_from_agent(doc, node=n.name, pool=pool, sku=sku, expected_gpus=expected_gpus,
+                                   expected_port_gbps=expected_port_gbps, sched_state=st, at=at)
+        return o.model_copy(update={"job_exclusions": excluded.get(n.name, 0)})
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(nodes)))) as ex:
         return list(ex.map(one, nodes))
