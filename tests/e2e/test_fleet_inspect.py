@@ -57,7 +57,8 @@ def test_light_sweep_of_a_healthy_sandbox(sandbox: tuple[Path, SandboxState], tm
 
 def test_jobs_take_precedence_over_heavy_checks(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:
     root, state = sandbox
-    sub = subprocess.run(state.slurm_command("sbatch", "-N", "2", "-w", "gpu-0,gpu-3", "--wrap", "sleep 300"),
+    sub = subprocess.run(state.slurm_command("sbatch", "-o", "/dev/null", "-N", "2", "-w", "gpu-0,gpu-3",
+                                             "--wrap", "sleep 300"),
                          capture_output=True, text=True, timeout=20)
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.split()[-1]
@@ -112,7 +113,8 @@ def test_jobs_that_exclude_a_node_make_it_a_lemon(sandbox: tuple[Path, SandboxSt
     a fresh history counts every job it still remembers."""
     root, state = sandbox
     for _ in range(3):
-        sub = subprocess.run(state.slurm_command("sbatch", "-N", "1", "--exclude", "gpu-3", "--wrap", "true"),
+        sub = subprocess.run(state.slurm_command("sbatch", "-o", "/dev/null", "-N", "1", "--exclude", "gpu-3",
+                                                 "--wrap", "true"),
                              capture_output=True, text=True, timeout=20)
         assert sub.returncode == 0, sub.stderr
     _, doc = inspect(root, tmp_path, "--level", "light")
