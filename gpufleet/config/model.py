@@ -192,6 +192,14 @@ class SpareMode(StrEnum):
     COLD = "cold"  # must be provisioned/booted first
 
 
+class SoftwarePins(Model):
+    """The GPU driver and firmware versions a pool's nodes must run (`gpufleet inspect` reports a
+    node that differs as drift). None: not pinned, not checked."""
+
+    driver: Annotated[str, Field(min_length=1)] | None = None
+    firmware: Annotated[str, Field(min_length=1)] | None = None
+
+
 class NodePool(Model):
     name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")]
     accelerator: AcceleratorModel
@@ -203,6 +211,7 @@ class NodePool(Model):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     topology: Topology = Field(default_factory=Topology)
+    software: SoftwarePins = Field(default_factory=SoftwarePins)
 
     @model_validator(mode="after")
     def _consistent(self) -> NodePool:
