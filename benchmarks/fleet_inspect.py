@@ -2,8 +2,8 @@
 synthetic observations (target <= 1 s), and a light (and full) sweep of a running sandbox (target
 <= 60 s).
 
-    .venv/bin/python benchmarks/inspect.py                       # planning only
-    .venv/bin/python benchmarks/inspect.py --sandbox sandbox     # + sweeps of that running sandbox (root)
+    .venv/bin/python benchmarks/fleet_inspect.py                    # planning only
+    .venv/bin/python benchmarks/fleet_inspect.py --sandbox sandbox  # + sweeps of a running sandbox (root)
 
 The 1,250-node figure times the pure part of a sweep on SIMULATED observations
 (gpufleet.fleet.inspect.synthetic): the plan (who runs heavy checks, collective pairs), every check
@@ -15,19 +15,13 @@ benchmarks/results/inspect.json. Figures, not asserts.
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Run as a script, this file's folder comes first on sys.path, and its name (inspect.py) would then
-# shadow the standard library's `inspect`, which dataclasses imports: drop the folder first.
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
