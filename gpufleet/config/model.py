@@ -426,6 +426,8 @@ class DrSpec(Model):
 # --------------------------------------------------------------------------- monitoring
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d|w|y)$"
+# A driver (570.124.06), firmware (96.00.9F.00.04) or package version (2.19.3-1+cuda12.8).
+_VERSION = r"^[A-Za-z0-9][A-Za-z0-9._+~:-]{0,63}$"
 
 
 def duration_seconds(text: str) -> float:
@@ -662,6 +664,9 @@ class SandboxSpec(Model):
     slurm: SlurmTimings = Field(default_factory=SlurmTimings)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     serving: SandboxServing | None = None
+    # Driver or firmware versions the sandbox's fake GPUs fail to load under: a node agent started
+    # at one reports the load error in its state, so a rolling upgrade's gate fails on it.
+    bad_versions: list[Annotated[str, Field(pattern=_VERSION)]] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- charts
@@ -747,6 +752,10 @@ class UpgradeSpec(Model):
     gate_timeout_seconds: Annotated[float, Field(gt=0)] = 1200.0
     gate: UpgradeGate = Field(default_factory=UpgradeGate)
     protected_jobs: ProtectedJobs = Field(default_factory=ProtectedJobs)
+    # The versions the fleet is pinned to (what `gpufleet inspect` reports drift against and what
+    # the sandbox's node agents start at); None: not pinned.
+    driver_version: Annotated[str, Field(pattern=_VERSION)] | None = None
+    firmware_version: Annotated[str, Field(pattern=_VERSION)] | None = None
 
 
 # --------------------------------------------------------------------------- the stack

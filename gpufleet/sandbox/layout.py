@@ -113,6 +113,9 @@ class Layout:
     # remediation.xidOverrides as the agents take it (--xid-overrides): the stack's XID policy
     # decides which XIDs kill the job on the sandbox too.
     xid_overrides_json: str = "{}"
+    # upgrade.driverVersion / firmwareVersion: the versions the node agents start at (--driver-version).
+    driver_version: str | None = None
+    firmware_version: str | None = None
 
     # ---- names
     @property
@@ -307,4 +310,6 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
              for x, o in spec.remediation.xid_overrides.items()},
             sort_keys=True,
         ),
+        driver_version=spec.upgrade.driver_version,
+        firmware_version=spec.upgrade.firmware_version,
     )
