@@ -27,7 +27,8 @@ PREFIX = ["ip", "netns", "exec", "gfr1-head", "env", "SLURM_CONF=/r/slurm.conf"]
 
 def state() -> SandboxState:
     node = SandboxNode(name="gpu-1", role="compute", netns="gfr1-gpu-1", mgmt_ifname="mgmt0",
-                       mgmt_peer="gr1m1", mgmt_address="10.77.0.11/24", agent_socket="/r/nodes/gpu-1/agent.sock")
+                       mgmt_peer="gr1m1", mgmt_address="10.77.0.11/24",
+                       agent_socket="/r/nodes/gpu-1/agent.sock")
     return SandboxState(stack="sandbox", run_id="r1", phase="up", base_dir="/r", created_at=0.0,
                         head_netns="gfr1-head", slurm_conf="/r/slurm.conf", nodes=[node],
                         agent_token_file="/r/token")
