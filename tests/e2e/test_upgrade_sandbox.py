@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,10 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import gpufleet, wait_until
+from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
 
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
+from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, record_path
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
 pytestmark = [pytest.mark.sandbox, needs_root, pytest.mark.timeout(1200)]
@@ -41,6 +43,18 @@ class Box:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=20)
         assert res.returncode == 0, res.stderr
         return parse_sinfo(res.stdout)
+
+    def unavailable(self) -> dict[str, str]:
+        """Nodes Slurm would not schedule on, with their state and reason."""
+        return {n: f"{o.state} {o.reason!r}" for n, o in self.nodes().items() if not o.schedulable}
+
+    def settled(self) -> None:
+        """No node drained now, and every node schedulable within 20 s: a restarted slurmd shows
+        not responding (`idle*`) for up to one ping of slurmctld after it registered."""
+        drained = {n: f"{o.state} {o.reason!r}" for n, o in self.nodes().items()
+                   if "drain" in o.state.lower() or o.base_state.startswith("down")}
+        assert drained == {}
+        wait_until("every node schedulable", lambda: self.unavailable() == {}, 20)
 
     def versions(self) -> dict[str, Any]:
         out = {}
@@ -102,7 +116,7 @@ def test_a_bad_version_stops_at_the_canary_and_is_rolled_back(box: Box, tmp_path
     # Rolled back, returned; every other node untouched.
     assert set(box.versions().values()) == {OLD}
     box.state = read_state(STACK, box.root)
-    assert all(o.schedulable for o in box.nodes().values()), box.nodes()
+    box.settled()
 
 
 def test_every_node_upgraded_in_waves_of_one_under_training(box: Box, tmp_path: Path) -> None:
@@ -117,8 +131,7 @@ def test_every_node_upgraded_in_waves_of_one_under_training(box: Box, tmp_path: 
     assert doc["peakUnavailable"] == 1
     box.state = read_state(STACK, box.root)
     assert box.versions() == {f"gpu-{i}": NEW for i in range(5)}
-    nodes = box.nodes()
-    assert all(o.schedulable for o in nodes.values()), nodes
+    box.settled()
     step = box.max_step()
     wait_until("training steps advance after the rollout", lambda: box.max_step() > step + 5, 180)
     events = [e for e in box.events() if e.get("t", t0) >= t0 - 60]
@@ -126,3 +139,31 @@ def test_every_node_upgraded_in_waves_of_one_under_training(box: Box, tmp_path: 
     cap = doc["capacity"]
     print(f"capacity: {cap}; resumes during the rollout: "
           f"{sum(1 for e in events if e.get('event') == 'resume')}")
+
+
+def test_an_interrupted_run_leaves_its_cordons_on_record_and_cleanup_returns_them(box: Box) -> None:
+    rec = record_path(STACK, box.root)
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(box.root)}
+    proc = subprocess.Popen([GPUFLEET, "upgrade", "run", "--stack", STACK, "--to", "580.0.1"], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        on_record = wait_until("a node on the cordon record", lambda: CordonRecord.load(rec).open_nodes(),
+                               120, 0.05)
+        time.sleep(1.0)  # inside the drain or the reboot
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(out)
+    assert proc.returncode == 1 and "interrupted" in out, out
+    assert CordonRecord.load(rec).open_nodes() == on_record
+    refused = gpufleet(box.root, "upgrade", "run", "--stack", STACK, "--to", "580.0.1")
+    assert refused.returncode == 2 and "--resume-cleanup" in refused.stdout + refused.stderr
+    res = gpufleet(box.root, "upgrade", "run", "--stack", STACK, "--resume-cleanup")
+    print(res.stdout)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert CordonRecord.load(rec).open_nodes() == []
+    box.state = read_state(STACK, box.root)
+    assert set(box.versions().values()) <= {NEW, "580.0.1"}
+    box.settled()

@@ -42,6 +42,8 @@ from gpufleet.fleet.upgrade.sandbox_ops import (
     hold_argv,
     parse_squeue,
     resume_argv,
+    show_node_argv,
+    slurmd_start_time,
     squeue_argv,
     upgraded_recipe,
 )
@@ -197,6 +199,27 @@ class SandboxDriver:
     def reboot(self, node: str, version: str, timeout_s: float) -> str | None:
         """Stop the node's daemons, start them again (the agent at `version`), and return the version
         the agent then reports; None when the node did not come back within `timeout_s`."""
+        # Ctrl-C / SIGTERM wait until the new PIDs are in the state file: an interrupt between the
+        # stop and the record would leave daemons that --resume-cleanup could not tell from dead ones.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        # Slurm prints SlurmdStartTime in whole seconds.
+        restarted_at = float(int(time.time()))
+        try:
+            self._restart(node, version)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            registered = slurmd_start_time(self._cmd(show_node_argv(self.state, node)))
+            obs = self.sinfo().get(node)
+            reported = self.version(node)
+            if (reported is not None and registered is not None and registered >= restarted_at
+                    and obs is not None and obs.responding):
+                return reported
+            time.sleep(0.5)
+        return None
+
+    def _restart(self, node: str, version: str) -> None:
         self.state = read_state(self.stack, self.root)
         procs = [p for p in self.state.processes if p.node == node]
         for p in procs:
@@ -220,14 +243,6 @@ class SandboxDriver:
                 continue
             updated[p.name] = p.model_copy(update={"pid": popen.pid, "start_time": st, "launch": recipe})
         self._save_processes(updated)
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            obs = self.sinfo().get(node)
-            reported = self.version(node)
-            if reported is not None and obs is not None and obs.responding:
-                return reported
-            time.sleep(0.5)
-        return None
 
     def _save_processes(self, updated: dict[str, Any]) -> None:
         state = read_state(self.stack, self.root)

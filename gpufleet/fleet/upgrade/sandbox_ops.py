@@ -12,7 +12,7 @@ import re
 import sys
 
 from gpufleet.core.sandbox_contract import Launch, SandboxNode, SandboxState
-from gpufleet.core.slurm_state import NodeObs
+from gpufleet.core.slurm_state import NodeObs, parse_slurm_time
 from gpufleet.fleet.upgrade.model import Component, Job
 
 # `squeue -h -o <SQUEUE_FORMAT>`: job id, name, partition, state, nodes (squeue(1): %i %j %P %T %N).
@@ -49,6 +49,20 @@ def cancel_argv(state: SandboxState, job_ids: tuple[str, ...]) -> list[str]:
 
 def squeue_argv(state: SandboxState) -> list[str]:
     return state.slurm_command("squeue", "-h", "-t", HOLDING_STATES, "-o", SQUEUE_FORMAT)
+
+
+def show_node_argv(state: SandboxState, node: str) -> list[str]:
+    return state.slurm_command("scontrol", "-o", "show", "node", node)
+
+
+def slurmd_start_time(text: str) -> float | None:
+    """SlurmdStartTime of `scontrol -o show node` (local time, Unix seconds): when the node's
+    slurmd last registered. A restarted slurmd has registered once it is later than the restart;
+    before that, sinfo may still show the old daemon's state."""
+    for tok in text.split():
+        if tok.startswith("SlurmdStartTime="):
+            return parse_slurm_time(tok.split("=", 1)[1])
+    return None
 
 
 _RANGE = re.compile(r"^(\d+)-(\d+)$")

@@ -17,6 +17,8 @@ from gpufleet.fleet.upgrade.sandbox_ops import (
     health_argv,
     parse_squeue,
     resume_argv,
+    show_node_argv,
+    slurmd_start_time,
     squeue_argv,
     upgraded_recipe,
     with_option,
@@ -91,3 +93,14 @@ def test_who_cordoned_a_node_comes_from_sinfo() -> None:
     assert cordoned_by(drained, frozenset()) == "alice: bad fan"
     assert cordoned_by(down, frozenset()) == "down*"
     assert cordoned_by(None, frozenset()) == "not known to Slurm"
+
+
+def test_a_restarted_slurmd_has_registered_once_its_start_time_is_later() -> None:
+    assert show_node_argv(state(), "gpu-1")[-5:] == ["scontrol", "-o", "show", "node", "gpu-1"]
+    line = ("NodeName=gpu-1 Arch=x86_64 CoresPerSocket=1 BootTime=2026-12-01T08:00:00 "
+            "SlurmdStartTime=2026-12-05T02:07:31 LastBusyTime=2026-12-05T02:07:30 State=IDLE+DRAIN")
+    import time
+    want = time.mktime(time.strptime("2026-12-05T02:07:31", "%Y-%m-%dT%H:%M:%S"))
+    assert slurmd_start_time(line) == want
+    assert slurmd_start_time("NodeName=gpu-1 SlurmdStartTime=None") is None
+    assert slurmd_start_time("NodeName=gpu-1") is None
