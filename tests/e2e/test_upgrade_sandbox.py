@@ -103,6 +103,9 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
 
 def test_a_bad_version_stops_at_the_canary_and_is_rolled_back(box: Box, tmp_path: Path) -> None:
     assert set(box.versions().values()) == {OLD}
+    dry = gpufleet(box.root, "upgrade", "run", "--stack", STACK, "--to", NEW, "--dry-run")
+    assert dry.returncode == 0 and "canary" in dry.stdout, dry.stdout + dry.stderr
+    assert box.unavailable() == {} and CordonRecord.load(record_path(STACK, box.root)).nodes == {}
     report = tmp_path / "bad.json"
     res = gpufleet(box.root, "upgrade", "run", "--stack", STACK, "--to", BAD, "--report", str(report),
                    timeout=400)
