@@ -48,7 +48,7 @@ def silence(port: int) -> None:
     """A power loss, as its peers see it: packets to the replica's port are dropped (no RST, no
     answer), in a table of this run's own on loopback only. `unsilence` deletes the table."""
     rules = (f"table inet {NFT_TABLE} {{ chain input {{ type filter hook input priority 0; policy accept; "
-             f'iifname "lo" tcp dport {port} drop; }} }}')
+             f'iifname "lo" tcp dport {port} drop; }}; }}')
     subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True, timeout=10)
 
 

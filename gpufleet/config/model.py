@@ -192,6 +192,14 @@ class SpareMode(StrEnum):
     COLD = "cold"  # must be provisioned/booted first
 
 
+class SoftwarePins(Model):
+    """The GPU driver and firmware versions a pool's nodes must run (`gpufleet inspect` reports a
+    node that differs as drift). None: not pinned, not checked."""
+
+    driver: Annotated[str, Field(min_length=1)] | None = None
+    firmware: Annotated[str, Field(min_length=1)] | None = None
+
+
 class NodePool(Model):
     name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")]
     accelerator: AcceleratorModel
@@ -203,6 +211,7 @@ class NodePool(Model):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     topology: Topology = Field(default_factory=Topology)
+    software: SoftwarePins = Field(default_factory=SoftwarePins)
 
     @model_validator(mode="after")
     def _consistent(self) -> NodePool:
@@ -752,10 +761,6 @@ class UpgradeSpec(Model):
     gate_timeout_seconds: Annotated[float, Field(gt=0)] = 1200.0
     gate: UpgradeGate = Field(default_factory=UpgradeGate)
     protected_jobs: ProtectedJobs = Field(default_factory=ProtectedJobs)
-    # The versions the fleet is pinned to (what `gpufleet inspect` reports drift against and what
-    # the sandbox's node agents start at); None: not pinned.
-    driver_version: Annotated[str, Field(pattern=_VERSION)] | None = None
-    firmware_version: Annotated[str, Field(pattern=_VERSION)] | None = None
 
 
 # --------------------------------------------------------------------------- the stack

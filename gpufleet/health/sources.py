@@ -4,11 +4,9 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -16,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpufleet.core import agent_client as _agent
 from gpufleet.health.observe import (
     NVSMI_QUERY,
     GpuReading,
@@ -110,45 +109,11 @@ def stat_latency(path: Path, timeout: float) -> float:
 # --------------------------------------------------------------------------- sandbox agent
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    """http.client over a unix socket. The check runs every HealthCheckInterval on every node, and
-    importing httpx was a quarter of its start-up (0.18 s of ~0.7 s CPU, measured with -X importtime)."""
-
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__("agent", timeout=timeout)
-        self._path = str(path)
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
 def agent_state(socket_path: Path, token: str, timeout: float = 3.0) -> dict[str, Any]:
-    conn = _UnixHTTPConnection(socket_path, timeout)
     try:
-        conn.request("GET", "/state", headers={"Authorization": f"Bearer {token}"})
-        r = conn.getresponse()
-        body = r.read()
-    except (OSError, http.client.HTTPException) as e:
-        raise SourceError(f"node agent at {socket_path} unreachable: {getattr(e, 'strerror', None) or e}"
-                          ) from None
-    finally:
-        conn.close()
-    if r.status != 200:
-        raise SourceError(f"node agent answered HTTP {r.status}: {body[:200].decode(errors='replace')}")
-    try:
-        doc = json.loads(body)
-    except ValueError as e:
-        raise SourceError(f"node agent returned no JSON: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
-        raise SourceError("node agent returned no GPU list")
-    return doc
+        return _agent.agent_state(socket_path, token, timeout)
+    except _agent.AgentError as e:
+        raise SourceError(str(e)) from None
 
 
 def agent_readings(doc: dict[str, Any]) -> tuple[list[GpuReading], dict[str, int], list[XidSeen]]:

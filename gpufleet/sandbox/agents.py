@@ -53,7 +53,7 @@ def agent_argv(layout: Layout, node: str, python: str = sys.executable) -> list[
         f"{layout.link_speed_gbps:g}",
         "--xid-overrides",
         layout.xid_overrides_json,
-        *version_options(layout.driver_version, layout.firmware_version, layout.sandbox.bad_versions),
+        *version_options(n.driver_version, n.firmware_version, layout.sandbox.bad_versions),
     ]
 
 

@@ -26,7 +26,7 @@ from gpufleet.catalog import Catalog, XidRule, xid_policy
 from gpufleet.sandbox.agent import fields as F
 from gpufleet.sandbox.agent import host, kmsg
 from gpufleet.sandbox.agent.exposition import Snapshot, vendor_values
-from gpufleet.sandbox.agent.fabric import SYS_CLASS_NET, read_link, read_shaped_rate
+from gpufleet.sandbox.agent.fabric import SYS_CLASS_NET, port_rate_bytes, read_link, read_shaped_rate
 from gpufleet.sandbox.agent.state import (
     AgentState,
     Injection,
@@ -227,7 +227,11 @@ class Agent:
         doc["kernel_log"] = str(self.kernel_log)
         doc["fabric"] = [
             {"ifname": link.ifname, "present": link.present, "operstate": link.operstate, "up": link.up,
-             "carrier_changes": link.carrier_changes}
+             "carrier_changes": link.carrier_changes,
+             # The port's rate as its exporter publishes it (fabric.port_rate_bytes; None without a
+             # declared link speed): what `gpufleet inspect` compares with the stack's speed.
+             "rate_bytes_per_second": (port_rate_bytes(self.link_speed_gbps, link.shaped_rate)
+                                       if self.link_speed_gbps is not None and link.present else None)}
             for link in snap.links
         ]
         doc["host"] = dict(snap.host)

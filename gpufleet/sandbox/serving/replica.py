@@ -88,6 +88,7 @@ class Engine:
         self._pass_started: float | None = None  # monotonic start of the pass now running
         self._current: Future[list[list[float]]] | None = None  # the request that pass serves
         self.stalled_since: float | None = None  # set by the watchdog, cleared when a pass completes
+        self._stop = threading.Event()
 
     def start(self) -> None:
         self._forward(None)  # the model is loaded once one pass has run
@@ -95,6 +96,14 @@ class Engine:
         self.last_step = time.monotonic()
         self.thread.start()
         self.watchdog.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """End both threads (a pass in progress finishes first): torch's threads must not be running
+        when the interpreter exits."""
+        self._stop.set()
+        for t in (self.thread, self.watchdog):
+            if t.is_alive():
+                t.join(timeout_s)
 
     def submit(self, inputs: list[list[float]] | None) -> Future[list[list[float]]]:
         fut: Future[list[list[float]]] = Future()
@@ -113,8 +122,7 @@ class Engine:
     def _watch(self) -> None:
         """Trip when the running pass is past its deadline: fail the waiting requests at once."""
         tick = min(0.05, self.cfg.pass_deadline_s / 4)
-        while True:
-            time.sleep(tick)
+        while not self._stop.wait(tick):
             with self._lock:
                 started = self._pass_started
                 if (self.stalled_since is not None or started is None
@@ -147,7 +155,7 @@ class Engine:
         return [[round(float(v), 6) for v in row] for row in out]
 
     def _loop(self) -> None:
-        while True:
+        while not self._stop.is_set():
             try:
                 inputs, fut = self.jobs.get(timeout=self.cfg.canary_s)
             except queue.Empty:
@@ -286,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     print(f"replica {cfg.name} serving on {cfg.host}:{server.server_address[1]}", flush=True)
     server.serve_forever(poll_interval=0.2)
+    engine.stop()
     return 0
 
 

@@ -48,6 +48,6 @@ def test_the_sandbox_stack_pins_reach_the_agent_recipe() -> None:
     spec = load_named_stack("sandbox", Path("stacks"))
     layout = plan_layout("sandbox", spec, "a1b2c3", Path("/r/run-a1b2c3"))
     argv = agent_argv(layout, layout.nodes[0].name)
-    assert argv[argv.index("--driver-version") + 1] == spec.upgrade.driver_version == "550.90.07"
+    assert argv[argv.index("--driver-version") + 1] == spec.node_pools[0].software.driver == "550.90.07"
     assert argv[argv.index("--firmware-version") + 1] == "96.00.89.00.01"
     assert argv[argv.index("--bad-versions") + 1] == "560.0.0-bad"

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,14 +141,24 @@ def test_a_hung_gpu_trips_the_engine_watchdog_and_readiness_sees_it(tmp_path: Pa
     # Nothing in the health document says "error": readiness fails only because a pass runs past its
     # deadline (the GPU hang without an XID); waiting and new requests fail at once with
     # EngineStalled (the replica's 503, which the balancer retries elsewhere); the GPU reset ends it.
-    from gpufleet.sandbox.agent.state import clear, hang, health_doc, initial_state, write_json_atomic
-    from gpufleet.sandbox.serving.replica import Engine, EngineStalled, ReplicaConfig
+    from gpufleet.sandbox.agent.state import health_doc, initial_state, write_json_atomic
+    from gpufleet.sandbox.serving.replica import Engine, ReplicaConfig
 
     health = tmp_path / "gpu-health.json"
     write_json_atomic(health, health_doc(initial_state("srv-0", 1, 0.0)))
     engine = Engine(ReplicaConfig("srv-0", "127.0.0.1", 0, health, 0, stall_s=5.0, timeout_s=5.0,
                                   canary_s=0.05, pass_deadline_s=0.2))
     engine.start()
+    try:
+        _hang_and_reset(engine, health)
+    finally:
+        engine.stop()
+
+
+def _hang_and_reset(engine: Any, health: Path) -> None:
+    from gpufleet.sandbox.agent.state import clear, hang, health_doc, initial_state, write_json_atomic
+    from gpufleet.sandbox.serving.replica import EngineStalled
+
     assert engine.readiness() == (True, "ready")
     assert len(engine.submit(None).result(timeout=5.0)[0]) == 8
     hung = hang(initial_state("srv-0", 1, 0.0), 0, 1.0)

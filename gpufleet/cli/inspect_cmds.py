@@ -1,0 +1,152 @@
+"""CLI of fleet inspection: `gpufleet inspect --stack S --level light|full [--out DIR]`.
+
+Reads the stack's running sandbox (its node agents, Slurm's node states, a TCP bandwidth probe on a
+full sweep), checks every GPU node, appends the results to the stack's history, and writes one
+HTML + JSON + JUnit report with trends, deltas and the lemon list. `--node N --format npd` prints
+one node's verdict in node-problem-detector's custom-plugin form and exits with its code.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.common import console, fail, input_errors, print_json
+
+
+class Level(StrEnum):
+    LIGHT = "light"
+    FULL = "full"
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    NPD = "npd"
+
+
+DEFAULT_HISTORY = Path(".gpufleet/inspect/history")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""
+
+    @app.command("inspect")
+    @input_errors
+    def inspect(
+        stack: Annotated[str, typer.Option("--stack", "-s", help="stack whose running sandbox to inspect")
+                         ] = "sandbox",
+        level: Annotated[Level, typer.Option(
+            help="light: state checks on every node; full: also the performance probe, on idle or "
+            "drained nodes only")] = Level.LIGHT,
+        out: Annotated[Path | None, typer.Option(help="write inspect.html/.json/.junit.xml here")] = None,
+        history_dir: Annotated[Path, typer.Option("--history", help="folder of per-stack history files")
+                               ] = DEFAULT_HISTORY,
+        floor: Annotated[float | None, typer.Option(help="performance floor, % of the reference "
+                                                    "(default: thresholds.yaml, 90)")] = None,
+        node: Annotated[str | None, typer.Option(help="report this node only (with --format npd)")] = None,
+        fmt: Annotated[Format, typer.Option("--format", help="table, json, or npd (one node)")
+                       ] = Format.TABLE,
+        stacks_dir: Annotated[Path, typer.Option(help="where the stack files are")] = Path("stacks"),
+        record: Annotated[bool, typer.Option(help="append the results to the history")] = True,
+    ) -> None:
+        """Inspect every GPU node of the stack's sandbox: GPU count, XIDs, ECC, PCIe, fabric ports
+        and flaps, driver/firmware drift, performance vs the pool's reference; trends and lemons.
+        Exit 0: no node fails; 1: a node fails; 2: bad input or no sandbox."""
+        from gpufleet.catalog import load_catalog, xid_policy
+        from gpufleet.config.load import load_named_stack
+        from gpufleet.core.agent_client import AgentError
+        from gpufleet.core.errors import InputError, Problem
+        from gpufleet.core.sandbox_contract import read_state
+        from gpufleet.fleet.inspect import history as H
+        from gpufleet.fleet.inspect import sandbox as SB
+        from gpufleet.fleet.inspect.checks import Pins
+        from gpufleet.fleet.inspect.contracts import exit_code, npd_message
+        from gpufleet.fleet.inspect.plan import plan_sweep
+        from gpufleet.fleet.inspect.report import to_doc, write_reports
+        from gpufleet.fleet.inspect.sweep import run_sweep
+        from gpufleet.fleet.inspect.thresholds import load_thresholds
+
+        if fmt is Format.NPD and node is None:
+            raise fail("--format npd reports one node: give --node", 2)
+        if floor is not None and not 0 < floor <= 100:
+            raise fail(f"--floor {floor}: a percentage in (0, 100]", 2)
+        spec = load_named_stack(stack, stacks_dir)
+        catalog = load_catalog()
+        rules, problems = xid_policy(catalog, spec.remediation.xid_overrides)
+        if problems:
+            raise InputError(f"stack {stack}", problems)
+        thresholds = load_thresholds()
+        serving = spec.sandbox.serving.pool if spec.sandbox is not None and spec.sandbox.serving else None
+        pool = next(p for p in spec.node_pools if p.name != serving)
+        try:
+            state = read_state(stack)
+        except (OSError, ValueError) as e:
+            raise fail(f"no running sandbox for stack {stack}: {e} (start one with `gpufleet sandbox up`)",
+                       2) from None
+        path = H.history_path(history_dir, stack)
+        try:
+            past = H.load(path) if path.exists() else []
+        except ValueError as e:
+            raise fail(str(e), 2) from None
+        since = {n: o.at for n, o in H.last_observations(past).items()}
+        t0 = time.monotonic()
+        try:
+            obs = SB.gather(state, pool=pool.name, sku=pool.accelerator, expected_gpus=pool.gpus_per_node,
+                            expected_port_gbps=float(spec.fabric.link_speed_gbps), since=since)
+        except AgentError as e:
+            raise fail(str(e), 2) from None
+        if node is not None:
+            obs = [o for o in obs if o.node == node]
+            if not obs:
+                raise InputError("--node", [Problem("--node", f"{node} is not a GPU node of stack {stack}")])
+        if level is Level.FULL:
+            plan = plan_sweep([(o.node, o.sched_state) for o in obs], "full")
+            figures = SB.measure(state, plan.pairs, plan.unpaired)
+            obs = [o.model_copy(update={"perf": {SB.PERF_METRIC: figures[o.node]}}) if o.node in figures
+                   else o for o in obs]
+        pins = {p.name: Pins(p.software.driver, p.software.firmware) for p in spec.node_pools}
+        outcome = run_sweep(run_id=uuid.uuid4().hex[:12], stack=stack,
+                            level="full" if level is Level.FULL else "light", at=time.time(),
+                            observations=obs, past=past, thresholds=thresholds, xid_rules=rules, pins=pins,
+                            floor_percent=floor, fault_actions={f.id: f.action for f in catalog})
+        wall = time.monotonic() - t0
+        if record and node is None:
+            H.append(path, outcome.records)
+        doc = to_doc(outcome, catalog)
+        doc["wall_seconds"] = round(wall, 3)
+        if out is not None:
+            written = write_reports(doc, out)
+            if fmt is Format.TABLE:
+                for p in written:
+                    console.print(f"wrote {p}", highlight=False)
+        worst = max((exit_code(r.result) for r in outcome.rows), default=0)
+        if fmt is Format.NPD:
+            typer.echo(npd_message(outcome.rows[0].result))
+            raise typer.Exit(worst)
+        if fmt is Format.JSON:
+            print_json(doc)
+        else:
+            _table(doc)
+        raise typer.Exit(1 if any(r.result.status == "fail" for r in outcome.rows) else 0)
+
+
+def _table(doc: dict[str, object]) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"gpufleet inspect {doc['stack']} ({doc['level']}) in {doc['wall_seconds']} s")
+    for col in ("node", "status", "checks", "findings", "lemon"):
+        t.add_column(col)
+    nodes = doc["nodes"]
+    assert isinstance(nodes, list)
+    for n in nodes:
+        findings = "; ".join(f"{f['code']} {f['name']} {f['subject']}" for f in n["findings"])
+        findings += "".join(f"; unknown: {u}" for u in n["unknown"])
+        t.add_row(n["node"], n["status"], "full" if n["full"] else "light", findings or "-",
+                  n["lemon"]["reason"] if n["lemon"] else "")
+    console.print(t)
