@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import signal
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +13,7 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import console, input_errors, print_json
-from gpufleet.config import load_named_stack, load_stack
+from gpufleet.config import StackSpec, load_named_stack, load_stack
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.fleet.upgrade import (
     Component,
@@ -20,6 +23,10 @@ from gpufleet.fleet.upgrade import (
     snapshot_from_stack,
     with_protection,
 )
+from gpufleet.fleet.upgrade.drive import drive
+from gpufleet.fleet.upgrade.model import protection
+from gpufleet.fleet.upgrade.rollout import Rollout
+from gpufleet.fleet.upgrade.sandbox_driver import DriverError, SandboxDriver
 
 # A driver (570.124.06), firmware (96.00.9F.00.04) or package version (2.19.3-1+cuda12.8): what a
 # version string may hold, so a typo such as an empty string or a flag is refused before planning.
@@ -40,6 +47,10 @@ def _version(value: str) -> str:
             f"{value!r} is not a version (letters, digits and . _ + ~ : -, starting with a letter or digit)"
         )
     return value
+
+
+def _maybe_version(value: str | None) -> str | None:
+    return None if value is None else _version(value)
 
 
 def _names(nodes: tuple[str, ...], shown: int = 4) -> str:
@@ -114,6 +125,107 @@ def plan_cmd(
         print_json(doc)
     else:
         print_plan(plan, stack_file)
+
+
+def _stack(stack: str, stacks_dir: Path) -> tuple[StackSpec, str]:
+    p = Path(stack)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return load_stack(p), p.stem.removeprefix("Pulumi.")
+    return load_named_stack(stack, stacks_dir), stack
+
+
+def _resume_cleanup(driver: SandboxDriver) -> int:
+    rec = driver.record
+    if not rec.nodes:
+        console.print(f"nothing to clean up: {rec.path} records no node", highlight=False)
+        return 0
+    for node in rec.open_nodes():
+        started = driver.restart_missing_daemons(node)
+        version = driver.version(node)
+        returned = driver.uncordon(node)
+        console.print(f"{node}: restarted {started or 'nothing'}; reports {version}; "
+                      f"{'resumed' if returned else 'left as it is (its reason is no longer the mark)'}",
+                      highlight=False, markup=False)
+    held = [n for n, s in rec.nodes.items() if s == "held"]
+    if held:
+        console.print(f"held for people (not resumed): {', '.join(held)}", highlight=False)
+    return 0
+
+
+@upgrade_app.command("run")
+@input_errors
+def run_cmd(
+    stack: Annotated[str, typer.Option("--stack", "-s", help="Stack name or stack file (a running sandbox)")],
+    to: Annotated[str | None, typer.Option("--to", help="Target version", callback=_maybe_version)] = None,
+    component: Annotated[Component, typer.Option("--component", help="What is upgraded")] = Component.DRIVER,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Read the live fleet and plan only")] = False,
+    resume_cleanup: Annotated[
+        bool, typer.Option("--resume-cleanup", help="Return the nodes an interrupted run left cordoned "
+                                                    "(restarting daemons it had stopped); then exit")
+    ] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="Where to write the JSON report")] = None,
+    state_root: Annotated[Path | None, typer.Option(
+        "--state-root", help="Sandbox state root (default: $GPUFLEET_SANDBOX_ROOT or /run/gpufleet/...)")
+    ] = None,
+    stacks_dir: Annotated[Path, typer.Option("--stacks-dir", help="Where stack files live")] = Path("stacks"),
+) -> None:
+    """Run a rolling upgrade on the stack's Slurm sandbox: canary, waves, gate (node health check and
+    the version read back), rollback of a failed node. Exit 0 done, 1 halted, 2 bad input."""
+    spec, name = _stack(stack, stacks_dir)
+    try:
+        driver = SandboxDriver(name, component, state_root)
+    except (OSError, ValueError, DriverError) as e:
+        raise InputError(f"sandbox {name}", [Problem("state", f"no running sandbox to upgrade: {e}")]) from e
+    if resume_cleanup:
+        raise typer.Exit(_resume_cleanup(driver))
+    if to is None:
+        raise InputError("--to", [Problem("--to", "a target version is needed (or --resume-cleanup)")])
+    if driver.record.open_nodes():
+        raise InputError(str(driver.record.path), [Problem(
+            "nodes", f"an earlier run left {', '.join(driver.record.open_nodes())} cordoned: "
+                     "run `gpufleet upgrade run --resume-cleanup` first")])
+    pool_of = {n: p.name for p in spec.node_pools for n in p.node_names()}
+    fleet = with_protection(driver.snapshot(pool_of), spec.upgrade)
+    plan = plan_upgrade(fleet, spec.upgrade, to)
+    print_plan(plan, name)
+    if dry_run:
+        return
+    rollout_id = f"{name}-{int(time.time())}"
+    rollout = Rollout(plan, fleet, rollout_id)
+    driver.record.rollout_id, driver.record.mark = rollout_id, rollout.mark
+    driver.record.save()
+
+    def on_term(_sig: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        result = drive(rollout, driver, protect=lambda j: protection(spec.upgrade, j),
+                       say=lambda m: console.print(m, highlight=False, markup=False))
+    except KeyboardInterrupt:
+        still = ", ".join(driver.record.open_nodes()) or "none"
+        console.print(f"[red]interrupted[/]: nodes still cordoned by this run: {still} "
+                      f"(recorded in {driver.record.path}); "
+                      "`gpufleet upgrade run --stack " + name + " --resume-cleanup` returns them",
+                      highlight=False)
+        raise typer.Exit(1) from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    doc = {"stack": name, "component": component.value, "rolloutId": rollout_id, **result.to_doc()}
+    if not spec.upgrade.gate.smoke_run:
+        doc["gateNote"] = "gate: node-health + version read back (gate.smokeRun is off)"
+    else:
+        doc["gateNote"] = "gate: node-health + version read back; the smoke run is not built (not run)"
+    out = report or driver.record.path.with_name(f"upgrade-{rollout_id}.json")
+    out.write_text(json.dumps(doc, indent=2))
+    cap = result.capacity()
+    console.print(
+        f"{'HALTED: ' + str(rollout.halted_by) if rollout.halted_by else 'done'}; counts {doc['counts']}; "
+        f"drained {cap['drainedNodeSeconds']} node-s vs minimum {cap['minimumNodeSeconds']} "
+        f"(ratio {cap['ratio']}); wall {cap['wallSeconds']} s; report {out}",
+        highlight=False, markup=False,
+    )
+    raise typer.Exit(1 if rollout.halted_by else 0)
 
 
 def register(app: typer.Typer) -> None:

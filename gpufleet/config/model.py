@@ -435,6 +435,8 @@ class DrSpec(Model):
 # --------------------------------------------------------------------------- monitoring
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d|w|y)$"
+# A driver (570.124.06), firmware (96.00.9F.00.04) or package version (2.19.3-1+cuda12.8).
+_VERSION = r"^[A-Za-z0-9][A-Za-z0-9._+~:-]{0,63}$"
 
 
 def duration_seconds(text: str) -> float:
@@ -671,6 +673,9 @@ class SandboxSpec(Model):
     slurm: SlurmTimings = Field(default_factory=SlurmTimings)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     serving: SandboxServing | None = None
+    # Driver or firmware versions the sandbox's fake GPUs fail to load under: a node agent started
+    # at one reports the load error in its state, so a rolling upgrade's gate fails on it.
+    bad_versions: list[Annotated[str, Field(pattern=_VERSION)]] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- charts

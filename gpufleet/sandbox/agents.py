@@ -53,7 +53,21 @@ def agent_argv(layout: Layout, node: str, python: str = sys.executable) -> list[
         f"{layout.link_speed_gbps:g}",
         "--xid-overrides",
         layout.xid_overrides_json,
+        *version_options(n.driver_version, n.firmware_version, layout.sandbox.bad_versions),
     ]
+
+
+def version_options(driver: str | None, firmware: str | None, bad: list[str]) -> list[str]:
+    """The agent's version options: what it reports it runs, and the versions its fake GPUs fail
+    under (a rolling upgrade rewrites --driver-version / --firmware-version in the recipe)."""
+    out: list[str] = []
+    if driver is not None:
+        out += ["--driver-version", driver]
+    if firmware is not None:
+        out += ["--firmware-version", firmware]
+    if bad:
+        out += ["--bad-versions", ",".join(bad)]
+    return out
 
 
 def start_agent(layout: Layout, node: str) -> Started:

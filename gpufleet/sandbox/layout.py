@@ -89,6 +89,9 @@ class NodePlan:
     accelerator: str = ""
     weight: int = 1
     leaf: str | None = None  # the node's leaf group (stack topology.nodesPerLeaf)
+    # The pool's software pins (nodePools[].software): the versions the node agent starts at.
+    driver_version: str | None = None
+    firmware_version: str | None = None
 
     @property
     def mgmt_cidr(self) -> str:
@@ -279,6 +282,8 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
                 # Slurm allocates the lowest-Weight nodes first (slurm.conf(5) "Weight"): spares last.
                 weight=1 if role == "compute" else 100,
                 leaf=leaf[name],
+                driver_version=pool.software.driver,
+                firmware_version=pool.software.firmware,
             )
         )
     head = NodePlan(

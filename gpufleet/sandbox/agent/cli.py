@@ -24,7 +24,7 @@ from gpufleet.config.accelerators import AcceleratorModel
 from gpufleet.sandbox.agent.control import serve_control
 from gpufleet.sandbox.agent.exposition import AgentCollector
 from gpufleet.sandbox.agent.fields import MODEL_NAMES
-from gpufleet.sandbox.agent.runtime import Agent
+from gpufleet.sandbox.agent.runtime import Agent, Versions
 from gpufleet.sandbox.agent.vendors import vendor_format
 
 log = logging.getLogger("gpufleet.sandbox.agent")
@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--xid-overrides", default="{}",
                    help='the stack\'s remediation.xidOverrides as JSON: {"<xid>": {"action", "reason", '
                         '"faultClass"}}')
+    p.add_argument("--driver-version", default=None,
+                   help="the driver version this node runs (GET /state driver_version); a rolling "
+                        "upgrade restarts the agent with another")
+    p.add_argument("--firmware-version", default=None, help="the GPU firmware (VBIOS) version it runs")
+    p.add_argument("--bad-versions", default="",
+                   help="comma-separated versions the fake GPUs fail to load under: running one, the "
+                        "agent reports a driver_error in GET /state (a rolling upgrade's gate fails)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -92,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_name=vendor.model_label if vendor is not None else MODEL_NAMES[model], vendor=vendor,
         state_dir=args.state_dir, kernel_log=args.kernel_log, fabric_ifnames=ifnames,
         catalog=catalog, xid_rules=rules, link_speed_gbps=args.link_speed_gbps,
+        versions=Versions(args.driver_version, args.firmware_version,
+                          frozenset(v.strip() for v in args.bad_versions.split(",") if v.strip())),
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(agent.snapshot))

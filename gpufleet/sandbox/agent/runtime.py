@@ -50,6 +50,22 @@ PROCS_DIR = "procs"
 HOST_FILE = "host-state.json"
 
 
+@dataclasses.dataclass(frozen=True)
+class Versions:
+    """What the node runs (None: not pinned) and the versions its fake GPUs fail to load under."""
+
+    driver: str | None = None
+    firmware: str | None = None
+    bad: frozenset[str] = frozenset()
+
+    def error(self) -> str | None:
+        """The load error a bad version shows (what a real node's nvidia-smi would fail with)."""
+        for what, v in (("driver", self.driver), ("firmware", self.firmware)):
+            if v is not None and v in self.bad:
+                return f"{what} {v} failed to initialize the GPUs"
+        return None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -76,7 +92,9 @@ class Agent:
         sys_class_net: Path = SYS_CLASS_NET,
         link_speed_gbps: float | None = None,
         vendor: VendorFormat | None = None,
+        versions: Versions = Versions(),
     ) -> None:
+        self.versions = versions
         self.node, self.gpus, self.model_name = node, gpus, model_name
         self.vendor = vendor  # None: NVIDIA (dcgm-exporter's format); else the vendor's exporter
         self.state_dir, self.kernel_log = state_dir, kernel_log
@@ -217,5 +235,9 @@ class Agent:
             for link in snap.links
         ]
         doc["host"] = dict(snap.host)
+        # Read by `gpufleet upgrade run`'s gate and `gpufleet inspect` (version drift).
+        doc["driver_version"] = self.versions.driver
+        doc["firmware_version"] = self.versions.firmware
+        doc["driver_error"] = self.versions.error()
         doc["now"] = self.clock()
         return doc
