@@ -32,6 +32,7 @@ import httpx
 
 from gpufleet.config.model import StackSpec, duration_seconds
 from gpufleet.core import ceph_admin, procs, s3
+from gpufleet.core import juicefs as jfs
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import Launch, SandboxProcess
 from gpufleet.core.storage_contract import (
@@ -49,7 +50,7 @@ from gpufleet.sandbox.processes import Timings
 from gpufleet.sandbox.prometheus import repo_rule_file
 from gpufleet.sandbox.readiness import wait_for
 from gpufleet.sandbox.run_teardown import RunDownReport
-from gpufleet.sandbox.storage import monitoring
+from gpufleet.sandbox.storage import juicefs, monitoring
 from gpufleet.sandbox.storage.ceph_config import (
     CAPS,
     MGR_ID,
@@ -66,7 +67,7 @@ from gpufleet.sandbox.storage.ceph_config import (
     render_keyring,
 )
 
-PORT_NAMES = ("mon-v1", "mon-v2", "rgw", *monitoring.PORT_NAMES)
+PORT_NAMES = ("mon-v1", "mon-v2", "rgw", *monitoring.PORT_NAMES, *juicefs.PORT_NAMES)
 # What `down` may stop when it finds one naming the run directory (started, not yet recorded).
 PROGRAMS = frozenset(
     {
@@ -79,6 +80,8 @@ PROGRAMS = frozenset(
         "monmaptool",
         monitoring.PROMETHEUS_BIN,
         monitoring.BLACKBOX_BIN,
+        "redis-server",
+        "juicefs",
     }
 )
 S3_USER = "gpufleet"
@@ -241,6 +244,7 @@ def storage_up(
     everything started, so `down` removes it; the error names the log to read."""
     opts = options or StorageUpOptions()
     plan = plan_ceph(stack, spec)  # InputError before anything is made
+    jplan = juicefs.plan_juicefs(stack, spec)
     if os.geteuid() != 0:
         raise StorageSandboxError("the storage sandbox runs Ceph daemons as root: run as root")
     prior, error = existing_storage(stack, root)
@@ -271,9 +275,13 @@ def storage_up(
         scrape_s=spec.sandbox_scrape_seconds,
         evaluation_s=duration_seconds(spec.monitoring.evaluation_interval),
         rule_file=repo_rule_file(),
+        metadata_engine=jplan is not None,
     )
     try:
         run = _bring_up(plan, watch, rec, CephPaths(base), time.monotonic() + opts.timeout_s, timings, say)
+        if jplan is not None:
+            _juicefs(run, jplan, say)
+            timings.mark("juicefs")
         if opts.workload:
             _workload(run, spec, opts.python, say)
             timings.mark("workload")
@@ -463,7 +471,8 @@ def _start_monitoring(run: _Run, watch: monitoring.MonitoringPlan) -> None:
     blackbox = d / "blackbox.yml"
     blackbox.write_text(monitoring.dump(monitoring.blackbox_config(watch.scrape_s), "blackbox exporter"))
     config = d / "prometheus.yml"
-    cfg = monitoring.prometheus_config(watch, state.ports, state.s3_endpoint, state.run_id)
+    engine = f"127.0.0.1:{state.ports['redis']}" if watch.metadata_engine else None
+    cfg = monitoring.prometheus_config(watch, state.ports, state.s3_endpoint, state.run_id, engine)
     config.write_text(monitoring.dump(cfg, "Prometheus"))
     run.start(monitoring.BLACKBOX, monitoring.blackbox_argv(blackbox, state.ports))
     run.start(monitoring.PROMETHEUS, monitoring.prometheus_argv(config, d / "data", state.ports))
@@ -478,8 +487,23 @@ def _start_monitoring(run: _Run, watch: monitoring.MonitoringPlan) -> None:
     run.rec.update(prometheus_url=url)
 
 
+def _juicefs(run: _Run, plan: juicefs.JuiceFsPlan, say: Callable[[str], None]) -> None:
+    """Redis, the volume formatted on radosgw, the mount (juicefs.py), recorded in the state file."""
+    state = run.rec.state
+    assert state.s3_endpoint is not None
+    rec = juicefs.record_for(plan, Path(state.base_dir), state.ports)
+    run.rec.update(juicefs=rec.model_dump())
+    creds = state.credentials()
+    client = s3.client(state.s3_endpoint, creds.access_key, creds.secret_key)
+    juicefs.bring_up(run, rec, state.s3_endpoint, creds, lambda b: client.create_bucket(Bucket=b))
+    where = f"; checkpoints in {rec.checkpoint_dir}" if rec.checkpoint_dir else ""
+    say(f"juicefs: {rec.name} on {state.s3_endpoint}/{rec.bucket}, metadata in {rec.meta_url}, "
+        f"mounted at {rec.mountpoint}{where}")
+
+
 WRITER = "checkpoint-writer"
 BACKUP = "backup"
+METADATA_BACKUP = "metadata-backup"
 
 
 def workload_events(state: StorageSandboxState, name: str) -> Path:
@@ -521,15 +545,33 @@ def _workload(run: _Run, spec: StackSpec, python: str, say: Callable[[str], None
             f"{backup_every:g}",
         ],
     )
+    if state.juicefs is not None:
+        run.start(
+            METADATA_BACKUP,
+            [
+                python,
+                "-m",
+                "gpufleet.sandbox.storage.metadata_backup",
+                "--state-file",
+                state_file,
+                "--events",
+                str(workload_events(state, METADATA_BACKUP)),
+                "--interval",
+                f"{backup_every:g}",
+            ],
+        )
     from gpufleet.sandbox.storage.writer import read_events
 
     def saved() -> bool:
         return any(e.get("event") == "checkpoint" for e in read_events(workload_events(state, WRITER)))
 
-    run.wait(f"a first checkpoint in {state.checkpoint_bucket}", saved, 0.5)
+    where = state.juicefs.checkpoint_dir if state.juicefs and state.juicefs.checkpoint_dir else None
+    where = where or state.checkpoint_bucket
+    run.wait(f"a first checkpoint in {where}", saved, 0.5)
     say(
-        f"checkpoint writer: every {every:g} s to {state.checkpoint_bucket}; "
+        f"checkpoint writer: every {every:g} s to {where}; "
         f"backups every {backup_every:g} s to {state.backup_bucket}"
+        + (" (checkpoints and verified metadata dumps)" if state.juicefs else "")
     )
 
 
@@ -551,6 +593,11 @@ STOP_ORDER: tuple[str | None, ...] = (
     monitoring.BLACKBOX,
     WRITER,
     BACKUP,
+    METADATA_BACKUP,
+    # the mount is unmounted before this list is walked (storage_down); its process, then Redis
+    juicefs.MOUNT,
+    juicefs.REDIS_SCRATCH,
+    juicefs.REDIS,
     "radosgw",
     "ceph-osd.",
     "ceph-mgr.",
@@ -569,6 +616,9 @@ def storage_down(
             raise StorageSandboxError(f"unreadable state file {error}; remove the run by hand")
         return None
     deleting = state.model_copy(update={"phase": "deleting"})
+    if state.juicefs is not None:
+        write_storage_state(deleting, root)
+        _unmount_first(state, grace_s)
     return run_teardown.remove_run(
         state,
         storage_state_path(stack, root),
@@ -578,6 +628,23 @@ def storage_down(
         grace_s,
         keep_files,
     )
+
+
+def _unmount_first(state: StorageSandboxState, grace_s: float) -> None:
+    """Stop the mount's users, then unmount it (lazily when it is busy or its client is dead:
+    "Transport endpoint is not connected"), so removing the run folder never walks into it."""
+    assert state.juicefs is not None
+    users = {
+        p.pid: p.start_time
+        for p in state.processes
+        if p.name in (WRITER, BACKUP, METADATA_BACKUP) and processes.alive(p)
+    }
+    processes.stop_pids(users, grace_s)
+    mountpoint = Path(state.juicefs.mountpoint)
+    if jfs.mounted(mountpoint):
+        done = subprocess.run(["umount", str(mountpoint)], capture_output=True, timeout=30).returncode == 0
+        if not done:
+            subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
 
 
 # ----------------------------------------------------------------------------- status
@@ -601,6 +668,14 @@ def storage_status(state: StorageSandboxState) -> dict[str, Any]:
         "health": None,
         "error": None,
     }
+    if state.juicefs is not None:
+        out["juicefs"] = {
+            "mountpoint": state.juicefs.mountpoint,
+            "mounted": jfs.mounted(Path(state.juicefs.mountpoint)),
+            "meta_url": state.juicefs.meta_url,
+            "bucket": state.juicefs.bucket,
+            "checkpoint_dir": state.juicefs.checkpoint_dir,
+        }
     if state.ceph_conf is None:
         return out
     try:
