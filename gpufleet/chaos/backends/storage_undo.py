@@ -189,9 +189,9 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float) -> None:
     raise ActivityFailed(f"{what} not within {timeout_s:g} s")
 
 
-def _remount(state: StorageSandboxState, recipe: Launch, args: dict[str, Any]) -> None:
-    """Stop what is left of the mount's client, unmount (lazily: a dead client's mount answers
-    ENOTCONN), and mount again from the recorded recipe."""
+def _stop_mount(state: StorageSandboxState) -> None:
+    """Kill what is left of the mount's client and unmount (lazily: a dead client's mount answers
+    ENOTCONN, a blocked one may hold calls)."""
     assert state.juicefs is not None
     mountpoint = Path(state.juicefs.mountpoint)
     try:
@@ -204,6 +204,13 @@ def _remount(state: StorageSandboxState, recipe: Launch, args: dict[str, Any]) -
                 os.kill(pid, signal.SIGKILL)
     if jfs.mounted(mountpoint):
         subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
+
+
+def _remount(state: StorageSandboxState, recipe: Launch, args: dict[str, Any]) -> None:
+    """Stop what is left of the mount's client and mount again from the recorded recipe."""
+    assert state.juicefs is not None
+    mountpoint = Path(state.juicefs.mountpoint)
+    _stop_mount(state)
     _start(state, recipe, {**args, "name": JUICEFS_MOUNT})
     _wait(f"JuiceFS mounted again at {mountpoint}", lambda: jfs.mounted(mountpoint) and mountpoint.is_dir(),
           MOUNT_WAIT_S)
@@ -254,6 +261,11 @@ def rb_restore_metadata(args: dict[str, Any]) -> None:
           lambda: jfs.run(jfs.redis_cli(rec.meta_port, "PING"), timeout_s=5).strip() == "PONG", ENGINE_WAIT_S)
     loaded: dict[str, Any] | None = None
     if not _engine_formatted(rec):
+        # The old client reconnects to the empty engine and writes its session keys there, and
+        # `juicefs load` refuses a database that is not empty: stop it first (it is mounted again
+        # below), then clear what it wrote (the engine holds no volume: nothing else is there).
+        _stop_mount(state)
+        jfs.run(jfs.redis_cli(rec.meta_port, "FLUSHDB", db=rec.meta_db), timeout_s=10)
         client = store_for(state, bucket).client
         try:
             chosen = restore_newest(rec, client, bucket, state.credentials(),
