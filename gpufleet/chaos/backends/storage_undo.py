@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -231,6 +232,11 @@ def rb_remount(args: dict[str, Any]) -> None:
     _remount(state, Launch.model_validate(args["mount"]), args)
 
 
+def _empty(folder: Path) -> None:
+    for entry in folder.iterdir() if folder.is_dir() else []:
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
 def _engine_formatted(rec: Any) -> bool:
     """Whether the metadata engine holds a JuiceFS volume (its `setting` key, JuiceFS's Redis layout)."""
     out = jfs.run(jfs.redis_cli(rec.meta_port, "EXISTS", "setting", db=rec.meta_db), timeout_s=5)
@@ -274,6 +280,11 @@ def rb_restore_metadata(args: dict[str, Any]) -> None:
             raise ActivityFailed(f"metadata restore failed: {e}") from None
         loaded = {"dump": chosen.dump, "taken_at": chosen.taken_at, "files": chosen.files,
                   "inodes": chosen.inodes}
+        # The restored engine hands out again the slice ids the lost one gave out after the dump, and
+        # the client's disk cache keys blocks by slice id and size: a cached block of a file written
+        # after the dump would be read back as a new file's block. Seen here: a checkpoint written
+        # after the restore read back with another sha256 until the cache was emptied.
+        _empty(Path(rec.cache_dir))
     loaded_at = time.time()
     _remount(state, Launch.model_validate(args["mount"]), args)
     verified, corrupt = _verify_mount(state)
