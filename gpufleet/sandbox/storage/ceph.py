@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -452,7 +453,11 @@ def _enable_mgr_exporter(run: _Run, watch: monitoring.MonitoringPlan) -> None:
     """Ceph's mgr `prometheus` module on 127.0.0.1, answering with the OSDs' series."""
     state = run.rec.state
     for key, value in monitoring.mgr_module_settings(watch, state.ports):
-        run_command(state.ceph_command("config", "set", "mgr", key, value), what=f"ceph config set mgr {key}")
+        # The monitor knows a module's options only once the manager has reported them: right after
+        # the manager starts, `config set mgr mgr/prometheus/...` can be refused with "unrecognized
+        # config option" (seen once here, in a benchmark's bring-up under load); retried until accepted.
+        argv = state.ceph_command("config", "set", "mgr", key, value)
+        run.wait(f"ceph config set mgr {key}", partial(run_command, argv, 15.0), 1.0)
     # Refused until the active manager has reported its modules (a few seconds after it starts).
     enable = state.ceph_command("mgr", "module", "enable", "prometheus")
     run.wait("the manager's prometheus module", lambda: run_command(enable, timeout_s=15) is not None, 1.0)
