@@ -63,6 +63,8 @@ def _up_and_down(root: Path, stack: str) -> Iterator[Path]:
         assert again.returncode == 0, again.stdout + again.stderr  # idempotent
 
 
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="Redis is not installed (make apt)")
+@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="JuiceFS mounts through FUSE: no /dev/fuse")
 class TestJuiceFs:
     @pytest.fixture(scope="class")
     def jroot(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

@@ -36,6 +36,7 @@ from gpufleet.core.storage_contract import (
     BACKUP_PREFIX,
     JUICEFS_MOUNT,
     JUICEFS_REDIS,
+    JuiceFsRecord,
     StorageSandboxState,
     read_storage_state,
     write_storage_state,
@@ -237,7 +238,7 @@ def _empty(folder: Path) -> None:
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
 
-def _engine_formatted(rec: Any) -> bool:
+def _engine_formatted(rec: JuiceFsRecord) -> bool:
     """Whether the metadata engine holds a JuiceFS volume (its `setting` key, JuiceFS's Redis layout)."""
     out = jfs.run(jfs.redis_cli(rec.meta_port, "EXISTS", "setting", db=rec.meta_db), timeout_s=5)
     return out.strip() == "1"
