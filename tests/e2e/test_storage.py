@@ -130,8 +130,23 @@ class TestJuiceFs:
     ) -> None:
         rec = jstate.juicefs
         assert rec is not None and rec.checkpoint_dir is not None
+        assert jstate.prometheus_url is not None
+        prom = PrometheusClient(jstate.prometheus_url, timeout=5)
+        wait_until(
+            "the mount's metrics scraped",
+            lambda: prom.query('up{job="gpufleet-juicefs-client"}')[0]["value"][1] == "1",
+            30,
+        )
+        t_kill = time.monotonic()
         out = actions.juicefs_client_kill(configuration=jconfig)
-        assert out["kind"] == "juicefs-client-kill", out
+        assert out["kind"] == "juicefs-client-kill" and out["fault_id"] == "storage-juicefs-client-down", out
+        wait_until(
+            "StorageJuicefsClientDown",
+            lambda: _alert(prom, "StorageJuicefsClientDown", instance=rec.metrics),
+            60,
+        )
+        print(f"StorageJuicefsClientDown pending {time.monotonic() - t_kill:.1f} s after the client's kill")
+
         def errno_now() -> int:
             try:
                 os.listdir(rec.checkpoint_dir or "")
@@ -145,6 +160,8 @@ class TestJuiceFs:
         t0 = time.time()
         actions.restore_storage(configuration=jconfig)
         assert os.listdir(rec.checkpoint_dir)
+        wait_until("its alert gone", lambda: _alert(prom, "StorageJuicefsClientDown") is None, 60, 2)
+        prom.close()
         wait_until("the writer saving on the new mount", lambda: _saved_since(jstate, t0), 60)
         intact = probes.checkpoints_intact("checkpoint", configuration=jconfig)
         assert intact["status"] == "intact" and intact["verified"] >= 1, intact

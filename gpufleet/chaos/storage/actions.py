@@ -131,10 +131,14 @@ def metadata_engine_loss(
     return engine.inject(configuration, MetadataEngineLoss(), fault_id)
 
 
-def juicefs_client_kill(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+def juicefs_client_kill(
+    fault_id: str = "storage-juicefs-client-down",
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
     """Kill the JuiceFS mount's client (its watchdog and FUSE process): every access to the mount
     fails with "Transport endpoint is not connected". Rollback: unmount and mount again."""
-    return engine.inject(configuration, JuicefsClientKill(), None)
+    return engine.inject(configuration, JuicefsClientKill(), fault_id)
 
 
 def restore_storage(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:

@@ -477,7 +477,8 @@ def _start_monitoring(run: _Run, watch: monitoring.MonitoringPlan) -> None:
     blackbox.write_text(monitoring.dump(monitoring.blackbox_config(watch.scrape_s), "blackbox exporter"))
     config = d / "prometheus.yml"
     engine = f"127.0.0.1:{state.ports['redis']}" if watch.metadata_engine else None
-    cfg = monitoring.prometheus_config(watch, state.ports, state.s3_endpoint, state.run_id, engine)
+    client = f"127.0.0.1:{state.ports['juicefs-metrics']}" if watch.metadata_engine else None
+    cfg = monitoring.prometheus_config(watch, state.ports, state.s3_endpoint, state.run_id, engine, client)
     config.write_text(monitoring.dump(cfg, "Prometheus"))
     run.start(monitoring.BLACKBOX, monitoring.blackbox_argv(blackbox, state.ports))
     run.start(monitoring.PROMETHEUS, monitoring.prometheus_argv(config, d / "data", state.ports))

@@ -10,6 +10,8 @@ that evaluates the catalog's rules over them, all on 127.0.0.1. Pure functions; 
 - The JuiceFS metadata engine's probe (when the stack has JuiceFS): the same blackbox exporter
   speaking Redis's protocol to it (`PING`, answer `+PONG`), as the scrape job
   `gpufleet-metadata-engine` the catalog's StorageMetadataEngineDown reads.
+- The JuiceFS mount's own metrics (juicefs_*), scraped as job `gpufleet-juicefs-client`: they go
+  with the mount's client, which the catalog's StorageJuicefsClientDown reads (`up == 0`).
 - Prometheus (Debian's), with the rule file generated from the catalog (monitoring/rules/), at the
   stack's sandbox scrape interval and evaluation interval.
 """
@@ -29,6 +31,7 @@ CEPH_JOB = "ceph"
 OBJECT_STORE_JOB = "gpufleet-object-store"
 BLACKBOX_MODULE = "http_2xx"
 METADATA_ENGINE_JOB = "gpufleet-metadata-engine"
+JUICEFS_CLIENT_JOB = "gpufleet-juicefs-client"  # the mount's own metrics (StorageJuicefsClientDown)
 REDIS_MODULE = "redis_ping"
 # Processes, as recorded in the storage sandbox's state file.
 PROMETHEUS = "prometheus"
@@ -43,7 +46,9 @@ class MonitoringPlan:
     scrape_s: float  # the stack's sandbox scrape interval
     evaluation_s: float  # monitoring.evaluationInterval
     rule_file: Path  # the catalog's generated rules
-    metadata_engine: bool = False  # probe the JuiceFS metadata engine (ports["redis"])
+    # The stack has JuiceFS: probe its metadata engine (ports["redis"]) and scrape the mount's
+    # metrics (ports["juicefs-metrics"]).
+    metadata_engine: bool = False
 
 
 def mgr_module_settings(plan: MonitoringPlan, ports: dict[str, int]) -> list[tuple[str, str]]:
@@ -98,8 +103,10 @@ def prometheus_config(
     s3_endpoint: str,
     run_id: str,
     metadata_engine: str | None = None,
+    juicefs_client: str | None = None,
 ) -> dict[str, Any]:
-    """`metadata_engine`: host:port of the JuiceFS metadata engine (Redis) to probe, if any."""
+    """`metadata_engine`: host:port of the JuiceFS metadata engine (Redis) to probe, if any;
+    `juicefs_client`: host:port of the JuiceFS mount's metrics to scrape, if any."""
     scrape = prom_duration(plan.scrape_s)
     # A target that stops answering only reads 0 once its scrape times out, so the timeout is the
     # interval itself (Prometheus refuses a larger one).
@@ -123,6 +130,11 @@ def prometheus_config(
             *(
                 [_probe_job(METADATA_ENGINE_JOB, REDIS_MODULE, metadata_engine, ports)]
                 if metadata_engine
+                else []
+            ),
+            *(
+                [{"job_name": JUICEFS_CLIENT_JOB, "static_configs": [{"targets": [juicefs_client]}]}]
+                if juicefs_client
                 else []
             ),
         ],

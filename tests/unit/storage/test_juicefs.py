@@ -286,15 +286,22 @@ def test_prometheus_probes_the_metadata_engine_with_redis_ping() -> None:
         scrape_s=2, evaluation_s=1, rule_file=Path("/r.yml"), metadata_engine=True
     )
     ports = {"mgr-prometheus": 1, "blackbox": 2, "prometheus": 3}
-    cfg = monitoring.prometheus_config(plan, ports, "http://127.0.0.1:9", "r1", "127.0.0.1:7001")
+    cfg = monitoring.prometheus_config(
+        plan, ports, "http://127.0.0.1:9", "r1", "127.0.0.1:7001", "127.0.0.1:7003"
+    )
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    # The mount's own metrics, whose scrape failing is StorageJuicefsClientDown.
+    assert jobs[monitoring.JUICEFS_CLIENT_JOB]["static_configs"] == [{"targets": ["127.0.0.1:7003"]}]
     engine = jobs[monitoring.METADATA_ENGINE_JOB]
     assert engine["params"] == {"module": [monitoring.REDIS_MODULE]}
     assert engine["static_configs"] == [{"targets": ["127.0.0.1:7001"]}]
     module = monitoring.blackbox_config(2)["modules"][monitoring.REDIS_MODULE]
     assert module["tcp"]["query_response"] == [{"send": "PING"}, {"expect": "^\\+PONG"}]
     without = monitoring.prometheus_config(plan, ports, "http://127.0.0.1:9", "r1")
-    assert monitoring.METADATA_ENGINE_JOB not in {j["job_name"] for j in without["scrape_configs"]}
+    assert {j["job_name"] for j in without["scrape_configs"]} == {
+        monitoring.CEPH_JOB,
+        monitoring.OBJECT_STORE_JOB,
+    }
 
 
 def test_the_doctor_wants_the_pinned_juicefs() -> None:
