@@ -174,6 +174,37 @@ def mounted(mountpoint: Path, mounts: str | None = None) -> bool:
     return False
 
 
+FUSECTL = Path("/sys/fs/fuse/connections")
+
+
+def fuse_connection(mountpoint: Path, mountinfo: str | None = None) -> int | None:
+    """The FUSE connection of the mount at `mountpoint`: its device's minor number (field 3 of
+    /proc/self/mountinfo, `0:<minor>`), which names its folder in the fusectl file system. Read from
+    mountinfo, never by stat(2), which blocks on a hung mount."""
+    text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) > 4 and parts[4] == str(mountpoint) and parts[2].startswith("0:"):
+            return int(parts[2].split(":")[1])
+    return None
+
+
+def abort_fuse(connection: int) -> bool:
+    """Abort a FUSE connection (fusectl's `abort`, the kernel's documented way out of a hung FUSE
+    file system): every waiting and later request fails with ENOTCONN. Needed after the JuiceFS
+    client is killed: a thread of the killed client can stay blocked in a request to its own mount
+    (the process a zombie that never finishes exiting) and hold the connection, and every process
+    that touches the mount then blocks uninterruptibly (seen here: the checkpoint writer in mkdir(2),
+    unkillable, until the abort). Mounts fusectl if it is not. False when there is no such connection."""
+    if " fusectl " not in Path("/proc/mounts").read_text():
+        subprocess.run(["mount", "-t", "fusectl", "none", str(FUSECTL)], capture_output=True, timeout=10)
+    abort = FUSECTL / str(connection) / "abort"
+    if not abort.exists():
+        return False
+    abort.write_text("1")
+    return True
+
+
 def used_inodes(mountpoint: Path) -> int:
     """Inodes in use on a mounted JuiceFS, as statvfs reports them (JuiceFS's usedInodes counter)."""
     s = os.statvfs(mountpoint)

@@ -212,7 +212,9 @@ class TestJuiceFs:
         journal = tmp_path / "drill.json"
         argv = ["drill", "run", "metadata-engine-lost", "--stack", JUICEFS_STACK, "--journal", str(journal)]
         run = gpufleet(jroot, *argv, timeout=300)
-        out = run.stdout + run.stderr
+        state = read_storage_state(JUICEFS_STACK, jroot)
+        writer = read_objects(state.events_file("checkpoint-writer"))[-40:]
+        out = run.stdout + run.stderr + "\nthe writer's last events:\n" + "\n".join(map(str, writer))
         assert run.returncode == 0, out
         from gpufleet.cli.drill_cmds import verdict_from_journal
 

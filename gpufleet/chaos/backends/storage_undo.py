@@ -196,6 +196,7 @@ def _stop_mount(state: StorageSandboxState) -> None:
     ENOTCONN, a blocked one may hold calls)."""
     assert state.juicefs is not None
     mountpoint = Path(state.juicefs.mountpoint)
+    connection = jfs.fuse_connection(mountpoint)
     try:
         p = state.process(JUICEFS_MOUNT)
     except KeyError:
@@ -204,6 +205,8 @@ def _stop_mount(state: StorageSandboxState) -> None:
         for pid in [p.pid, *children(p.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    if connection is not None:
+        jfs.abort_fuse(connection)  # nothing may stay blocked on the old client (core.juicefs)
     if jfs.mounted(mountpoint):
         subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
 

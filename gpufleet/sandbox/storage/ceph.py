@@ -645,11 +645,17 @@ def _unmount_first(state: StorageSandboxState, grace_s: float) -> None:
         for p in state.processes
         if p.name in (WRITER, BACKUP, METADATA_BACKUP) and processes.alive(p)
     }
-    processes.stop_pids(users, grace_s)
     mountpoint = Path(state.juicefs.mountpoint)
+    connection = jfs.fuse_connection(mountpoint)
+    # A user blocked on a dead client is unkillable until the FUSE connection is aborted.
+    if processes.stop_pids(users, grace_s) and connection is not None:
+        jfs.abort_fuse(connection)
+        processes.stop_pids(users, grace_s)
     if jfs.mounted(mountpoint):
         done = subprocess.run(["umount", str(mountpoint)], capture_output=True, timeout=30).returncode == 0
         if not done:
+            if connection is not None:
+                jfs.abort_fuse(connection)
             subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
 
 

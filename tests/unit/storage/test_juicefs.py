@@ -117,6 +117,15 @@ def test_mounted_reads_proc_mounts() -> None:
     assert not jfs.mounted(Path("/r"), mounts)
 
 
+def test_the_fuse_connection_is_read_from_mountinfo() -> None:
+    info = (
+        "36 25 0:32 / /run rw,nosuid shared:12 - tmpfs tmpfs rw\n"
+        "612 36 0:48 / /r/juicefs/mnt rw,relatime shared:300 - fuse.juicefs JuiceFS:jfs rw,user_id=0\n"
+    )
+    assert jfs.fuse_connection(Path("/r/juicefs/mnt"), info) == 48  # /sys/fs/fuse/connections/48
+    assert jfs.fuse_connection(Path("/r/other"), info) is None
+
+
 # --------------------------------------------------------------------------- dumps
 
 
