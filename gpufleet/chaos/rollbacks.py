@@ -31,6 +31,8 @@ ROLLBACKS: dict[str, RollbackFn] = {
     "storage.continue-daemon": storage_undo.rb_continue_daemon,
     "storage.full-ratios": storage_undo.rb_full_ratios,
     "storage.restore-bucket": storage_undo.rb_restore_bucket,
+    "storage.restore-metadata": storage_undo.rb_restore_metadata,
+    "storage.remount": storage_undo.rb_remount,
     "kubernetes.uncordon": k8s.rb_uncordon,
     "kubernetes.untaint": k8s.rb_untaint,
     "kubernetes.pod-undo": k8s.rb_run_pod_and_cleanup,

@@ -49,3 +49,19 @@ def launch(recipe: Launch) -> tuple[subprocess.Popen[bytes], int | None]:
             cwd=recipe.cwd,
         )
     return popen, start_time(popen.pid)
+
+
+def children(pid: int) -> list[int]:
+    """PIDs whose parent is `pid` (field 4 of /proc/<pid>/stat), living ones only."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        rest = raw[raw.rindex(")") + 2 :].split()
+        if rest[0] != "Z" and int(rest[1]) == pid:
+            out.append(int(entry.name))
+    return out

@@ -28,6 +28,10 @@ BACKUP_PREFIX = "checkpoints/"
 EVIDENCE_PREFIX = "evidence/"
 # Beside the run's files: the events (JSON lines) of the checkpoint writer, the backup job and restores.
 WORKLOAD_DIR = "workload"
+# The JuiceFS processes' names among StorageSandboxState.processes.
+JUICEFS_REDIS = "redis"
+JUICEFS_SCRATCH = "redis-scratch"
+JUICEFS_MOUNT = "juicefs-mount"
 
 
 def storage_state_path(stack: str, root: Path | None = None) -> Path:
@@ -53,6 +57,25 @@ class S3Credentials(_M):
     secret_key: str
 
 
+class JuiceFsRecord(_M):
+    """The storage sandbox's JuiceFS (gpufleet.sandbox.storage.juicefs): a Redis metadata engine on
+    loopback, radosgw as the object store, mounted under the run directory; and a scratch Redis
+    where each metadata dump is loaded to prove it restorable."""
+
+    name: str  # the volume's name (`juicefs format ... <name>`)
+    meta_url: str  # redis://127.0.0.1:<port>/<db>
+    meta_port: int
+    meta_db: int
+    meta_dir: str  # Redis's data folder (its append-only file): what metadata-engine-loss wipes
+    scratch_port: int  # the scratch Redis the backups are loaded into
+    bucket: str  # the volume's bucket on radosgw
+    mountpoint: str
+    cache_dir: str
+    cache_mib: int
+    metrics: str  # host:port of the mount's Prometheus metrics
+    checkpoint_dir: str | None = None  # under the mount, when the stack checkpoints to JuiceFS
+
+
 class StorageSandboxState(_M):
     version: Literal[1] = 1
     stack: str
@@ -76,6 +99,7 @@ class StorageSandboxState(_M):
     # Prometheus on 127.0.0.1 with the catalog's rules over ceph-mgr's exporter and a blackbox
     # probe of radosgw (gpufleet.sandbox.storage.monitoring).
     prometheus_url: str | None = None
+    juicefs: JuiceFsRecord | None = None  # when the stack has storage.juicefs
 
     def process(self, name: str) -> SandboxProcess:
         for p in self.processes:

@@ -27,10 +27,12 @@ from gpufleet.catalog.injection import (
     GpuHang,
     HostSignal,
     InjectionModel,
+    JuicefsClientKill,
     KillRank,
     LinkDegrade,
     LinkDown,
     LinkFlap,
+    MetadataEngineLoss,
     NicRemove,
     NodeCrash,
     NodeHang,
@@ -218,6 +220,10 @@ class Backend:
                 return self.plan_object_store_outage()
             case BucketLoss():
                 return self.plan_bucket_loss()
+            case MetadataEngineLoss():
+                return self.plan_metadata_engine_loss()
+            case JuicefsClientKill():
+                return self.plan_juicefs_client_kill()
             case _:
                 assert_never(injection)
 
@@ -293,6 +299,12 @@ class Backend:
 
     def plan_bucket_loss(self) -> Plan:
         raise self._unsupported("bucket-loss")
+
+    def plan_metadata_engine_loss(self) -> Plan:
+        raise self._unsupported("metadata-engine-loss")
+
+    def plan_juicefs_client_kill(self) -> Plan:
+        raise self._unsupported("juicefs-client-kill")
 
 
 def tbf_argv(ifname: str, rate_mbit: float) -> list[str]:

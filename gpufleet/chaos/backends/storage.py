@@ -9,7 +9,9 @@ buckets. Every plan names a rollback in gpufleet.chaos.rollbacks with JSON argum
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,6 +22,8 @@ from chaoslib.exceptions import ActivityFailed, InvalidActivity
 from gpufleet.catalog.injection import (
     BucketLoss,
     InjectionModel,
+    JuicefsClientKill,
+    MetadataEngineLoss,
     ObjectStoreOutage,
     OsdHang,
     OsdKill,
@@ -31,11 +35,18 @@ from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan
 from gpufleet.chaos.guard import osd_blast_radius
 from gpufleet.chaos.ledger import Ledger, Rollback
 from gpufleet.core.ceph_admin import CephCommandError, ceph_run
-from gpufleet.core.procs import alive
+from gpufleet.core.procs import alive, children
 from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.core.sandbox_contract import SandboxProcess
 from gpufleet.core.slurm_state import NodeObs
-from gpufleet.core.storage_contract import StorageSandboxState, read_storage_state, storage_state_path
+from gpufleet.core.storage_contract import (
+    JUICEFS_MOUNT,
+    JUICEFS_REDIS,
+    JuiceFsRecord,
+    StorageSandboxState,
+    read_storage_state,
+    storage_state_path,
+)
 
 OSD_KINDS = frozenset({"osd-kill", "osd-hang"})
 # Near full: the ratios set while the fault lasts (Ceph wants nearfull < backfillfull < full, or it
@@ -52,7 +63,7 @@ CEPH_DEFAULT_RATIOS = {"full_ratio": 0.95, "backfillfull_ratio": 0.90, "nearfull
 class StorageBackend(Backend):
     name = "storage"
     capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset(
-        {OsdKill, OsdHang, OsdNearFull, ObjectStoreOutage, BucketLoss}
+        {OsdKill, OsdHang, OsdNearFull, ObjectStoreOutage, BucketLoss, MetadataEngineLoss, JuicefsClientKill}
     )
     not_offered: ClassVar[dict[type[InjectionModel], str]] = {
         StorageOutage: "the checkpoint directory is the Slurm sandbox's: use backend sandbox",
@@ -236,3 +247,60 @@ class StorageBackend(Backend):
                 if str(e.response.get("Error", {}).get("Code")) != "BucketNotEmpty":
                     raise
         raise ActivityFailed(f"bucket {bucket} kept filling up during {attempts} rounds of deletes")
+
+    # ------------------------------------------------------------ JuiceFS
+    def _juicefs(self) -> JuiceFsRecord:
+        if self.state.juicefs is None:
+            raise InvalidActivity(
+                f"the storage sandbox of {self.stack} has no JuiceFS: the stack has no storage.juicefs"
+            )
+        return self.state.juicefs
+
+    def plan_metadata_engine_loss(self) -> Plan:
+        rec = self._juicefs()
+        redis = self.state.process(JUICEFS_REDIS)
+        mount = self.state.process(JUICEFS_MOUNT)
+
+        def apply() -> dict[str, Any]:
+            out = self._signal(redis, signal.SIGKILL)
+            wiped = []
+            for entry in sorted(Path(rec.meta_dir).iterdir()):
+                wiped.append(entry.name)
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            return {**out, "wiped": wiped}
+
+        return Plan(
+            kind="metadata-engine-loss",
+            target={"service": JUICEFS_REDIS, "meta_url": rec.meta_url},
+            params={},
+            rollback=Rollback(
+                "storage.restore-metadata",
+                self._args(redis=redis.launch.model_dump(), mount=mount.launch.model_dump()),
+            ),
+            apply=apply,
+            summary=f"kill Redis (pid {redis.pid}, {rec.meta_url}) and wipe {rec.meta_dir}; rollback: "
+            f"load the newest verified dump from {self.state.backup_bucket} and mount again",
+        )
+
+    def plan_juicefs_client_kill(self) -> Plan:
+        rec = self._juicefs()
+        mount = self.state.process(JUICEFS_MOUNT)
+
+        def apply() -> dict[str, Any]:
+            # The watchdog first (it would start a new FUSE process), then the FUSE process(es).
+            kids = children(mount.pid)
+            out = self._signal(mount, signal.SIGKILL)
+            for pid in kids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            return {**out, "children_killed": kids}
+
+        return Plan(
+            kind="juicefs-client-kill",
+            target={"mountpoint": rec.mountpoint},
+            params={},
+            rollback=Rollback("storage.remount", self._args(mount=mount.launch.model_dump())),
+            apply=apply,
+            summary=f"kill the JuiceFS client of {rec.mountpoint} (pid {mount.pid} and its FUSE "
+            "process): Transport endpoint is not connected; rollback: unmount and mount again",
+        )

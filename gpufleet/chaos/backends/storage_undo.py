@@ -8,25 +8,35 @@ may replay it after a crash.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
 from chaoslib.exceptions import ActivityFailed
 
+from gpufleet.core import juicefs as jfs
 from gpufleet.core.ceph_admin import CephCommandError, ceph_run
 from gpufleet.core.checkpoint_manifest import stem
-from gpufleet.core.procs import alive, launch, start_time
+from gpufleet.core.fs_checkpoints import FsCheckpointStore
+from gpufleet.core.juicefs_backups import restore_newest
+from gpufleet.core.procs import alive, children, launch, start_time
 from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.core.sandbox_contract import Launch
 from gpufleet.core.storage_contract import (
     BACKUP_PREFIX,
+    JUICEFS_MOUNT,
+    JUICEFS_REDIS,
+    JuiceFsRecord,
     StorageSandboxState,
     read_storage_state,
     write_storage_state,
@@ -160,3 +170,162 @@ def rb_restore_bucket(args: dict[str, Any]) -> None:
         fh.write(json.dumps(event, sort_keys=True) + "\n")
     if failed:
         raise ActivityFailed(f"{len(failed)} backed-up checkpoint(s) did not restore verified: {failed}")
+
+
+# ----------------------------------------------------------------------------- JuiceFS
+
+METADATA_RESTORE_EVENTS = "metadata-restore"
+MOUNT_WAIT_S = 30.0
+ENGINE_WAIT_S = 15.0
+
+
+def _wait(what: str, check: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (jfs.JuiceFsError, OSError):
+            pass
+        time.sleep(0.2)
+    raise ActivityFailed(f"{what} not within {timeout_s:g} s")
+
+
+def _stop_mount(state: StorageSandboxState) -> None:
+    """Kill what is left of the mount's client and unmount (lazily: a dead client's mount answers
+    ENOTCONN, a blocked one may hold calls)."""
+    assert state.juicefs is not None
+    mountpoint = Path(state.juicefs.mountpoint)
+    connection = jfs.fuse_connection(mountpoint)
+    try:
+        p = state.process(JUICEFS_MOUNT)
+    except KeyError:
+        p = None
+    if p is not None and alive(p.pid, p.start_time):
+        for pid in [p.pid, *children(p.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if connection is not None:
+        jfs.abort_fuse(connection)  # nothing may stay blocked on the old client (core.juicefs)
+    if jfs.mounted(mountpoint):
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
+
+
+def _remount(state: StorageSandboxState, recipe: Launch, args: dict[str, Any]) -> None:
+    """Stop what is left of the mount's client and mount again from the recorded recipe."""
+    assert state.juicefs is not None
+    mountpoint = Path(state.juicefs.mountpoint)
+    _stop_mount(state)
+    _start(state, recipe, {**args, "name": JUICEFS_MOUNT})
+    _wait(f"JuiceFS mounted again at {mountpoint}", lambda: jfs.mounted(mountpoint) and mountpoint.is_dir(),
+          MOUNT_WAIT_S)
+
+
+def rb_remount(args: dict[str, Any]) -> None:
+    """Mount the JuiceFS volume again after its client was killed (unless it answers already)."""
+    state = _state(args)
+    if state is None or state.juicefs is None or state.phase not in ("up", "creating"):
+        return
+    mountpoint = Path(state.juicefs.mountpoint)
+    try:
+        p = state.process(JUICEFS_MOUNT)
+        if alive(p.pid, p.start_time) and jfs.mounted(mountpoint) and mountpoint.is_dir():
+            return
+    except (KeyError, OSError):
+        pass
+    _remount(state, Launch.model_validate(args["mount"]), args)
+
+
+def _empty(folder: Path) -> None:
+    for entry in folder.iterdir() if folder.is_dir() else []:
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+def _engine_formatted(rec: JuiceFsRecord) -> bool:
+    """Whether the metadata engine holds a JuiceFS volume (its `setting` key, JuiceFS's Redis layout)."""
+    out = jfs.run(jfs.redis_cli(rec.meta_port, "EXISTS", "setting", db=rec.meta_db), timeout_s=5)
+    return out.strip() == "1"
+
+
+def rb_restore_metadata(args: dict[str, Any]) -> None:
+    """After a metadata engine loss: start Redis again from its recipe, load the newest verified
+    `juicefs dump` from the backup bucket when the engine is empty, mount again, and verify every
+    checkpoint on the mount against its manifest. The result is a line of the `metadata-restore`
+    events, which the drill's probe reads."""
+    state = _state(args)
+    if state is None or state.juicefs is None or state.backup_bucket is None:
+        return
+    rec, bucket = state.juicefs, state.backup_bucket
+    started = time.time()
+    redis = Launch.model_validate(args["redis"])
+    try:
+        p = state.process(JUICEFS_REDIS)
+        running = alive(p.pid, p.start_time)
+    except KeyError:
+        running = False
+    if not running:
+        Path(rec.meta_dir).mkdir(parents=True, exist_ok=True)
+        _start(state, redis, {**args, "name": JUICEFS_REDIS})
+        state = _state(args) or state
+    _wait("the metadata engine (Redis) answering",
+          lambda: jfs.run(jfs.redis_cli(rec.meta_port, "PING"), timeout_s=5).strip() == "PONG", ENGINE_WAIT_S)
+    loaded: dict[str, Any] | None = None
+    if not _engine_formatted(rec):
+        # The old client reconnects to the empty engine and writes its session keys there, and
+        # `juicefs load` refuses a database that is not empty: stop it first (it is mounted again
+        # below), then clear what it wrote (the engine holds no volume: nothing else is there).
+        _stop_mount(state)
+        jfs.run(jfs.redis_cli(rec.meta_port, "FLUSHDB", db=rec.meta_db), timeout_s=10)
+        client = store_for(state, bucket).client
+        try:
+            chosen = restore_newest(rec, client, bucket, state.credentials(),
+                                    Path(state.base_dir) / "juicefs" / "restore-work")
+        except jfs.JuiceFsError as e:
+            raise ActivityFailed(f"metadata restore failed: {e}") from None
+        loaded = {"dump": chosen.dump, "taken_at": chosen.taken_at, "files": chosen.files,
+                  "inodes": chosen.inodes}
+        # The restored engine hands out again the slice ids the lost one gave out after the dump, and
+        # the client's disk cache keys blocks by slice id and size: a cached block of a file written
+        # after the dump would be read back as a new file's block. Seen here: a checkpoint written
+        # after the restore read back with another sha256 until the cache was emptied.
+        _empty(Path(rec.cache_dir))
+    loaded_at = time.time()
+    _remount(state, Launch.model_validate(args["mount"]), args)
+    verified, corrupt = _verify_mount(state)
+    event = {
+        "t": time.time(),
+        "event": "metadata-restore",
+        "started_at": started,
+        "loaded": loaded,
+        "loaded_at": loaded_at,
+        "verified": verified,
+        "corrupt": corrupt,
+    }
+    path = state.events_file(METADATA_RESTORE_EVENTS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(event, sort_keys=True) + "\n")
+    if corrupt:
+        raise ActivityFailed(
+            f"{len(corrupt)} checkpoint(s) on the mount do not verify after the restore: {corrupt}"
+        )
+
+
+def _verify_mount(state: StorageSandboxState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every complete checkpoint on the mount checked by sha256 against its manifest."""
+    assert state.juicefs is not None
+    if state.juicefs.checkpoint_dir is None:
+        return [], []
+    store = FsCheckpointStore(Path(state.juicefs.checkpoint_dir))
+    verified: list[dict[str, Any]] = []
+    corrupt: list[dict[str, Any]] = []
+    for c in store.candidates():
+        if c.manifest is None:
+            continue
+        problems = store.verify(c.manifest)
+        if problems and store.manifest(c.key) is None:
+            continue  # pruned by the writer while being checked: retention, not corruption
+        doc = {"checkpoint": stem(c.key), "key": list(c.key), "step": c.key[2],
+               "written_at": c.manifest.written_at, "problems": problems}
+        (corrupt if problems else verified).append(doc)
+    return verified, corrupt

@@ -9,6 +9,8 @@ from chaoslib.types import Configuration, Secrets
 
 from gpufleet.catalog.injection import (
     BucketLoss,
+    JuicefsClientKill,
+    MetadataEngineLoss,
     ObjectStoreOutage,
     OsdHang,
     OsdKill,
@@ -21,6 +23,8 @@ from gpufleet.chaos import engine
 __all__ = [
     "checkpoint_bucket_loss",
     "checkpoint_store_outage",
+    "juicefs_client_kill",
+    "metadata_engine_loss",
     "object_store_outage",
     "osd_hang",
     "osd_kill",
@@ -31,7 +35,15 @@ __all__ = [
 ]
 
 STORAGE_KINDS = {"storage-outage", "storage-slow"}
-CEPH_KINDS = {"osd-kill", "osd-hang", "osd-near-full", "object-store-outage", "bucket-loss"}
+CEPH_KINDS = {
+    "osd-kill",
+    "osd-hang",
+    "osd-near-full",
+    "object-store-outage",
+    "bucket-loss",
+    "metadata-engine-loss",
+    "juicefs-client-kill",
+}
 
 
 def checkpoint_store_outage(
@@ -110,7 +122,26 @@ def checkpoint_bucket_loss(configuration: Configuration = None, secrets: Secrets
     return engine.inject(configuration, BucketLoss(), None)
 
 
+def metadata_engine_loss(
+    fault_id: str = "storage-metadata-loss", configuration: Configuration = None, secrets: Secrets = None
+) -> dict[str, Any]:
+    """Kill the JuiceFS metadata engine (Redis) and wipe its data. Rollback (and drill
+    metadata-engine-lost's restore): Redis started again, the newest verified `juicefs dump` of the
+    backup bucket loaded, the volume mounted again, every checkpoint on it verified."""
+    return engine.inject(configuration, MetadataEngineLoss(), fault_id)
+
+
+def juicefs_client_kill(
+    fault_id: str = "storage-juicefs-client-down",
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """Kill the JuiceFS mount's client (its watchdog and FUSE process): every access to the mount
+    fails with "Transport endpoint is not connected". Rollback: unmount and mount again."""
+    return engine.inject(configuration, JuicefsClientKill(), fault_id)
+
+
 def restore_storage(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
-    """Undo every Ceph fault still in the ledger (restart daemons, thaw, ratios back, restore the
-    checkpoint bucket from its backups)."""
+    """Undo every Ceph and JuiceFS fault still in the ledger (restart daemons, thaw, ratios back,
+    restore the checkpoint bucket from its backups, restore the metadata engine, mount again)."""
     return engine.revert_summary(engine.revert(configuration, CEPH_KINDS))

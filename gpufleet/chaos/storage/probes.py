@@ -9,6 +9,7 @@ import logging
 import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from chaoslib.exceptions import ActivityFailed
@@ -17,6 +18,7 @@ from chaoslib.types import Configuration, Secrets
 from gpufleet.chaos import engine
 from gpufleet.core.ceph_admin import CephCommandError, ceph_json
 from gpufleet.core.checkpoint_manifest import CheckpointManifest, stem
+from gpufleet.core.fs_checkpoints import FsCheckpointStore, checkpoint_store_of
 from gpufleet.core.jsonl import read_objects
 from gpufleet.core.s3_checkpoints import S3CheckpointStore, store_for
 from gpufleet.core.storage_contract import BACKUP_PREFIX, StorageSandboxState
@@ -125,7 +127,7 @@ def object_store_available(configuration: Configuration = None, secrets: Secrets
     }
 
 
-def _verify(store: S3CheckpointStore, manifest: CheckpointManifest) -> list[str] | None:
+def _verify(store: S3CheckpointStore | FsCheckpointStore, manifest: CheckpointManifest) -> list[str] | None:
     """The checkpoint's problems, or None when it was deleted while being checked: the writer prunes
     its oldest checkpoints (manifest first), which is retention, not corruption."""
     problems = store.verify(manifest)
@@ -137,16 +139,21 @@ def _verify(store: S3CheckpointStore, manifest: CheckpointManifest) -> list[str]
 def checkpoints_intact(
     which: str = "checkpoint", configuration: Configuration = None, secrets: Secrets = None
 ) -> dict[str, Any]:
-    """Every complete checkpoint of the checkpoint (or backup) bucket verified by sha256 against its
-    manifest: {"status": "intact" | "corrupt", "complete", "verified", "corrupt": [...],
+    """Every complete checkpoint where the checkpoints live (the checkpoint bucket, or the JuiceFS
+    mount's folder when the stack checkpoints there) or of the backup bucket, verified by sha256
+    against its manifest: {"status": "intact" | "corrupt", "complete", "verified", "corrupt": [...],
     "incomplete": [...]}; tolerate with `{"type": "regex", "target": "status", "pattern": "^intact$"}`
     (incomplete checkpoints, saves cut off, are reported and not counted as corrupt)."""
     state = _storage(configuration)
     if which not in ("checkpoint", "backup"):
         raise ActivityFailed(f"which must be checkpoint or backup, not {which!r}")
-    bucket = state.checkpoint_bucket if which == "checkpoint" else state.backup_bucket
-    assert bucket is not None
-    store = store_for(state, bucket, "" if which == "checkpoint" else BACKUP_PREFIX)
+    store: S3CheckpointStore | FsCheckpointStore
+    if which == "checkpoint":
+        store = checkpoint_store_of(state)
+    else:
+        assert state.backup_bucket is not None
+        store = store_for(state, state.backup_bucket, BACKUP_PREFIX)
+    where = str(store.root) if isinstance(store, FsCheckpointStore) else store.bucket
     corrupt, incomplete, verified, complete, pruned = [], [], 0, 0, 0
     for c in store.candidates():
         if c.manifest is None:
@@ -161,7 +168,7 @@ def checkpoints_intact(
         else:
             verified += 1
     return {
-        "bucket": bucket,
+        "bucket": where,  # or the mount's folder
         "complete": complete,
         "verified": verified,
         "pruned_while_checked": pruned,
@@ -171,7 +178,7 @@ def checkpoints_intact(
     }
 
 
-DRILL_FAULTS = frozenset({"bucket-loss", "osd-kill"})
+DRILL_FAULTS = frozenset({"bucket-loss", "osd-kill", "metadata-engine-loss"})
 
 
 def _targets(ctx: engine.Context) -> DrTargets | None:
@@ -235,6 +242,90 @@ def _osd_lost(
     return doc
 
 
+def _writer_resumed(state: StorageSandboxState, after: float, timeout_s: float) -> float | None:
+    """When the checkpoint writer first saved again, or resumed from a checkpoint, after `after`
+    (waiting up to `timeout_s`). A writer whose calls only blocked while the metadata engine was
+    gone (JuiceFS retries the engine) never restarts: its first save on the restored mount is when
+    it went on."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        events = read_objects(state.events_file("checkpoint-writer"))
+        resumed = [
+            e for e in events if e.get("event") in ("resume", "checkpoint") and float(e["t"]) > after
+        ]
+        if resumed:
+            return float(resumed[0]["t"])
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.5)
+
+
+def _newest_saved_before(state: StorageSandboxState, failed_at: float) -> RestoredCheckpoint | None:
+    writer = state.events_file("checkpoint-writer")
+    before = [e for e in read_objects(writer) if e.get("event") == "checkpoint" and float(e["t"]) < failed_at]
+    if not before:
+        return None
+    b = max(before, key=lambda e: int(e["step"]))
+    return RestoredCheckpoint(f"step {b['step']}", int(b["step"]), float(b["written_at"]), True)
+
+
+def _metadata_lost(
+    drill: str, ctx: engine.Context, state: StorageSandboxState, failed_at: float, timeout_s: float
+) -> dict[str, Any]:
+    """Drill "metadata engine lost": the restore (storage_undo.rb_restore_metadata) loaded the newest
+    verified `juicefs dump` and mounted again, verifying every checkpoint on the mount. RPO: the age
+    at the failure of the newest checkpoint on the restored mount, verified again here by sha256;
+    RTO: the failure to the restore's end with every checkpoint verified; and when the writer
+    resumed from it."""
+    problems: list[str] = []
+    restores = [
+        e for e in read_objects(state.events_file("metadata-restore")) if float(e.get("t", 0)) >= failed_at
+    ]
+    restore = restores[-1] if restores else None
+    loaded = (restore or {}).get("loaded")
+    if restore is None:
+        problems.append("no metadata restore was recorded after the fault")
+    elif loaded is None:
+        problems.append("the engine still held the volume: no dump was loaded")
+    else:
+        problems.append(f"restored from {loaded['dump']} ({failed_at - float(loaded['taken_at']):.1f} s "
+                        f"before the failure; {loaded['files']} files, {loaded['inodes']} inodes)")
+    rec = state.juicefs
+    if rec is None or rec.checkpoint_dir is None:
+        raise ActivityFailed(f"the storage sandbox of {state.stack} has no checkpoints on JuiceFS")
+    store = FsCheckpointStore(Path(rec.checkpoint_dir))
+    came_back = [r for r in (restore or {}).get("verified", []) if float(r["written_at"]) <= failed_at]
+    corrupt = len((restore or {}).get("corrupt", []))
+    restored = None
+    if came_back:
+        # The oracle: the newest restored checkpoint as the mount holds it now, every file by sha256.
+        newest = max(came_back, key=lambda r: tuple(r["key"]))
+        key = (int(newest["key"][0]), int(newest["key"][1]), int(newest["key"][2]))
+        m = store.manifest(key)
+        why = m if isinstance(m, str) else ("" if m is None else "; ".join(store.verify(m)))
+        if m is None:
+            problems.append(f"{stem(key)} was pruned by the writer before this check (restore-verified)")
+        restored = RestoredCheckpoint(stem(key), key[2], float(newest["written_at"]), not why, why or None)
+        corrupt += 1 if why else 0
+    verdict = judge_drill(
+        DrillInputs(
+            drill=drill,
+            targets=_targets(ctx),
+            failed_at=failed_at,
+            restore_verified_at=None if restore is None or restore.get("corrupt") else float(restore["t"]),
+            restored=restored,
+            newest_before_failure=_newest_saved_before(state, failed_at),
+            checkpoints_restored=len(came_back),
+            checkpoints_corrupt=corrupt,
+            workload_resumed_at=_writer_resumed(state, failed_at, timeout_s) if restore is not None else None,
+            problems=tuple(problems),
+        )
+    )
+    doc = verdict.to_doc()
+    logger.info("gpufleet drill verdict: %s", json.dumps(doc, default=str))
+    return doc
+
+
 def drill_within_targets(
     drill: str = "checkpoint-bucket-lost",
     resume_timeout_seconds: float = 30.0,
@@ -254,6 +345,8 @@ def drill_within_targets(
         return {"outcome": "PASS", "before_fault": True, "notes": ["no drill fault of this run yet"]}
     if faults[-1].kind == "osd-kill":
         return _osd_lost(drill, ctx, state, faults[-1].at, resume_timeout_seconds)
+    if faults[-1].kind == "metadata-engine-loss":
+        return _metadata_lost(drill, ctx, state, faults[-1].at, resume_timeout_seconds)
     failed_at = faults[-1].at
     problems: list[str] = []
     restores = [e for e in read_objects(state.events_file("restore")) if float(e.get("t", 0)) >= failed_at]

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from gpufleet.core.checkpoint_manifest import stem
+from gpufleet.core.fs_checkpoints import checkpoint_store_of
 from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.core.storage_contract import BACKUP_PREFIX, EVIDENCE_PREFIX, StorageSandboxState
 from gpufleet.sandbox.storage.writer import Events
@@ -26,8 +27,8 @@ def backup_once(state: StorageSandboxState, events: Events, keep: int = 20) -> i
     """Copy what is not backed up yet; the number of checkpoints copied and verified. Only the newest
     `keep` backups stay current (older ones are deleted, and stay restorable as noncurrent versions
     in the versioned bucket)."""
-    assert state.checkpoint_bucket is not None and state.backup_bucket is not None
-    src = store_for(state, state.checkpoint_bucket)
+    assert state.backup_bucket is not None
+    src = checkpoint_store_of(state)
     dst = store_for(state, state.backup_bucket, BACKUP_PREFIX)
     have = {(m.job, m.restart, m.step) for m in dst.complete()}
     copied = 0

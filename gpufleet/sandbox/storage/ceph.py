@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import httpx
 
 from gpufleet.config.model import StackSpec, duration_seconds
 from gpufleet.core import ceph_admin, procs, s3
+from gpufleet.core import juicefs as jfs
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import Launch, SandboxProcess
 from gpufleet.core.storage_contract import (
@@ -49,7 +51,7 @@ from gpufleet.sandbox.processes import Timings
 from gpufleet.sandbox.prometheus import repo_rule_file
 from gpufleet.sandbox.readiness import wait_for
 from gpufleet.sandbox.run_teardown import RunDownReport
-from gpufleet.sandbox.storage import monitoring
+from gpufleet.sandbox.storage import juicefs, monitoring
 from gpufleet.sandbox.storage.ceph_config import (
     CAPS,
     MGR_ID,
@@ -66,7 +68,7 @@ from gpufleet.sandbox.storage.ceph_config import (
     render_keyring,
 )
 
-PORT_NAMES = ("mon-v1", "mon-v2", "rgw", *monitoring.PORT_NAMES)
+PORT_NAMES = ("mon-v1", "mon-v2", "rgw", *monitoring.PORT_NAMES, *juicefs.PORT_NAMES)
 # What `down` may stop when it finds one naming the run directory (started, not yet recorded).
 PROGRAMS = frozenset(
     {
@@ -79,6 +81,8 @@ PROGRAMS = frozenset(
         "monmaptool",
         monitoring.PROMETHEUS_BIN,
         monitoring.BLACKBOX_BIN,
+        "redis-server",
+        "juicefs",
     }
 )
 S3_USER = "gpufleet"
@@ -241,6 +245,7 @@ def storage_up(
     everything started, so `down` removes it; the error names the log to read."""
     opts = options or StorageUpOptions()
     plan = plan_ceph(stack, spec)  # InputError before anything is made
+    jplan = juicefs.plan_juicefs(stack, spec)
     if os.geteuid() != 0:
         raise StorageSandboxError("the storage sandbox runs Ceph daemons as root: run as root")
     prior, error = existing_storage(stack, root)
@@ -271,9 +276,13 @@ def storage_up(
         scrape_s=spec.sandbox_scrape_seconds,
         evaluation_s=duration_seconds(spec.monitoring.evaluation_interval),
         rule_file=repo_rule_file(),
+        metadata_engine=jplan is not None,
     )
     try:
         run = _bring_up(plan, watch, rec, CephPaths(base), time.monotonic() + opts.timeout_s, timings, say)
+        if jplan is not None:
+            _juicefs(run, jplan, say)
+            timings.mark("juicefs")
         if opts.workload:
             _workload(run, spec, opts.python, say)
             timings.mark("workload")
@@ -444,7 +453,11 @@ def _enable_mgr_exporter(run: _Run, watch: monitoring.MonitoringPlan) -> None:
     """Ceph's mgr `prometheus` module on 127.0.0.1, answering with the OSDs' series."""
     state = run.rec.state
     for key, value in monitoring.mgr_module_settings(watch, state.ports):
-        run_command(state.ceph_command("config", "set", "mgr", key, value), what=f"ceph config set mgr {key}")
+        # The monitor knows a module's options only once the manager has reported them: right after
+        # the manager starts, `config set mgr mgr/prometheus/...` can be refused with "unrecognized
+        # config option" (seen once here, in a benchmark's bring-up under load); retried until accepted.
+        argv = state.ceph_command("config", "set", "mgr", key, value)
+        run.wait(f"ceph config set mgr {key}", partial(run_command, argv, 15.0), 1.0)
     # Refused until the active manager has reported its modules (a few seconds after it starts).
     enable = state.ceph_command("mgr", "module", "enable", "prometheus")
     run.wait("the manager's prometheus module", lambda: run_command(enable, timeout_s=15) is not None, 1.0)
@@ -463,7 +476,9 @@ def _start_monitoring(run: _Run, watch: monitoring.MonitoringPlan) -> None:
     blackbox = d / "blackbox.yml"
     blackbox.write_text(monitoring.dump(monitoring.blackbox_config(watch.scrape_s), "blackbox exporter"))
     config = d / "prometheus.yml"
-    cfg = monitoring.prometheus_config(watch, state.ports, state.s3_endpoint, state.run_id)
+    engine = f"127.0.0.1:{state.ports['redis']}" if watch.metadata_engine else None
+    client = f"127.0.0.1:{state.ports['juicefs-metrics']}" if watch.metadata_engine else None
+    cfg = monitoring.prometheus_config(watch, state.ports, state.s3_endpoint, state.run_id, engine, client)
     config.write_text(monitoring.dump(cfg, "Prometheus"))
     run.start(monitoring.BLACKBOX, monitoring.blackbox_argv(blackbox, state.ports))
     run.start(monitoring.PROMETHEUS, monitoring.prometheus_argv(config, d / "data", state.ports))
@@ -478,8 +493,23 @@ def _start_monitoring(run: _Run, watch: monitoring.MonitoringPlan) -> None:
     run.rec.update(prometheus_url=url)
 
 
+def _juicefs(run: _Run, plan: juicefs.JuiceFsPlan, say: Callable[[str], None]) -> None:
+    """Redis, the volume formatted on radosgw, the mount (juicefs.py), recorded in the state file."""
+    state = run.rec.state
+    assert state.s3_endpoint is not None
+    rec = juicefs.record_for(plan, Path(state.base_dir), state.ports)
+    run.rec.update(juicefs=rec.model_dump())
+    creds = state.credentials()
+    client = s3.client(state.s3_endpoint, creds.access_key, creds.secret_key)
+    juicefs.bring_up(run, rec, state.s3_endpoint, creds, lambda b: client.create_bucket(Bucket=b))
+    where = f"; checkpoints in {rec.checkpoint_dir}" if rec.checkpoint_dir else ""
+    say(f"juicefs: {rec.name} on {state.s3_endpoint}/{rec.bucket}, metadata in {rec.meta_url}, "
+        f"mounted at {rec.mountpoint}{where}")
+
+
 WRITER = "checkpoint-writer"
 BACKUP = "backup"
+METADATA_BACKUP = "metadata-backup"
 
 
 def workload_events(state: StorageSandboxState, name: str) -> Path:
@@ -521,15 +551,33 @@ def _workload(run: _Run, spec: StackSpec, python: str, say: Callable[[str], None
             f"{backup_every:g}",
         ],
     )
+    if state.juicefs is not None:
+        run.start(
+            METADATA_BACKUP,
+            [
+                python,
+                "-m",
+                "gpufleet.sandbox.storage.metadata_backup",
+                "--state-file",
+                state_file,
+                "--events",
+                str(workload_events(state, METADATA_BACKUP)),
+                "--interval",
+                f"{backup_every:g}",
+            ],
+        )
     from gpufleet.sandbox.storage.writer import read_events
 
     def saved() -> bool:
         return any(e.get("event") == "checkpoint" for e in read_events(workload_events(state, WRITER)))
 
-    run.wait(f"a first checkpoint in {state.checkpoint_bucket}", saved, 0.5)
+    where = state.juicefs.checkpoint_dir if state.juicefs and state.juicefs.checkpoint_dir else None
+    where = where or state.checkpoint_bucket
+    run.wait(f"a first checkpoint in {where}", saved, 0.5)
     say(
-        f"checkpoint writer: every {every:g} s to {state.checkpoint_bucket}; "
+        f"checkpoint writer: every {every:g} s to {where}; "
         f"backups every {backup_every:g} s to {state.backup_bucket}"
+        + (" (checkpoints and verified metadata dumps)" if state.juicefs else "")
     )
 
 
@@ -551,6 +599,11 @@ STOP_ORDER: tuple[str | None, ...] = (
     monitoring.BLACKBOX,
     WRITER,
     BACKUP,
+    METADATA_BACKUP,
+    # the mount is unmounted before this list is walked (storage_down); its process, then Redis
+    juicefs.MOUNT,
+    juicefs.REDIS_SCRATCH,
+    juicefs.REDIS,
     "radosgw",
     "ceph-osd.",
     "ceph-mgr.",
@@ -569,6 +622,9 @@ def storage_down(
             raise StorageSandboxError(f"unreadable state file {error}; remove the run by hand")
         return None
     deleting = state.model_copy(update={"phase": "deleting"})
+    if state.juicefs is not None:
+        write_storage_state(deleting, root)
+        _unmount_first(state, grace_s)
     return run_teardown.remove_run(
         state,
         storage_state_path(stack, root),
@@ -578,6 +634,29 @@ def storage_down(
         grace_s,
         keep_files,
     )
+
+
+def _unmount_first(state: StorageSandboxState, grace_s: float) -> None:
+    """Stop the mount's users, then unmount it (lazily when it is busy or its client is dead:
+    "Transport endpoint is not connected"), so removing the run folder never walks into it."""
+    assert state.juicefs is not None
+    users = {
+        p.pid: p.start_time
+        for p in state.processes
+        if p.name in (WRITER, BACKUP, METADATA_BACKUP) and processes.alive(p)
+    }
+    mountpoint = Path(state.juicefs.mountpoint)
+    connection = jfs.fuse_connection(mountpoint)
+    # A user blocked on a dead client is unkillable until the FUSE connection is aborted.
+    if processes.stop_pids(users, grace_s) and connection is not None:
+        jfs.abort_fuse(connection)
+        processes.stop_pids(users, grace_s)
+    if jfs.mounted(mountpoint):
+        done = subprocess.run(["umount", str(mountpoint)], capture_output=True, timeout=30).returncode == 0
+        if not done:
+            if connection is not None:
+                jfs.abort_fuse(connection)
+            subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
 
 
 # ----------------------------------------------------------------------------- status
@@ -601,6 +680,14 @@ def storage_status(state: StorageSandboxState) -> dict[str, Any]:
         "health": None,
         "error": None,
     }
+    if state.juicefs is not None:
+        out["juicefs"] = {
+            "mountpoint": state.juicefs.mountpoint,
+            "mounted": jfs.mounted(Path(state.juicefs.mountpoint)),
+            "meta_url": state.juicefs.meta_url,
+            "bucket": state.juicefs.bucket,
+            "checkpoint_dir": state.juicefs.checkpoint_dir,
+        }
     if state.ceph_conf is None:
         return out
     try:

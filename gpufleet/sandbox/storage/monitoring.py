@@ -7,6 +7,11 @@ that evaluates the catalog's rules over them, all on 127.0.0.1. Pure functions; 
   ceph-mgr-modules-core 16.2.15).
 - The object store's probe: Debian's prometheus-blackbox-exporter, `http_2xx` against radosgw, as
   the scrape job `gpufleet-object-store` the catalog's StorageObjectStoreDown reads.
+- The JuiceFS metadata engine's probe (when the stack has JuiceFS): the same blackbox exporter
+  speaking Redis's protocol to it (`PING`, answer `+PONG`), as the scrape job
+  `gpufleet-metadata-engine` the catalog's StorageMetadataEngineDown reads.
+- The JuiceFS mount's own metrics (juicefs_*), scraped as job `gpufleet-juicefs-client`: they go
+  with the mount's client, which the catalog's StorageJuicefsClientDown reads (`up == 0`).
 - Prometheus (Debian's), with the rule file generated from the catalog (monitoring/rules/), at the
   stack's sandbox scrape interval and evaluation interval.
 """
@@ -25,6 +30,9 @@ from gpufleet.sandbox.configs import prom_duration
 CEPH_JOB = "ceph"
 OBJECT_STORE_JOB = "gpufleet-object-store"
 BLACKBOX_MODULE = "http_2xx"
+METADATA_ENGINE_JOB = "gpufleet-metadata-engine"
+JUICEFS_CLIENT_JOB = "gpufleet-juicefs-client"  # the mount's own metrics (StorageJuicefsClientDown)
+REDIS_MODULE = "redis_ping"
 # Processes, as recorded in the storage sandbox's state file.
 PROMETHEUS = "prometheus"
 BLACKBOX = "blackbox-exporter"
@@ -38,6 +46,9 @@ class MonitoringPlan:
     scrape_s: float  # the stack's sandbox scrape interval
     evaluation_s: float  # monitoring.evaluationInterval
     rule_file: Path  # the catalog's generated rules
+    # The stack has JuiceFS: probe its metadata engine (ports["redis"]) and scrape the mount's
+    # metrics (ports["juicefs-metrics"]).
+    metadata_engine: bool = False
 
 
 def mgr_module_settings(plan: MonitoringPlan, ports: dict[str, int]) -> list[tuple[str, str]]:
@@ -54,13 +65,48 @@ def mgr_module_settings(plan: MonitoringPlan, ports: dict[str, int]) -> list[tup
 
 
 def blackbox_config(timeout_s: float) -> dict[str, Any]:
-    """One module: an HTTP GET that must answer 2xx (radosgw answers `GET /` with its bucket list)."""
-    return {"modules": {BLACKBOX_MODULE: {"prober": "http", "timeout": prom_duration(timeout_s)}}}
+    """An HTTP GET that must answer 2xx (radosgw answers `GET /` with its bucket list), and a TCP
+    exchange in Redis's inline protocol: PING must be answered +PONG (a Redis that accepts
+    connections but cannot serve fails it; blackbox exporter's tcp prober, query_response)."""
+    timeout = prom_duration(timeout_s)
+    return {
+        "modules": {
+            BLACKBOX_MODULE: {"prober": "http", "timeout": timeout},
+            REDIS_MODULE: {
+                "prober": "tcp",
+                "timeout": timeout,
+                "tcp": {"query_response": [{"send": "PING"}, {"expect": "^\\+PONG"}]},
+            },
+        }
+    }
+
+
+def _probe_job(job: str, module: str, target: str, ports: dict[str, int]) -> dict[str, Any]:
+    # The blackbox exporter's multi-target pattern (its README): the target becomes the `target`
+    # parameter and `instance`, the address the exporter's.
+    return {
+        "job_name": job,
+        "metrics_path": "/probe",
+        "params": {"module": [module]},
+        "static_configs": [{"targets": [target]}],
+        "relabel_configs": [
+            {"source_labels": ["__address__"], "target_label": "__param_target"},
+            {"source_labels": ["__param_target"], "target_label": "instance"},
+            {"target_label": "__address__", "replacement": f"127.0.0.1:{ports['blackbox']}"},
+        ],
+    }
 
 
 def prometheus_config(
-    plan: MonitoringPlan, ports: dict[str, int], s3_endpoint: str, run_id: str
+    plan: MonitoringPlan,
+    ports: dict[str, int],
+    s3_endpoint: str,
+    run_id: str,
+    metadata_engine: str | None = None,
+    juicefs_client: str | None = None,
 ) -> dict[str, Any]:
+    """`metadata_engine`: host:port of the JuiceFS metadata engine (Redis) to probe, if any;
+    `juicefs_client`: host:port of the JuiceFS mount's metrics to scrape, if any."""
     scrape = prom_duration(plan.scrape_s)
     # A target that stops answering only reads 0 once its scrape times out, so the timeout is the
     # interval itself (Prometheus refuses a larger one).
@@ -80,19 +126,17 @@ def prometheus_config(
                 "honor_labels": True,
                 "static_configs": [{"targets": [f"127.0.0.1:{ports['mgr-prometheus']}"]}],
             },
-            # The blackbox exporter's multi-target pattern (its README): the target becomes the
-            # `target` parameter and `instance`, the address the exporter's.
-            {
-                "job_name": OBJECT_STORE_JOB,
-                "metrics_path": "/probe",
-                "params": {"module": [BLACKBOX_MODULE]},
-                "static_configs": [{"targets": [s3_endpoint]}],
-                "relabel_configs": [
-                    {"source_labels": ["__address__"], "target_label": "__param_target"},
-                    {"source_labels": ["__param_target"], "target_label": "instance"},
-                    {"target_label": "__address__", "replacement": f"127.0.0.1:{ports['blackbox']}"},
-                ],
-            },
+            _probe_job(OBJECT_STORE_JOB, BLACKBOX_MODULE, s3_endpoint, ports),
+            *(
+                [_probe_job(METADATA_ENGINE_JOB, REDIS_MODULE, metadata_engine, ports)]
+                if metadata_engine
+                else []
+            ),
+            *(
+                [{"job_name": JUICEFS_CLIENT_JOB, "static_configs": [{"targets": [juicefs_client]}]}]
+                if juicefs_client
+                else []
+            ),
         ],
     }
 

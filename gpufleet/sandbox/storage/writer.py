@@ -1,9 +1,10 @@
 """The storage sandbox's checkpoint writer: a stand-in for a training job's checkpointing.
 
-It counts steps (one every `--step-seconds`), saves a checkpoint every `--interval` seconds to the
-checkpoint bucket through boto3 (shards of seeded random bytes, metadata, manifest last:
-core.s3_checkpoints), keeps the newest `--keep` complete ones, and when a save fails (bucket gone,
-radosgw down, OSDs full) it stops counting, as a job whose store is gone does, and resumes from the
+It counts steps (one every `--step-seconds`), saves a checkpoint every `--interval` seconds where
+the stack says (the checkpoint bucket through boto3, core.s3_checkpoints, or a folder of the JuiceFS
+mount, core.fs_checkpoints: shards of seeded random bytes, metadata, manifest last), keeps the
+newest `--keep` complete ones, and when a save fails (bucket gone, radosgw down, OSDs full, the
+mount broken) it stops counting, as a job whose store is gone does, and resumes from the
 newest checkpoint that verifies once the store answers again. Every save, failure and resume is a
 line of its events file (JSON), which drills read. It is not PyTorch: the Slurm sandbox's training
 job checkpoints to its own directory (docs/storage.md says what is and is not connected).
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.core.checkpoint_manifest import stem
+from gpufleet.core.fs_checkpoints import checkpoint_store_of
 from gpufleet.core.jsonl import read_objects
-from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.core.storage_contract import StorageSandboxState
 
 JOB = 1  # the writer is one job; its generation is (JOB, restart)
@@ -54,8 +55,7 @@ def _shards(step: int, count: int, size: int) -> dict[str, bytes]:
 
 def run(args: argparse.Namespace) -> None:
     state = StorageSandboxState.model_validate_json(Path(args.state_file).read_text())
-    assert state.checkpoint_bucket is not None
-    store = store_for(state, state.checkpoint_bucket)
+    store = checkpoint_store_of(state)  # the JuiceFS mount or the checkpoint bucket, as the stack says
     events = Events(Path(args.events))
     stop = False
 

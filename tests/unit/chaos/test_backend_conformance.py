@@ -75,7 +75,12 @@ def write_storage_state(root: Path) -> None:
 
     from gpufleet.core.procs import start_time
     from gpufleet.core.sandbox_contract import Launch, SandboxProcess
-    from gpufleet.core.storage_contract import OsdRecord, StorageSandboxState, write_storage_state
+    from gpufleet.core.storage_contract import (
+        JuiceFsRecord,
+        OsdRecord,
+        StorageSandboxState,
+        write_storage_state,
+    )
 
     me = SandboxProcess(name="x", pid=os.getpid(), start_time=start_time(os.getpid()) or 0,
                         launch=Launch(program=["true"], log=str(root / "log")))
@@ -85,7 +90,11 @@ def write_storage_state(root: Path) -> None:
         backup_bucket="ckpt-backup",
         osds=[OsdRecord(id=i, uuid=f"u{i}", data_dir="d", block="b", block_bytes=1) for i in range(3)],
         processes=[me.model_copy(update={"name": n}) for n in ("ceph-osd.0", "ceph-osd.1", "ceph-osd.2",
-                                                                  "radosgw")],
+                                                                  "radosgw", "redis", "juicefs-mount")],
+        juicefs=JuiceFsRecord(name="jfs", meta_url="redis://127.0.0.1:1/1", meta_port=1, meta_db=1,
+                              meta_dir=str(root / "redis"), scratch_port=2, bucket="jfs-data",
+                              mountpoint=str(root / "mnt"), cache_dir=str(root / "cache"), cache_mib=64,
+                              metrics="127.0.0.1:3", checkpoint_dir=str(root / "mnt" / "checkpoints")),
     ), root)
 
 

