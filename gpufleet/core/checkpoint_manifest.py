@@ -151,6 +151,22 @@ class Candidate:
     problem: str | None  # None with a manifest: not yet verified
 
 
+def candidates_of(
+    stems: Iterable[tuple[int, int, int]],
+    manifest: Callable[[tuple[int, int, int]], CheckpointManifest | str | None],
+) -> list[Candidate]:
+    """The checkpoints a store lists, oldest first, each with its manifest (`manifest` returns it,
+    why it is unreadable, or None when there is none) or why it has none."""
+    out = []
+    for ckpt in sorted(stems):
+        m = manifest(ckpt)
+        if isinstance(m, CheckpointManifest):
+            out.append(Candidate(ckpt, m, None))
+        else:
+            out.append(Candidate(ckpt, None, m or "incomplete: no manifest (the save was cut off)"))
+    return out
+
+
 @dataclass(frozen=True)
 class Choice:
     chosen: Candidate | None

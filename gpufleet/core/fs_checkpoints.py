@@ -24,6 +24,7 @@ from gpufleet.core.checkpoint_manifest import (
     CheckpointManifest,
     Choice,
     build_manifest,
+    candidates_of,
     choose_newest_verified,
     manifest_matches,
     parse_manifest,
@@ -99,14 +100,7 @@ class FsCheckpointStore:
         """Every checkpoint folder: with its manifest, or why it has none. OSError when the file
         system does not answer (an unmounted or broken JuiceFS: ENOTCONN)."""
         stems = sorted(k for k in (parse_stem(e.name) for e in os.scandir(self.root) if e.is_dir()) if k)
-        out = []
-        for ckpt in stems:
-            m = self.manifest(ckpt)
-            if isinstance(m, CheckpointManifest):
-                out.append(Candidate(ckpt, m, None))
-            else:
-                out.append(Candidate(ckpt, None, m or "incomplete: no manifest (the save was cut off)"))
-        return out
+        return candidates_of(stems, self.manifest)
 
     def complete(self) -> list[CheckpointManifest]:
         return [c.manifest for c in self.candidates() if c.manifest is not None]

@@ -26,6 +26,7 @@ from gpufleet.core.checkpoint_manifest import (
     CheckpointManifest,
     Choice,
     build_manifest,
+    candidates_of,
     choose_newest_verified,
     manifest_matches,
     parse_manifest,
@@ -102,14 +103,7 @@ class S3CheckpointStore:
             parsed = parse_stem(rest.split("/", 1)[0])
             if parsed is not None:
                 stems.add(parsed)
-        out = []
-        for ckpt in sorted(stems):
-            m = self.manifest(ckpt)
-            if isinstance(m, CheckpointManifest):
-                out.append(Candidate(ckpt, m, None))
-            else:
-                out.append(Candidate(ckpt, None, m or "incomplete: no manifest (the save was cut off)"))
-        return out
+        return candidates_of(stems, self.manifest)
 
     def complete(self) -> list[CheckpointManifest]:
         """Manifests of the checkpoints that have one (not verified), oldest first."""

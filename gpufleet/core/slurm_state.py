@@ -5,6 +5,7 @@ state check (gpufleet.chaos.steady)."""
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from dataclasses import dataclass
 
@@ -73,3 +74,56 @@ def parse_sinfo(text: str) -> dict[str, NodeObs]:
         reason = "" if reason.lower() == "none" else reason
         out[name] = NodeObs(name, state, reason, parse_slurm_time(when), schedulable(state))
     return out
+
+
+# --------------------------------------------------------------------------- hostlists
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a Slurm hostlist as `scontrol show hostnames` does: `n[01-03,7]` -> n01 n02 n03 n7.
+
+    Zero padding of a range is kept; several bracket groups in one name multiply out."""
+    out: list[str] = []
+    for item in _split_top(text.strip()):
+        out += _expand_one(item)
+    return out
+
+
+def _split_top(text: str) -> list[str]:
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in hostlist {text!r}")
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if depth:
+        raise ValueError(f"unbalanced '[' in hostlist {text!r}")
+    items.append(cur)
+    return [i for i in items if i]
+
+
+def _expand_one(item: str) -> list[str]:
+    m = re.match(r"^([^\[]*)\[([^\]]+)\](.*)$", item)
+    if not m:
+        return [item]
+    prefix, ranges, rest = m.groups()
+    heads: list[str] = []
+    for part in ranges.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
+                raise ValueError(f"bad range {part!r} in hostlist item {item!r}")
+            width = len(lo) if lo.startswith("0") else 0
+            heads += [f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi) + 1)]
+        elif part.isdigit():
+            heads.append(prefix + part)
+        else:
+            raise ValueError(f"bad element {part!r} in hostlist item {item!r}")
+    return [h + tail for h in heads for tail in _expand_one(rest)]

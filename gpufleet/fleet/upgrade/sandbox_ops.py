@@ -8,11 +8,10 @@ recipes, the node agent answers GET /state on its control socket.
 
 from __future__ import annotations
 
-import re
 import sys
 
 from gpufleet.core.sandbox_contract import Launch, SandboxNode, SandboxState
-from gpufleet.core.slurm_state import NodeObs, parse_slurm_time
+from gpufleet.core.slurm_state import NodeObs, expand_hostlist, parse_slurm_time
 from gpufleet.fleet.upgrade.model import Component, Job
 
 # `squeue -h -o <SQUEUE_FORMAT>`: job id, name, partition, state, nodes (squeue(1): %i %j %P %T %N).
@@ -65,28 +64,6 @@ def slurmd_start_time(text: str) -> float | None:
     return None
 
 
-_RANGE = re.compile(r"^(\d+)-(\d+)$")
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """A Slurm hostlist (`gpu-[0-1,3],spare-0`) as names; what `scontrol show hostnames` prints."""
-    out: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text.strip()):
-        m = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", part)
-        if m is None:
-            if part:
-                out.append(part)
-            continue
-        prefix, body, suffix = m.groups()
-        for item in body.split(","):
-            r = _RANGE.match(item)
-            if r is None:
-                out.append(f"{prefix}{item}{suffix}")
-                continue
-            lo, hi = r.group(1), r.group(2)
-            width = len(lo) if lo.startswith("0") else 0
-            out += [f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1)]
-    return out
 
 
 def parse_squeue(text: str) -> dict[str, list[Job]]:
