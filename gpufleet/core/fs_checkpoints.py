@@ -33,26 +33,9 @@ from gpufleet.core.checkpoint_manifest import (
     stem,
     verify,
 )
+from gpufleet.core.durable_files import create_no_replace, fsync_dir, replace_durably
 from gpufleet.core.s3_checkpoints import MANIFEST, S3CheckpointStore, store_for
 from gpufleet.core.storage_contract import StorageSandboxState
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durable(path: Path, data: bytes) -> Path:
-    """Write `data` to a temporary file beside `path`, fsync'd; its path."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return tmp
 
 
 @dataclass
@@ -70,13 +53,10 @@ class FsCheckpointStore:
         d = self.folder(stem(ckpt))
         d.mkdir(parents=True, exist_ok=True)
         for fname, data in [*shards.items(), ("metadata.json", metadata)]:
-            os.replace(_write_durable(d / fname, data), d / fname)
-        tmp = _write_durable(d / MANIFEST, manifest.to_bytes())
-        try:
-            os.link(tmp, d / MANIFEST)  # never replaces a manifest already there
-        finally:
-            tmp.unlink(missing_ok=True)
-        _fsync_dir(d)
+            replace_durably(d / fname, data)
+        fsync_dir(d)  # the files are durable before the manifest that vouches for them
+        create_no_replace(d / MANIFEST, manifest.to_bytes())  # never replaces a manifest already there
+        fsync_dir(d)
         return manifest
 
     def delete(self, ckpt: tuple[int, int, int]) -> None:

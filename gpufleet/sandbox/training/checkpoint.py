@@ -39,6 +39,7 @@ from gpufleet.core.checkpoint_manifest import (
     stem,
     verify,
 )
+from gpufleet.core.durable_files import create_no_replace, fsync_dir
 
 Gen = tuple[int, int]  # (job id, restart count)
 _NAME = re.compile(r"^ckpt-(\d{10})-(\d{6})-(\d{9})\.json$")
@@ -146,29 +147,6 @@ def check_manifest(key: CkptKey, raw: bytes, hash_of: HashOf) -> CheckpointManif
 # --------------------------------------------------------------------------- I/O
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _create_no_replace(final: Path, data: bytes) -> None:
-    """Write to a private temp file, fsync, then link(2) it into place: fails with FileExistsError
-    instead of replacing an existing file (rename(2) would replace it)."""
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 @dataclass(frozen=True)
 class Loaded:
     key: CkptKey
@@ -192,7 +170,7 @@ class CheckpointDir:
         try:
             fd = os.open(self.fence_dir / fence_name(gen), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             os.close(fd)
-            _fsync_dir(self.fence_dir)
+            fsync_dir(self.fence_dir)
         except FileExistsError:
             pass
         current = self.fence()
@@ -257,11 +235,11 @@ class CheckpointDir:
         if not decision.allowed:
             raise StaleGeneration(decision.reason)
         meta_bytes, manifest = make_manifest(key, payload, meta, time.time())
-        _create_no_replace(self.root / shard_name(key), payload)
-        _create_no_replace(self.root / metadata_name(key), meta_bytes)
-        _fsync_dir(self.root)  # the files are durable before the manifest that vouches for them
-        _create_no_replace(self.root / f"{key.stem}.json", manifest.to_bytes())
-        _fsync_dir(self.root)
+        create_no_replace(self.root / shard_name(key), payload)
+        create_no_replace(self.root / metadata_name(key), meta_bytes)
+        fsync_dir(self.root)  # the files are durable before the manifest that vouches for them
+        create_no_replace(self.root / f"{key.stem}.json", manifest.to_bytes())
+        fsync_dir(self.root)
         fence = self.fence()
         if fence is not None and fence > gen:
             # A newer generation started while we wrote: withdraw our files (names unique to us).

@@ -166,12 +166,12 @@ from gpufleet.sandbox.training import checkpoint as c
 d = c.CheckpointDir(Path(sys.argv[1]))
 d.claim((6, 0))
 d.write((6, 0), 10, b"complete" * 1000, {})
-real = c._create_no_replace
+real = c.create_no_replace
 def die_before_manifest(final, data):
     if final.name.endswith(".json") and not final.name.endswith(".meta.json"):
         os.kill(os.getpid(), signal.SIGKILL)  # kill -9 between the files and the manifest
     real(final, data)
-c._create_no_replace = die_before_manifest
+c.create_no_replace = die_before_manifest
 d.write((6, 0), 20, b"cut-off" * 1000, {})
 """
 

@@ -265,11 +265,11 @@ def test_a_save_killed_before_its_manifest_is_incomplete(tmp_path: Path) -> None
         "import os, signal, sys\n"
         "from pathlib import Path\n"
         "import gpufleet.core.fs_checkpoints as f\n"
-        "real = f._write_durable\n"
+        "real = f.create_no_replace\n"
         "def stop(path, data):\n"
         "    if path.name == 'MANIFEST.json': os.kill(os.getpid(), signal.SIGKILL)\n"
         "    return real(path, data)\n"
-        "f._write_durable = stop\n"
+        "f.create_no_replace = stop\n"
         "f.FsCheckpointStore(Path(sys.argv[1])).put((1, 0, 5), {'shard-00.bin': b'x' * 10}, b'{}', 1.0)\n"
     )
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=60)
