@@ -242,6 +242,8 @@ class Backend:
         raise self._unsupported("gpu-hang")
 
     # ------------------------------------------------------------ planned operations
+    REPLICA_RESTART: ClassVar[str] = "replica-restart"  # the ledger kind of one replica's restart
+
     def plan_replica_restart(self, replica: str, drain_timeout_s: float, ready_timeout_s: float) -> Plan:
         """Restart one serving replica without losing a request: drain it in the balancer, wait for
         its requests to finish, restart it, wait until it is ready, put it back. Not a fault (no

@@ -346,7 +346,7 @@ class SandboxBackend(Backend):
         def done(rec_id: str, ledger: Ledger) -> None:
             ledger.mark_reverted(rec_id, ok=True)  # the operation completed: nothing is left to undo
 
-        return Plan("replica-restart", {"node": replica}, {"drain_timeout_s": drain_timeout_s,
+        return Plan(self.REPLICA_RESTART, {"node": replica}, {"drain_timeout_s": drain_timeout_s,
                                                            "ready_timeout_s": ready_timeout_s},
                     rb, apply, f"restart replica {replica} (drain, stop, start, ready)", {replica}, done)
 

@@ -17,12 +17,12 @@ from chaoslib.exceptions import ActivityFailed, InvalidActivity
 from chaoslib.types import Configuration, Secrets
 
 from gpufleet.chaos import engine
+from gpufleet.chaos.backends.base import Backend
 from gpufleet.chaos.serving import load
 from gpufleet.core.serving_records import read_records
 
 __all__ = ["restore_replicas", "rolling_restart", "start_load"]
 
-RESTART_KIND = "replica-restart"  # the ledger kind of one replica's restart (a planned operation)
 
 logger = logging.getLogger("chaostoolkit")
 LOADS_DIR = Path(tempfile.gettempdir()) / "gpufleet" / "loads"
@@ -123,4 +123,4 @@ def restore_replicas(configuration: Configuration = None, secrets: Secrets = Non
     """Rollback of `rolling_restart`: any restart still pending in the ledger (the run was cut off
     mid-restart) is undone: the replica started again if it is not running, and put back in the
     balancer's rotation."""
-    return engine.revert_summary(engine.revert(configuration, frozenset({RESTART_KIND})))
+    return engine.revert_summary(engine.revert(configuration, frozenset({Backend.REPLICA_RESTART})))
