@@ -5,6 +5,7 @@ right now may be torn, not JSON yet: readers skip it; what a complete line means
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,6 +15,18 @@ from pydantic import BaseModel, ValidationError
 M = TypeVar("M", bound=BaseModel)
 
 READ_LIMIT_BYTES = 50_000_000  # a runaway file is read only this far (bounded memory)
+
+
+def append_objects(path: str | Path, docs: Iterable[Any]) -> None:
+    """Append one JSON line per document in a single O_APPEND write (its folder made if missing):
+    a concurrent reader sees whole lines, or a torn last one that it skips."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps(d, sort_keys=True) + "\n" for d in docs).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def json_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, Any]]:

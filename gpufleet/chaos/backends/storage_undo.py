@@ -9,7 +9,6 @@ may replay it after a crash.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -28,6 +27,7 @@ from gpufleet.core import juicefs as jfs
 from gpufleet.core.ceph_admin import CephCommandError, ceph_run
 from gpufleet.core.checkpoint_manifest import stem
 from gpufleet.core.fs_checkpoints import FsCheckpointStore
+from gpufleet.core.jsonl import append_objects
 from gpufleet.core.juicefs_backups import restore_newest
 from gpufleet.core.procs import alive, children, launch, start_time
 from gpufleet.core.s3_checkpoints import store_for
@@ -164,10 +164,7 @@ def rb_restore_bucket(args: dict[str, Any]) -> None:
         "restored": restored,
         "failed": failed,
     }
-    path = state.events_file(RESTORE_EVENTS)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fh.write(json.dumps(event, sort_keys=True) + "\n")
+    append_objects(state.events_file(RESTORE_EVENTS), [event])
     if failed:
         raise ActivityFailed(f"{len(failed)} backed-up checkpoint(s) did not restore verified: {failed}")
 
@@ -301,10 +298,7 @@ def rb_restore_metadata(args: dict[str, Any]) -> None:
         "verified": verified,
         "corrupt": corrupt,
     }
-    path = state.events_file(METADATA_RESTORE_EVENTS)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fh.write(json.dumps(event, sort_keys=True) + "\n")
+    append_objects(state.events_file(METADATA_RESTORE_EVENTS), [event])
     if corrupt:
         raise ActivityFailed(
             f"{len(corrupt)} checkpoint(s) on the mount do not verify after the restore: {corrupt}"

@@ -4,15 +4,13 @@ flaps from carrier counters), and the figures the report trends and the lemon ru
 
 from __future__ import annotations
 
-import json
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.core.jsonl import parse_models, read_lines
+from gpufleet.core.jsonl import append_objects, parse_models, read_lines
 from gpufleet.fleet.inspect.checks import NodeResult
 from gpufleet.fleet.inspect.observation import Level, NodeObservation
 
@@ -45,13 +43,7 @@ def history_path(root: Path, stack: str) -> Path:
 
 def append(path: Path, records: Sequence[NodeRecord]) -> None:
     """One write per sweep with O_APPEND: a concurrent reader sees whole lines or a torn last one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps(r.model_dump(mode="json"), sort_keys=True) + "\n" for r in records).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    append_objects(path, (r.model_dump(mode="json") for r in records))
 
 
 def load(path: Path) -> list[NodeRecord]:
