@@ -26,13 +26,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from gpufleet.core import backup_checks
+from gpufleet.core.backup_checks import SHRINK_FLOOR as SHRINK_FLOOR  # re-exported: the dumps' floor
+
 # Dumps and their evidence in the backup bucket: `<prefix>dump-<ms>.json` and `...json.evidence.json`.
 METADATA_PREFIX = "metadata/"
 EVIDENCE_SUFFIX = ".evidence.json"
-# A dump whose inodes fall below this share of the previous verified dump's is a failed backup: a
-# training file system grows or turns over checkpoints; losing half its inodes at once is what an
-# emptied or truncated engine looks like, not retention.
-SHRINK_FLOOR = 0.5
 # Inodes the live count may move between the statvfs reads around a dump and the dump itself (the
 # writer creates and prunes a checkpoint's files while it runs) beyond what was seen moving.
 LIVE_SLACK = 8
@@ -293,11 +292,9 @@ def judge_dump(
             problems.append(
                 f"its usedInodes is {counted}, the live file system had {lo} to {hi} (slack {LIVE_SLACK})"
             )
-    if previous_inodes is not None and dumped.inodes < previous_inodes * SHRINK_FLOOR:
-        problems.append(
-            f"shrank sharply: {dumped.inodes} inodes against {previous_inodes} in the previous verified "
-            f"dump (floor {SHRINK_FLOOR:.0%})"
-        )
+    shrank = backup_checks.shrink_problem("inodes", dumped.inodes, previous_inodes)
+    if shrank:
+        problems.append(shrank)
     return problems
 
 
@@ -311,5 +308,4 @@ def evidence_key(dump: str) -> str:
 
 def newest_verified(evidence: list[DumpEvidence]) -> DumpEvidence | None:
     """The newest dump whose evidence says verified (what a restore loads)."""
-    good = [e for e in evidence if e.verified]
-    return max(good, key=lambda e: (e.taken_at, e.dump), default=None)
+    return backup_checks.newest_verified(evidence, "dump")
