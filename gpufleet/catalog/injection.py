@@ -235,6 +235,14 @@ class JuicefsClientKill(InjectionModel):
     method: Literal["juicefs-client-kill"] = "juicefs-client-kill"
 
 
+class SlurmStateLoss(InjectionModel):
+    """The Slurm controller loses its state: slurmctld SIGKILLed and its StateSaveLocation gone (a
+    controller host lost with its disk, a state directory wiped): only the state backups remain."""
+
+    needs_node: ClassVar[bool] = False
+    method: Literal["slurm-state-loss"] = "slurm-state-loss"
+
+
 class KillRank(InjectionModel):
     """SIGKILL the training process of one rank (a software crash)."""
 
@@ -280,12 +288,13 @@ AnyInjection = (
     DcgmInject | ExporterInject | GpuHang | NodeCrash | NodeHang | NodeReboot | LinkDown | LinkFlap
     | LinkDegrade | StorageOutage | StorageSlow | KillRank | HostSignal | SwitchDown | NicRemove | OsdKill
     | OsdHang | OsdNearFull | ObjectStoreOutage | BucketLoss | MetadataEngineLoss | JuicefsClientKill
+    | SlurmStateLoss
 )
 Injection = Annotated[AnyInjection, Field(discriminator="method")]
 INJECTION_MODELS: tuple[type[InjectionModel], ...] = (
     DcgmInject, ExporterInject, GpuHang, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
     StorageOutage, StorageSlow, KillRank, HostSignal, SwitchDown, NicRemove, OsdKill, OsdHang, OsdNearFull,
-    ObjectStoreOutage, BucketLoss, MetadataEngineLoss, JuicefsClientKill,
+    ObjectStoreOutage, BucketLoss, MetadataEngineLoss, JuicefsClientKill, SlurmStateLoss,
 )
 METHODS: dict[str, type[InjectionModel]] = {
     str(m.model_fields["method"].default): m for m in INJECTION_MODELS

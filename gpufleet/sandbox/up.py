@@ -21,7 +21,7 @@ from gpufleet.config.model import StackSpec
 from gpufleet.core.haproxy_stats import server_states
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, state_path
-from gpufleet.sandbox import agents, network, prometheus, slurm, workload
+from gpufleet.sandbox import agents, network, prometheus, slurm, slurm_state_backup, workload
 from gpufleet.sandbox.configs import hosts_json
 from gpufleet.sandbox.layout import AGENT_PORT, MGMT_IFNAME, Layout, new_run_id, plan_layout
 from gpufleet.sandbox.processes import Started, Timings
@@ -246,6 +246,9 @@ def _bring_up(
             0.2,
         )
         timings.mark("training")
+    if spec.dr is not None:  # backups of slurmctld's state, proven restorable (docs/storage.md, drill 3)
+        interval = spec.dr.backup_interval_seconds
+        started.append(_record(rec, slurm_state_backup.start(layout, rec.path, interval, opts.python)))
     if serving is not None:
         want = {n.name for n in layout.serving_nodes}
         _, stats_url = serving_start.urls(layout, serving)

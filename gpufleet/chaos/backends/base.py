@@ -41,6 +41,7 @@ from gpufleet.catalog.injection import (
     OsdHang,
     OsdKill,
     OsdNearFull,
+    SlurmStateLoss,
     StorageOutage,
     StorageSlow,
     SwitchDown,
@@ -224,6 +225,8 @@ class Backend:
                 return self.plan_metadata_engine_loss()
             case JuicefsClientKill():
                 return self.plan_juicefs_client_kill()
+            case SlurmStateLoss():
+                return self.plan_slurm_state_loss()
             case _:
                 assert_never(injection)
 
@@ -307,6 +310,9 @@ class Backend:
 
     def plan_juicefs_client_kill(self) -> Plan:
         raise self._unsupported("juicefs-client-kill")
+
+    def plan_slurm_state_loss(self) -> Plan:
+        raise self._unsupported("slurm-state-loss")
 
 
 def tbf_argv(ifname: str, rate_mbit: float) -> list[str]:
