@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.chaos.backends import kubernetes as k8s
-from gpufleet.chaos.backends import sandbox_undo, slurm, storage_undo
+from gpufleet.chaos.backends import sandbox_undo, slurm, slurm_state_fault, storage_undo
 from gpufleet.chaos.ledger import RollbackFn
 
 
@@ -26,6 +26,7 @@ ROLLBACKS: dict[str, RollbackFn] = {
     "sandbox.host-restore": sandbox_undo.rb_host_restore,
     "sandbox.links-up": sandbox_undo.rb_links_up,
     "sandbox.nic-restore": sandbox_undo.rb_nic_restore,
+    "sandbox.slurm-state-restore": slurm_state_fault.rb_slurm_state_restore,
     "slurm.ssh": slurm.rb_ssh,
     "storage.restart-daemon": storage_undo.rb_restart_daemon,
     "storage.continue-daemon": storage_undo.rb_continue_daemon,

@@ -34,11 +34,13 @@ from gpufleet.catalog.injection import (
     NodeCrash,
     NodeHang,
     NodeReboot,
+    SlurmStateLoss,
     StorageOutage,
     StorageSlow,
     SwitchDown,
 )
 from gpufleet.chaos import sysops
+from gpufleet.chaos.backends import slurm_state_fault
 from gpufleet.chaos.backends.base import (
     Backend,
     NodeInfo,
@@ -104,7 +106,7 @@ class SandboxBackend(Backend):
     name = "sandbox"
     capabilities: ClassVar[frozenset[type[InjectionModel]]] = frozenset({
         DcgmInject, ExporterInject, GpuHang, NodeCrash, NodeHang, NodeReboot, LinkDown, LinkFlap, LinkDegrade,
-        StorageOutage, KillRank, HostSignal, SwitchDown, NicRemove,
+        StorageOutage, KillRank, HostSignal, SwitchDown, NicRemove, SlurmStateLoss,
     })
     not_offered: ClassVar[Mapping[type[InjectionModel], str]] = {
         StorageSlow: "the sandbox's checkpoint store is a local directory; slowing it needs a "
@@ -586,6 +588,10 @@ class SandboxBackend(Backend):
             apply,
             f"degrade {ifname} in {ns}: loss {loss_percent}%, rate {rate_mbit} Mbit/s",
         )
+
+    # ------------------------------------------------------------ scheduler
+    def plan_slurm_state_loss(self) -> Plan:
+        return slurm_state_fault.plan(self.state, self.stack, self.state_root)
 
     # ------------------------------------------------------------ storage
     def plan_storage_outage(self) -> Plan:

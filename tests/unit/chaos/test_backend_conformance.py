@@ -112,7 +112,29 @@ def write_sandbox_state(root: Path, **changes: Any) -> None:
                    for n in ("gpu-0", "gpu-1")],
         agent_token_file=None, checkpoint_dir=str(root / "ckpt"),
     )
+    state.processes.append(_slurmctld_with_a_verified_backup(root, state))
     write_state(state.model_copy(update=changes), root)
+
+
+def _slurmctld_with_a_verified_backup(root: Path, state: SandboxState) -> SandboxProcess:
+    """slurm-state-loss plans only with a live slurmctld (this test process, never signalled: plans
+    only), its StateSaveLocation in slurm.conf and a verified state backup young enough."""
+    import os
+    import time
+
+    from gpufleet.core.procs import start_time
+    from gpufleet.core.slurm_backup_checks import StateBackupEvidence, evidence_name
+    from gpufleet.core.slurm_state_backups import backup_dir
+
+    (root / "slurm.conf").write_text(f"StateSaveLocation={root / 'run' / 'slurm' / 'ctld'}\n")
+    folder = backup_dir(state)
+    folder.mkdir(parents=True, exist_ok=True)
+    e = StateBackupEvidence(archive="slurm-state-1.tar.gz", taken_at=time.time(), seconds=1, paused_seconds=0,
+                            bytes=1, files=1, sha256="0" * 64, verified=True)
+    (folder / evidence_name(e.archive)).write_text(e.model_dump_json())
+    return SandboxProcess(name="slurmctld", pid=os.getpid(), start_time=start_time(os.getpid()) or 0,
+                          netns="t1-head", launch=Launch(program=["slurmctld", "-D"], netns="t1-head",
+                                                         log=str(root / "ctld.log")), node="head")
 
 
 @pytest.fixture
