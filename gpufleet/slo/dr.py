@@ -52,6 +52,9 @@ class DrillInputs:
     checkpoints_corrupt: int = 0
     workload_resumed_at: float | None = None  # first new work after the restore, when measured
     problems: tuple[str, ...] = ()  # what the probe could not measure, said in the verdict
+    # What the integrity check says instead of the checkpoint wording (a drill that restores
+    # something else, e.g. the scheduler's jobs, counts those in checkpoints_restored/_corrupt).
+    integrity_detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,9 @@ def judge_drill(inputs: DrillInputs) -> DrillVerdict:
         _timed("rto", rto, t.rto_seconds if t else None, "the restore was never verified"),
         integrity,
     )
+    if inputs.integrity_detail is not None and r is not None:
+        checks = (*checks[:2], Check("integrity", integrity.measured, integrity.budget, integrity.outcome,
+                                     inputs.integrity_detail))
     if any(c.outcome is Outcome.FAIL for c in checks):
         outcome = Outcome.FAIL
     elif all(c.outcome is Outcome.PASS for c in checks):
