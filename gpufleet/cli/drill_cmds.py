@@ -112,7 +112,8 @@ def run_cmd(
         console.print(f"  work lost: {verdict.steps_lost} steps", highlight=False)
     if verdict.resumed_after_seconds is not None:
         console.print(
-            f"  the checkpoint writer resumed {verdict.resumed_after_seconds:.1f} s after the failure",
+            f"  the workload resumed (its first new save or step) {verdict.resumed_after_seconds:.1f} s "
+            "after the failure",
             highlight=False,
         )
     for note in verdict.notes:
