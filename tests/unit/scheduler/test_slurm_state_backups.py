@@ -25,8 +25,8 @@ from gpufleet.core.slurm_backup_checks import (
     archive_name,
     conf_value,
     evidence_name,
-    judge_state_backup,
     jobs_back,
+    judge_state_backup,
     newest_verified,
     parse_jobs,
     scratch_conf,
@@ -54,7 +54,8 @@ def ev(name: str, t: float, verified: bool = True, jobs: int = 1) -> StateBackup
 
 
 def test_squeue_lines_parse_and_odd_lines_are_skipped() -> None:
-    jobs = parse_jobs("1|train-ab|RUNNING|2026-12-05T05:09:33\n\ngarbage\n2|q-0|PENDING|2026-12-05T05:10:00\n")
+    text = "1|train-ab|RUNNING|2026-12-05T05:09:33\n\ngarbage\n2|q-0|PENDING|2026-12-05T05:10:00\n"
+    jobs = parse_jobs(text)
     assert [(j.id, j.name, j.state) for j in jobs] == [("1", "train-ab", "RUNNING"), ("2", "q-0", "PENDING")]
 
 
@@ -264,4 +265,5 @@ def test_the_drill_experiment_is_a_chaos_toolkit_experiment_of_this_module() -> 
     for a in activities:
         assert a["provider"]["module"] == "gpufleet.chaos.scheduler_drill"
         assert callable(getattr(mod, a["provider"]["func"]))
-    assert [a["provider"]["func"] for a in doc["method"]][-2:] == ["slurm_state_loss", "restore_scheduler_state"]
+    funcs = [a["provider"]["func"] for a in doc["method"]]
+    assert funcs[-2:] == ["slurm_state_loss", "restore_scheduler_state"]
