@@ -1,0 +1,114 @@
+"""End-to-end: drill 3, "scheduler state lost", on the real Slurm sandbox (slurmctld 22.05): the state
+backup job's copies proven in a scratch slurmctld, a corrupt copy refused by it, and the drill played
+with `gpufleet drill run` (the running training job and the queued jobs come back with the same
+JobIds, training goes on, RPO/RTO judged against the stack's dr targets).
+
+Needs root, Slurm, Prometheus and PyTorch (the sandbox); about 2 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.chaos.backends.slurm_state_fault import RECORD
+from gpufleet.chaos.scheduler_drill import QUEUED_PREFIX
+from gpufleet.core.jsonl import read_objects
+from gpufleet.core.sandbox_contract import SandboxState, read_state
+from gpufleet.core.slurm_state_backups import (
+    _archive,
+    _extract,
+    backup_dir,
+    list_evidence,
+    live_jobs,
+    verify_in_scratch,
+)
+from tests.e2e.e2e_support import wait_until
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")]
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+STACK = "sandbox-storage"  # the shipped sandbox stack with dr targets (RPO 30 s, RTO 60 s, backups every 5 s)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    root = tmp_path_factory.mktemp("drill3-sbx")
+    e = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root), "GPUFLEET_LEDGER": str(root / "ledger.jsonl")}
+    up = subprocess.run([str(BIN / "gpufleet"), "sandbox", "up", "--stack", STACK], env=e, cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+    try:
+        assert up.returncode == 0, f"sandbox up failed:\n{up.stdout}\n{up.stderr}"
+        yield e
+    finally:
+        subprocess.run([str(BIN / "gpufleet"), "chaos", "revert"], env=e, cwd=REPO, timeout=120)
+        down = subprocess.run([str(BIN / "gpufleet"), "sandbox", "down", "--stack", STACK], env=e, cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+        assert down.returncode == 0, down.stderr
+
+
+def _state(env: dict[str, str]) -> SandboxState:
+    return read_state(STACK, Path(env["GPUFLEET_SANDBOX_ROOT"]))
+
+
+def test_state_backups_are_proven_in_a_scratch_slurmctld_and_a_corrupt_one_is_refused(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    state = _state(env)
+    evidence = wait_until("a verified Slurm state backup holding the training job", lambda: [
+        e for e in list_evidence(backup_dir(state))
+        if e.verified and any(j.name == state.training_job_name and j.state == "RUNNING" for j in e.jobs)
+    ], 90)
+    e = evidence[-1]
+    assert e.load_seconds is not None and e.paused_seconds < 1.0 and e.bytes > 0 and len(e.sha256) == 64
+    assert set(e.live_before) & set(e.live_after) <= e.job_ids()
+    # A job_state cut in half (a torn copy): the scratch slurmctld, without -i, refuses to start.
+    _extract(backup_dir(state) / e.archive, tmp_path / "src")
+    js = tmp_path / "src" / "job_state"
+    js.write_bytes(js.read_bytes()[: js.stat().st_size // 2])
+    _archive(tmp_path / "src", tmp_path / "bad.tar.gz")
+    jobs, why, _ = verify_in_scratch(state, tmp_path / "bad.tar.gz", tmp_path / "scratch")
+    assert jobs is None and why is not None and "Incomplete job state save file" in why, why
+
+
+def test_drill_scheduler_state_lost_brings_the_jobs_back(env: dict[str, str], tmp_path: Path) -> None:
+    before = _state(env)
+    ctld_before = next(p for p in before.processes if p.name == "slurmctld")
+    journal = tmp_path / "journal.json"
+    run = subprocess.run([str(BIN / "gpufleet"), "drill", "run", "scheduler-state-lost", "--stack", STACK,
+                          "--journal", str(journal)], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=400)
+    print(run.stdout[-3000:])
+    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
+    assert "scheduler-state-lost: PASS" in run.stdout
+    doc = json.loads(journal.read_text())
+    verdict = next(p["output"] for p in doc["steady_states"]["after"]["probes"]
+                   if p["activity"]["name"] == "drill-within-targets")
+    assert verdict["outcome"] == "PASS" and verdict["rpo_seconds"] <= 30 and verdict["rto_seconds"] <= 60
+    after = _state(env)
+    ctld_after = next(p for p in after.processes if p.name == "slurmctld")
+    assert ctld_after.pid != ctld_before.pid  # a new controller, from the restored state
+    records = read_objects(Path(after.base_dir) / "slurm" / RECORD)
+    lost = next(r for r in records if r["event"] == "state_lost")
+    restored = next(r for r in records if r["event"] == "state_restored")
+    assert Path(lost["aside"]).is_dir()  # the lost state stays, moved aside, for an operator
+    active = {j["id"]: j for j in lost["jobs"] if j["state"] in ("RUNNING", "PENDING")}
+    back = {j["id"]: j for j in restored["jobs"]}
+    expected = set(restored["backup_jobs"]) & set(active)
+    assert expected and expected <= set(back), (expected, back)
+    train = [i for i, j in active.items() if j["name"] == before.training_job_name]
+    assert train and back[train[0]]["state"] == "RUNNING"  # the same JobId, still running
+    drill_jobs = [i for i, j in active.items() if j["name"].startswith(QUEUED_PREFIX)]
+    queued = [i for i in drill_jobs if i in expected]
+    assert len(queued) >= 2 and all(back[i]["state"] == "PENDING" for i in queued)
+    # The drill's rollback cancelled its own jobs; the training job runs on under the new controller.
+    now = {j.id: j for j in live_jobs(after) or []}
+    assert now[train[0]].state == "RUNNING"
+    assert not [j for j in now.values() if j.name.startswith(QUEUED_PREFIX) and j.state == "PENDING"]
