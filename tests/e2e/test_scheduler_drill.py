@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from e2e_support import wait_until
 
 from gpufleet.chaos.backends.slurm_state_fault import RECORD
 from gpufleet.chaos.scheduler_drill import QUEUED_PREFIX
@@ -29,7 +30,6 @@ from gpufleet.core.slurm_state_backups import (
     live_jobs,
     verify_in_scratch,
 )
-from tests.e2e.e2e_support import wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")]
 
