@@ -91,7 +91,7 @@ def test_every_rate_names_its_source(catalog: Catalog) -> None:
 
 def test_the_vocabulary_is_one_union_of_strict_models() -> None:
     # One model per method, each rejecting unknown keys: the catalog loader is the validator.
-    assert len(METHODS) == len(INJECTION_MODELS) == 22
+    assert len(METHODS) == len(INJECTION_MODELS) == 23
     for method, model in METHODS.items():
         assert model.model_config.get("extra") == "forbid", method
         assert parse_injection({"method": method, **_minimal(method)}).method == method
