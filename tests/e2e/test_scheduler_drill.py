@@ -19,7 +19,7 @@ import pytest
 from e2e_support import wait_until
 
 from gpufleet.chaos.backends.slurm_state_fault import RECORD
-from gpufleet.chaos.scheduler_drill import QUEUED_PREFIX
+from gpufleet.chaos.scheduler_drill import DRILL_RECORD, QUEUED_PREFIX
 from gpufleet.core.jsonl import read_objects
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.core.slurm_state_backups import (
@@ -108,6 +108,14 @@ def test_drill_scheduler_state_lost_brings_the_jobs_back(env: dict[str, str], tm
     drill_jobs = [i for i, j in active.items() if j["name"].startswith(QUEUED_PREFIX)]
     queued = [i for i in drill_jobs if i in expected]
     assert len(queued) >= 2 and all(back[i]["state"] == "PENDING" for i in queued)
+    # A job submitted after the backup the restore loaded is lost with the state (what RPO counts).
+    drilled = read_objects(Path(after.base_dir) / "slurm" / DRILL_RECORD)
+    late = [i for r in drilled if r["event"] == "after_backup" for i in r["jobs"]]
+    assert late
+    for i in late:
+        if i not in restored["backup_jobs"]:
+            assert i not in back or not back[i]["name"].startswith(QUEUED_PREFIX + "late-"), back
+            assert any(f"lost with the state (RPO): {i}" in n for n in verdict["notes"]), verdict["notes"]
     # The drill's rollback cancelled its own jobs; the training job runs on under the new controller.
     now = {j.id: j for j in live_jobs(after) or []}
     assert now[train[0]].state == "RUNNING"
