@@ -100,6 +100,22 @@ def _start(state: StorageSandboxState, recipe: Launch, args: dict[str, Any]) -> 
     write_storage_state(state.model_copy(update={"processes": procs}), Path(root) if root else None)
 
 
+def rb_thrash_revert(args: dict[str, Any]) -> None:
+    """Undo the OSD thrasher (chaos.storage.thrash): every OSD not running started again from its
+    recorded Launch recipe, then every OSD marked in. Idempotent: a running OSD is left alone and
+    marking an OSD that is in `in` again changes nothing."""
+    state = _state(args)
+    if state is None or state.phase not in ("up", "creating"):
+        return
+    for name, launch_doc in sorted(dict(args["osds"]).items()):
+        rb_restart_daemon({**args, "name": name, "launch": launch_doc})
+    ids = [name.split(".", 1)[1] for name in sorted(dict(args["osds"]))]
+    try:
+        ceph_run(state, "osd", "in", *ids)
+    except CephCommandError as e:
+        raise ActivityFailed(str(e)) from None
+
+
 def rb_continue_daemon(args: dict[str, Any]) -> None:
     """SIGCONT a stopped daemon (if it is still the process that was stopped)."""
     pid, st = int(args["pid"]), int(args["start_time"])

@@ -32,6 +32,7 @@ __all__ = [
     "checkpoints_intact",
     "drill_within_targets",
     "object_store_available",
+    "thrash_within_limits",
 ]
 
 
@@ -411,3 +412,23 @@ def drill_within_targets(
     doc = verdict.to_doc()
     logger.info("gpufleet drill verdict: %s", json.dumps(doc, default=str))
     return doc
+
+
+def thrash_within_limits(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """The verdict of this run's OSD thrash (action osd_thrash): {"outcome": "PASS" | "FAIL",
+    "problems", "time_to_clean_s", "oracle", "checkpoints", ...}, the report the thrasher wrote into
+    the storage sandbox's `osd-thrash` events. PASS only with 0 oracle mismatches, 0 S3 errors
+    unaccounted for, 0 checkpoints lost or corrupt, every change's PGs active again and the cluster
+    clean at the end. Before the thrash ran (the hypothesis before the method): PASS, said in the
+    output. Tolerance: `{"type": "regex", "target": "outcome", "pattern": "^PASS$"}`."""
+    from gpufleet.chaos.storage.thrash import latest_report
+
+    ctx = engine.context(configuration)
+    state = _storage(configuration)
+    report = latest_report(state, ctx.run.run_id)
+    if report is None:
+        if any(r.kind == "osd-thrash" for r in ctx.ledger.records() if r.run_id == ctx.run.run_id):
+            return {"outcome": "FAIL", "problems": ["the thrash of this run started and wrote no report"]}
+        return {"outcome": "PASS", "before_fault": True, "notes": ["no OSD thrash in this run yet"]}
+    logger.info("gpufleet thrash verdict: %s", json.dumps(report, default=str))
+    return report
