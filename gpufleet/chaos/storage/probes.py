@@ -270,6 +270,18 @@ def _newest_saved_before(state: StorageSandboxState, failed_at: float) -> Restor
     return RestoredCheckpoint(f"step {b['step']}", int(b["step"]), float(b["written_at"]), True)
 
 
+def _gc_note(gc: dict[str, Any] | None) -> str:
+    """The restore's `juicefs gc` (storage_undo._collect_leaks) said in the drill's evidence."""
+    if not gc:
+        return "juicefs gc after the restore: not run"
+    if gc.get("error"):
+        return f"juicefs gc after the restore failed: {gc['error']}"
+    return (
+        f"juicefs gc after the restore: {gc['leaked_found']} leaked object(s) ({gc['leaked_bytes']} "
+        f"bytes) found, {gc['deleted']} deleted, {gc['leaked_after']} left, in {gc['seconds']} s"
+    )
+
+
 def _metadata_lost(
     drill: str, ctx: engine.Context, state: StorageSandboxState, failed_at: float, timeout_s: float
 ) -> dict[str, Any]:
@@ -291,6 +303,7 @@ def _metadata_lost(
     else:
         problems.append(f"restored from {loaded['dump']} ({failed_at - float(loaded['taken_at']):.1f} s "
                         f"before the failure; {loaded['files']} files, {loaded['inodes']} inodes)")
+        problems.append(_gc_note((restore or {}).get("gc")))
     rec = state.juicefs
     if rec is None or rec.checkpoint_dir is None:
         raise ActivityFailed(f"the storage sandbox of {state.stack} has no checkpoints on JuiceFS")
