@@ -345,10 +345,30 @@ def _writer_failures(state: StorageSandboxState, since: float) -> list[dict[str,
     ]
 
 
+def lost_saves(
+    events: list[dict[str, Any]], have: set[tuple[int, int]], since: float
+) -> tuple[int, list[str]]:
+    """(saves since `since`, those lost): a checkpoint the writer said it saved (its events, each save
+    numbered by the restart of the resume before it) that the store no longer lists although it is
+    newer than the oldest one listed (older ones went by the writer's retention)."""
+    restart, saved = -1, []
+    for e in events:
+        if e.get("event") == "resume":
+            restart = int(e["restart"])
+        elif e.get("event") == "checkpoint" and float(e["t"]) >= since:
+            saved.append((restart, int(e["step"])))
+    oldest = min(have, default=None)
+    lost = [(r, s) for r, s in saved if (oldest is None or (r, s) > oldest) and (r, s) not in have]
+    return len(saved), [f"restart {r} step {s}" for r, s in lost]
+
+
 def _checkpoints(state: StorageSandboxState, since: float) -> dict[str, Any]:
     """Every complete checkpoint verified by sha256, and every checkpoint the writer said it saved
     since `since` found, unless older than the oldest it keeps (retention, not loss)."""
     store = checkpoint_store_of(state)
+    # The writer's events first, then the listing: every save read here happened before the listing,
+    # so it is listed unless the writer's retention pruned it (then it is older than the oldest kept).
+    events = read_objects(state.events_file("checkpoint-writer"))
     complete = store.complete()
     corrupt = []
     verified = 0
@@ -360,26 +380,12 @@ def _checkpoints(state: StorageSandboxState, since: float) -> dict[str, Any]:
             corrupt.append({"checkpoint": stem((m.job, m.restart, m.step)), "problems": problems})
         else:
             verified += 1
-    have = {(m.restart, m.step) for m in complete}
-    oldest = min(have, default=None)
-    restart, saved = -1, []
-    for e in read_objects(state.events_file("checkpoint-writer")):
-        if e.get("event") == "resume":
-            restart = int(e["restart"])
-        elif e.get("event") == "checkpoint" and float(e["t"]) >= since:
-            saved.append((restart, int(e["step"])))
-    lost = [
-        f"restart {r} step {s}"
-        for r, s in saved
-        if oldest is not None and (r, s) > oldest and (r, s) not in have
-    ]
-    if saved and oldest is None:
-        lost = [f"restart {r} step {s}" for r, s in saved]
+    saved, lost = lost_saves(events, {(m.restart, m.step) for m in complete}, since)
     return {
         "complete": len(complete),
         "verified": verified,
         "corrupt": corrupt,
-        "saved_during": len(saved),
+        "saved_during": saved,
         "lost": lost,
     }
 

@@ -150,3 +150,27 @@ def test_ledger_entries_close_when_the_thrasher_undid_all_they_stand_for() -> No
     assert led.undone({(1, "dead")}) == []  # revived but still out
     assert led.undone({(1, "out"), (1, "dead")}) == ["kill"]
     assert led.undone({(2, "out")}) == ["out2"] and led.open == {}
+
+
+def test_a_save_is_lost_only_when_newer_than_the_oldest_kept_and_gone() -> None:
+    from gpufleet.chaos.storage.thrash import lost_saves
+
+    events = [
+        {"t": 1.0, "event": "resume", "restart": 0},
+        {"t": 2.0, "event": "checkpoint", "step": 10},  # before the thrash
+        {"t": 11.0, "event": "checkpoint", "step": 20},  # pruned by retention (older than the oldest kept)
+        {"t": 12.0, "event": "checkpoint", "step": 30},
+        {"t": 13.0, "event": "checkpoint_failed", "step": 35},
+        {"t": 14.0, "event": "resume", "restart": 1},
+        {"t": 15.0, "event": "checkpoint", "step": 40},  # gone: lost
+        {"t": 16.0, "event": "checkpoint", "step": 50},
+    ]
+    have = {(0, 30), (1, 50)}
+    assert lost_saves(events, have, since=10.0) == (4, ["restart 1 step 40"])
+    assert lost_saves(events, {(0, 30), (1, 40), (1, 50)}, since=10.0) == (4, [])
+    assert lost_saves(events, set(), since=10.0)[1] == [
+        "restart 0 step 20",
+        "restart 0 step 30",
+        "restart 1 step 40",
+        "restart 1 step 50",
+    ]
