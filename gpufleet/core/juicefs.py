@@ -166,8 +166,9 @@ def config_secret_argv(meta_url: str, access_key: str, secret_key: str) -> list[
 
 @dataclass(frozen=True)
 class GcCounts:
-    """`juicefs gc`'s summary line (cmd/gc.go, 1.4.2): "scanned N objects, V valid, L leaked (B bytes),
-    S skipped (B bytes)"."""
+    """`juicefs gc`'s summary line. JuiceFS 1.4.2 logs (measured here): "scanned 1 objects, 0 valid,
+    0 pending delete (0 bytes), 0 compacted (0 bytes), 1 leaked (1000 bytes), 0 delslices (0 bytes),
+    0 delfiles (0 bytes), 0 skipped (0 bytes)"; older releases log fewer of those fields."""
 
     scanned: int
     valid: int
@@ -176,18 +177,29 @@ class GcCounts:
     skipped: int
 
 
-_GC_SUMMARY = re.compile(
-    r"scanned (\d+) objects, (\d+) valid, (\d+) leaked \((\d+) bytes\), (\d+) skipped \((\d+) bytes\)"
-)
+_GC_FIELD = re.compile(r"(\d+) (valid|leaked|skipped)\b(?: \((\d+) bytes\))?")
+_GC_SCANNED = re.compile(r"scanned (\d+) objects,")
 
 
 def parse_gc(output: str) -> GcCounts:
     """The counts of the last summary line in `juicefs gc`'s log; JuiceFsError when there is none."""
-    found = _GC_SUMMARY.findall(output)
-    if not found:
+    lines = [line for line in output.splitlines() if _GC_SCANNED.search(line)]
+    if not lines:
         raise JuiceFsError(f"juicefs gc printed no summary line: {output.strip()[-300:]}")
-    scanned, valid, leaked, leaked_bytes, skipped, _ = (int(x) for x in found[-1])
-    return GcCounts(scanned, valid, leaked, leaked_bytes, skipped)
+    line = lines[-1]
+    scanned = _GC_SCANNED.search(line)
+    assert scanned is not None
+    fields = {name: (int(n), int(b or 0)) for n, name, b in _GC_FIELD.findall(line)}
+    missing = {"valid", "leaked", "skipped"} - set(fields)
+    if missing:
+        raise JuiceFsError(f"juicefs gc's summary line lacks {sorted(missing)}: {line.strip()[-300:]}")
+    return GcCounts(
+        scanned=int(scanned.group(1)),
+        valid=fields["valid"][0],
+        leaked=fields["leaked"][0],
+        leaked_bytes=fields["leaked"][1],
+        skipped=fields["skipped"][0],
+    )
 
 
 def gc_argv(meta_url: str, delete: bool) -> list[str]:

