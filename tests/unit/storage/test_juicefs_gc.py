@@ -110,7 +110,7 @@ def test_the_restore_counts_deletes_and_counts_again(tmp_path: Path, monkeypatch
         calls.append((delete, skip_newer_than_s))
         return next(answers)
 
-    monkeypatch.setattr(storage_undo.jfs, "gc", fake_gc)
+    monkeypatch.setattr(jfs, "gc", fake_gc)
     started = time.time() - 7.2
     doc = storage_undo._collect_leaks(_rec(tmp_path), started)
     assert [d for d, _ in calls] == [False, True, False]
@@ -124,7 +124,7 @@ def test_a_failing_gc_is_recorded_not_hidden(tmp_path: Path, monkeypatch: pytest
     def broken(*a: Any, **k: Any) -> jfs.GcCounts:
         raise jfs.JuiceFsError("juicefs gc failed (exit 1): no such bucket")
 
-    monkeypatch.setattr(storage_undo.jfs, "gc", broken)
+    monkeypatch.setattr(jfs, "gc", broken)
     doc = storage_undo._collect_leaks(_rec(tmp_path), time.time())
     assert "no such bucket" in doc["error"]
     assert "failed" in _gc_note(doc) and _gc_note(None).endswith("not run")

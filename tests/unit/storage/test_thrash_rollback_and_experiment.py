@@ -61,7 +61,11 @@ def test_thrash_revert_starts_every_dead_osd_and_marks_all_in(
     state = _state(tmp_path)
     write_storage_state(state, tmp_path)
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(storage_undo, "ceph_run", lambda st, *a, **k: calls.append(a) or "")
+    def ceph_run(st: StorageSandboxState, *a: str, **k: Any) -> str:
+        calls.append(a)
+        return ""
+
+    monkeypatch.setattr(storage_undo, "ceph_run", ceph_run)
     args: dict[str, Any] = {
         "stack": "st",
         "state_root": str(tmp_path),
