@@ -293,6 +293,15 @@ class Thrasher:
         self._settle(change)
         return change
 
+    def refresh_marked_down(self) -> None:
+        """Marked-down OSDs that Ceph reports up again count as available again; their ledger
+        entries are closed."""
+        up = {o for o, (is_up, _) in _osd_states(self.state).items() if is_up}
+        if self.view.marked_down & up:
+            for rec_id in self.ledgered.undone({(o, "down") for o in self.view.marked_down & up}):
+                self.ctx.ledger.mark_reverted(rec_id, ok=True)
+        self.view = rejoined(self.view, up)
+
     def _settle(self, change: Change) -> None:
         """Wait until every PG is active, and active+clean where this state allows it (bounded)."""
         deadline = time.monotonic() + self.settings.settle_timeout_s
@@ -300,12 +309,7 @@ class Thrasher:
             try:
                 active, clean, ok = _pg_summary(self.state)
                 if self.view.marked_down:
-                    up = {o for o, (is_up, _) in _osd_states(self.state).items() if is_up}
-                    if self.view.marked_down & up:
-                        done = self.ledgered.undone({(o, "down") for o in self.view.marked_down & up})
-                        for rec_id in done:
-                            self.ctx.ledger.mark_reverted(rec_id, ok=True)
-                    self.view = rejoined(self.view, up)
+                    self.refresh_marked_down()
                     change.clean_reachable = clean_reachable(self.view, self.limits)
             except CephCommandError as e:
                 logger.warning("thrash: ceph did not answer (%s)", e)
@@ -329,6 +333,13 @@ class Thrasher:
         """Every dead OSD revived and every out OSD marked in, each a change of its own (Ceph's
         thrasher ends with all_up_in); the time to clean of the last is the final one."""
         last = None
+        deadline = time.monotonic() + self.settings.settle_timeout_s
+        while self.view.marked_down and time.monotonic() < deadline:
+            try:
+                self.refresh_marked_down()
+            except CephCommandError as e:
+                logger.warning("thrash: ceph did not answer (%s)", e)
+            time.sleep(POLL_S)
         for o in sorted(self.view.dead - self.view.out):
             last = self.step(Action(Move.REVIVE, o))
         for o in sorted(self.view.out):
@@ -421,6 +432,11 @@ def thrash(configuration: dict[str, Any], settings: ThrashSettings) -> dict[str,
             action = choose(t.rng, t.view, t.limits)
             if action is not None:
                 t.step(action)
+            elif t.view.marked_down:  # nothing allowed until a marked-down OSD is up again
+                try:
+                    t.refresh_marked_down()
+                except CephCommandError as e:
+                    logger.warning("thrash: ceph did not answer (%s)", e)
             time.sleep(t.rng.uniform(settings.min_pause_s, settings.max_pause_s))
         thrashed = len(t.changes)
     finally:
