@@ -354,6 +354,12 @@ def test_osd_killed_under_load_is_restarted_and_nothing_is_lost(
     since = [e for e in events if e["t"] >= t0]
     assert [e for e in since if e["event"] != "checkpoint"] == []
     assert len([e for e in since if e["event"] == "checkpoint"]) >= 3
+    # And none of those saves lost: each is still listed unless the writer's retention pruned it.
+    from gpufleet.chaos.storage.thrash import lost_saves
+    from gpufleet.core.fs_checkpoints import checkpoint_store_of
+
+    have = {(m.restart, m.step) for m in checkpoint_store_of(state).complete()}
+    assert lost_saves(events, have, t0)[1] == []
 
 
 def test_osd_thrash_under_load_reads_back_everything_it_wrote(
