@@ -8,7 +8,8 @@ each change's time to clean (median, p90, max, and pooled over the runs), the S3
 writes and errors (accounted for or not), checkpoints lost or corrupt.
 
     .venv/bin/python benchmarks/storage.py [--runs 3] [--stack sandbox-storage] [--no-drill]
-    .venv/bin/python benchmarks/storage.py --runs 1 --no-drill --thrash-minutes 3
+    .venv/bin/python benchmarks/storage.py --runs 1 --no-drill --thrash-minutes 3 \
+        --out benchmarks/results/storage-thrash.json
     .venv/bin/python benchmarks/storage.py --stack sandbox-storage-juicefs
 
 Each run gets its own state root (a temporary folder under /var/tmp: BlueStore needs a file system
@@ -211,6 +212,7 @@ def main() -> None:
     p.add_argument("--no-drill", action="store_true")
     p.add_argument("--thrash-minutes", type=float, default=0.0, help="run the OSD thrasher this long")
     p.add_argument("--seed", type=int, default=20261205, help="the thrasher's seed (run i uses seed + i)")
+    p.add_argument("--out", type=Path, default=None, help="the JSON (default: results/<stack>.json)")
     args = p.parse_args()
     runs = []
     for i in range(args.runs):
@@ -265,7 +267,8 @@ def main() -> None:
         "thrash": thrash_summary([r["thrash"] for r in runs if r.get("thrash")]),
     }
     print(json.dumps(summary, indent=2))
-    results = RESULTS_DIR / ("storage.json" if args.stack == "sandbox-storage" else f"{args.stack}.json")
+    default = RESULTS_DIR / ("storage.json" if args.stack == "sandbox-storage" else f"{args.stack}.json")
+    results = args.out or default
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(
         json.dumps(
