@@ -3,8 +3,13 @@ memory of every daemon, boto3 checkpoint write/read throughput on radosgw, the d
 (checkpoint-bucket-lost and osd-lost; metadata-engine-lost on a stack with JuiceFS), and `down`
 time; medians of `--runs` runs. On a stack with storage.juicefs also: the JuiceFS bring-up (two
 Redis, `juicefs format`, the mount) and the same checkpoint written and read back on the mount.
+With `--thrash-minutes N` (Ceph-only stacks), the OSD thrasher runs N minutes after the drills:
+each change's time to clean (median, p90, max, and pooled over the runs), the S3 oracle's reads,
+writes and errors (accounted for or not), checkpoints lost or corrupt.
 
     .venv/bin/python benchmarks/storage.py [--runs 3] [--stack sandbox-storage] [--no-drill]
+    .venv/bin/python benchmarks/storage.py --runs 1 --no-drill --thrash-minutes 3 \
+        --out benchmarks/results/storage-thrash.json
     .venv/bin/python benchmarks/storage.py --stack sandbox-storage-juicefs
 
 Each run gets its own state root (a temporary folder under /var/tmp: BlueStore needs a file system
@@ -96,7 +101,33 @@ def drill(root: Path, stack: str, name: str) -> dict[str, Any]:
     }
 
 
-def one(stack: str, settle_s: float, with_drill: bool) -> dict[str, Any]:
+def thrash(root: Path, stack: str, minutes: float, seed: int) -> dict[str, Any]:
+    """The OSD thrasher (gpufleet.chaos.storage.thrash) in this process, on its own ledger."""
+    from gpufleet.chaos import engine
+    from gpufleet.chaos.storage.actions import osd_thrash
+
+    cfg = {
+        "gpufleet_backend": "storage",
+        "gpufleet_stack": stack,
+        "gpufleet_ledger": str(root / "thrash-ledger.jsonl"),
+        "gpufleet_sandbox_root": str(root),
+    }
+    engine.end_runs()
+    try:
+        report = osd_thrash(minutes=minutes, max_changes=500, seed=seed, configuration=cfg)
+    except Exception as e:  # a figure that could not be measured is said, never invented
+        return {"outcome": None, "error": f"{type(e).__name__}: {e}"[:2000]}
+    finally:
+        engine.revert(cfg)
+        engine.end_runs()
+    keep = ("outcome", "problems", "seed", "limits", "seconds", "changes", "moves", "time_to_clean_s",
+            "time_to_active_s", "not_clean_reachable", "oracle", "writer_failures", "checkpoints", "timeline")
+    return {k: report[k] for k in keep}
+
+
+def one(
+    stack: str, settle_s: float, with_drill: bool, thrash_minutes: float = 0.0, seed: int = 0
+) -> dict[str, Any]:
     spec = load_named_stack(stack, REPO / "stacks")
     load_before = round(os.getloadavg()[0], 2)
     os.makedirs("/var/tmp", exist_ok=True)
@@ -114,6 +145,9 @@ def one(stack: str, settle_s: float, with_drill: bool) -> dict[str, Any]:
                 speed.update({f"jfs_{k}": v for k, v in throughput(state, on_juicefs=True).items()})
             names = JUICEFS_DRILLS if state.juicefs is not None else DRILLS
             drills = {name: drill(root, stack, name) for name in names} if with_drill else {}
+            thrashed = None
+            if thrash_minutes > 0 and state.juicefs is None:
+                thrashed = thrash(root, stack, thrash_minutes, seed)
         finally:
             t1 = time.monotonic()
             report = storage_down(stack, root)
@@ -133,6 +167,7 @@ def one(stack: str, settle_s: float, with_drill: bool) -> dict[str, Any]:
             else None,
             **speed,
             "drills": drills,
+            "thrash": thrashed,
             "down_s": round(down_s, 2),
             "down_clean": bool(report and report.clean),
         }
@@ -143,16 +178,45 @@ def median(runs: list[dict[str, Any]], key: str) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
 
+def thrash_summary(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Every change's time to clean pooled over the runs (median, p90, max), and the runs' totals."""
+    from gpufleet.chaos.storage.thrash_policy import distribution
+
+    if not reports:
+        return None
+    rows = [row for t in reports for row in t.get("timeline", [])]
+    clean = [float(r["to_clean_s"]) for r in rows if r["clean_reachable"] and r["to_clean_s"] is not None]
+    active = [float(r["to_active_s"]) for r in rows if r["to_active_s"] is not None]
+    oracle = [t.get("oracle", {}) for t in reports]
+    return {
+        "outcomes": [t.get("outcome") for t in reports],
+        "changes": sum(int(t.get("changes") or 0) for t in reports),
+        "time_to_clean_s": distribution(clean),
+        "time_to_active_s": distribution(active),
+        "oracle_writes": sum(int(o.get("writes") or 0) for o in oracle),
+        "oracle_reads": sum(int(o.get("reads") or 0) for o in oracle),
+        "oracle_mismatches": sum(len(o.get("mismatches") or []) for o in oracle),
+        "s3_errors": sum(int(o.get("errors") or 0) for o in oracle),
+        "s3_errors_unaccounted": sum(len(o.get("unaccounted") or []) for o in oracle)
+        + sum(len((t.get("writer_failures") or {}).get("unaccounted") or []) for t in reports),
+        "checkpoints_lost": sum(len((t.get("checkpoints") or {}).get("lost") or []) for t in reports),
+        "checkpoints_corrupt": sum(len((t.get("checkpoints") or {}).get("corrupt") or []) for t in reports),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--stack", default="sandbox-storage")
     p.add_argument("--settle", type=float, default=10.0, help="seconds after up before reading RSS")
     p.add_argument("--no-drill", action="store_true")
+    p.add_argument("--thrash-minutes", type=float, default=0.0, help="run the OSD thrasher this long")
+    p.add_argument("--seed", type=int, default=20261205, help="the thrasher's seed (run i uses seed + i)")
+    p.add_argument("--out", type=Path, default=None, help="the JSON (default: results/<stack>.json)")
     args = p.parse_args()
     runs = []
     for i in range(args.runs):
-        r = one(args.stack, args.settle, not args.no_drill)
+        r = one(args.stack, args.settle, not args.no_drill, args.thrash_minutes, args.seed + i)
         runs.append(r)
         said = "; ".join(
             f"{n} {d.get('outcome')} RPO {d.get('rpo_s')} s RTO {d.get('rto_s')} s"
@@ -171,6 +235,13 @@ def main() -> None:
             f"load {r['load_before']}",
             flush=True,
         )
+        if r["thrash"] is not None:
+            t = r["thrash"]
+            print(f"run {i + 1} thrash: {t.get('outcome')} {t.get('changes')} changes, time to clean "
+                  f"{t.get('time_to_clean_s')}, oracle {t.get('oracle', {}).get('writes')} writes "
+                  f"{t.get('oracle', {}).get('reads')} reads {t.get('oracle', {}).get('errors')} errors "
+                  f"({len(t.get('oracle', {}).get('unaccounted', []))} unaccounted), problems "
+                  f"{t.get('problems') or t.get('error')}", flush=True)
     per_drill = {n: [r["drills"][n] for r in runs if n in r["drills"]] for n in (*DRILLS, *JUICEFS_DRILLS)}
     summary = {
         "up_s": median(runs, "up_s"),
@@ -193,9 +264,11 @@ def main() -> None:
             if ds
         },
         "down_s": median(runs, "down_s"),
+        "thrash": thrash_summary([r["thrash"] for r in runs if r.get("thrash")]),
     }
     print(json.dumps(summary, indent=2))
-    results = RESULTS_DIR / ("storage.json" if args.stack == "sandbox-storage" else f"{args.stack}.json")
+    default = RESULTS_DIR / ("storage.json" if args.stack == "sandbox-storage" else f"{args.stack}.json")
+    results = args.out or default
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(
         json.dumps(

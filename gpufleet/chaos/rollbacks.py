@@ -34,6 +34,7 @@ ROLLBACKS: dict[str, RollbackFn] = {
     "storage.restore-bucket": storage_undo.rb_restore_bucket,
     "storage.restore-metadata": storage_undo.rb_restore_metadata,
     "storage.remount": storage_undo.rb_remount,
+    "storage.thrash-revert": storage_undo.rb_thrash_revert,
     "kubernetes.uncordon": k8s.rb_uncordon,
     "kubernetes.untaint": k8s.rb_untaint,
     "kubernetes.pod-undo": k8s.rb_run_pod_and_cleanup,

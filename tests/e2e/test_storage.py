@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 from e2e_support import gpufleet, wait_until
 
 from gpufleet.chaos import engine
+from gpufleet.chaos.ledger import Ledger
 from gpufleet.chaos.storage import actions, probes
 from gpufleet.core import juicefs as jfs
 from gpufleet.core.ceph_admin import ceph_json
@@ -177,6 +179,14 @@ class TestJuiceFs:
                 lambda: prom.query('probe_success{job="gpufleet-metadata-engine"}')[0]["value"][1] == "1",
                 30,
             )
+            # No dump after this point (the metadata backup job frozen until the restore is done), and
+            # a file written now: what the restored engine will not know, and gc must find.
+            backups = jstate.process("metadata-backup")
+            os.kill(backups.pid, signal.SIGSTOP)
+            with open(Path(rec.mountpoint) / "e2e-after-the-dump.bin", "wb") as f:
+                f.write(os.urandom(6 << 20))
+                f.flush()
+                os.fsync(f.fileno())  # on JuiceFS: its blocks uploaded and the file committed
             t0 = time.monotonic()
             out = actions.metadata_engine_loss(configuration=jconfig)
             assert out["fault_id"] == "storage-metadata-loss" and out["kind"] == "metadata-engine-loss", out
@@ -189,10 +199,20 @@ class TestJuiceFs:
             )
             print(f"StorageMetadataEngineDown pending {time.monotonic() - t0:.1f} s after Redis was lost")
             t1 = time.time()
-            actions.restore_storage(configuration=jconfig)
+            try:
+                actions.restore_storage(configuration=jconfig)
+            finally:
+                os.kill(backups.pid, signal.SIGCONT)
             wait_until("its alert gone", lambda: _alert(prom, "StorageMetadataEngineDown") is None, 60, 2)
         (restore,) = [e for e in read_objects(jstate.events_file("metadata-restore")) if e["t"] >= t1]
         assert restore["loaded"] is not None and restore["verified"] and not restore["corrupt"], restore
+        # The file written after the newest dump is gone with the engine; its two blocks (4 + 2 MiB)
+        # stayed in the bucket as leaks until `juicefs gc --delete` removed them.
+        gc = restore["gc"]
+        print(f"juicefs gc after the restore: {gc}")
+        assert gc.get("error") is None, gc
+        assert gc["leaked_found"] >= 2 and gc["deleted"] == gc["leaked_found"] and gc["leaked_after"] == 0, gc
+        assert not (Path(rec.mountpoint) / "e2e-after-the-dump.bin").exists()
         print(f"restored from {restore['loaded']}: checkpoints verified "
               f"{[c['checkpoint'] for c in restore['verified']]}")
         wait_until("the writer saving on the restored mount", lambda: _saved_since(jstate, t1), 60)
@@ -225,6 +245,19 @@ class TestJuiceFs:
         assert verdict.resumed_after_seconds is not None  # the writer saved again on the restored mount
         print(f"metadata-engine-lost: RPO {verdict.rpo_seconds} s, RTO {verdict.rto_seconds} s, "
               f"writer on after {verdict.resumed_after_seconds} s, {verdict.steps_lost} steps lost")
+        # The restore's juicefs gc: what it found it deleted, nothing left; and when the writer saved a
+        # checkpoint between the restored dump and the failure, that checkpoint's blocks were leaks.
+        ledger = Ledger(tmp_path / "faults.jsonl")
+        (fault,) = [r for r in ledger.records() if r.kind == "metadata-engine-loss"]
+        (restore,) = [e for e in read_objects(state.events_file("metadata-restore")) if e["t"] >= fault.at]
+        gc = restore["gc"]
+        print(f"metadata-engine-lost: juicefs gc {gc}")
+        assert gc.get("error") is None and gc["deleted"] == gc["leaked_found"] and gc["leaked_after"] == 0, gc
+        taken_at = float(restore["loaded"]["taken_at"])
+        events = read_objects(state.events_file("checkpoint-writer"))
+        saves = [e for e in events if e.get("event") == "checkpoint"]
+        if [e for e in saves if taken_at + 1.0 < float(e["t"]) < fault.at]:
+            assert gc["leaked_found"] >= 1, gc
         assert "metadata-engine-lost: PASS" in out
 
 
@@ -321,6 +354,45 @@ def test_osd_killed_under_load_is_restarted_and_nothing_is_lost(
     since = [e for e in events if e["t"] >= t0]
     assert [e for e in since if e["event"] != "checkpoint"] == []
     assert len([e for e in since if e["event"] == "checkpoint"]) >= 3
+    # And none of those saves lost: each is still listed unless the writer's retention pruned it.
+    from gpufleet.chaos.storage.thrash import lost_saves
+    from gpufleet.core.fs_checkpoints import checkpoint_store_of
+
+    have = {(m.restart, m.step) for m in checkpoint_store_of(state).complete()}
+    assert lost_saves(events, have, t0)[1] == []
+
+
+def test_osd_thrash_under_load_reads_back_everything_it_wrote(
+    state: StorageSandboxState, config: dict[str, str]
+) -> None:
+    """Issue 14's thrasher, short: 2 minutes (at most 12 changes, seeded) of OSDs marked out, killed,
+    marked down, marked in and revived within max dead 1 / min in 2 (size 2, min_size 1, 3 OSDs),
+    under the checkpoint writer's load, with the S3 oracle checking every read by sha256."""
+    report = actions.osd_thrash(
+        minutes=2, max_changes=12, seed=20261205, min_pause_seconds=1, max_pause_seconds=3,
+        configuration=config,
+    )
+    print("thrash report:", json.dumps({k: v for k, v in report.items() if k != "timeline"}, default=str))
+    for row in report["timeline"]:
+        print("thrash change:", json.dumps(row))
+    assert report["outcome"] == "PASS", report["problems"]
+    assert report["limits"]["max_dead"] == 1 and report["limits"]["min_in"] == 2
+    oracle = report["oracle"]
+    assert oracle["writes"] > 0 and oracle["reads"] > oracle["writes"], oracle
+    assert oracle["mismatches"] == [] and oracle["unrecovered"] == [] and oracle["unaccounted"] == [], oracle
+    assert report["writer_failures"]["unaccounted"] == [], report["writer_failures"]
+    ckpt = report["checkpoints"]
+    assert ckpt["corrupt"] == [] and ckpt["lost"] == [] and ckpt["saved_during"] >= 3, ckpt
+    assert report["time_to_clean_s"]["n"] >= 1 and report["time_to_clean_s"]["max"] is not None, report
+    assert report["thrash_changes"] >= 2, report
+    # Every change went to the ledger (before it was applied) and none is left to undo.
+    ledger = engine.context(config).ledger
+    entries = [r for r in ledger.records() if r.kind == "osd-thrash"]
+    assert len(entries) == report["changes"]
+    assert [r for r in ledger.pending() if r.kind == "osd-thrash"] == []
+    osds = ceph_json(state, "osd", "dump")["osds"]
+    assert all(o["up"] and o["in"] for o in osds), osds
+    assert probes.thrash_within_limits(configuration=config)["outcome"] == "PASS"
 
 
 def _alert(prom: PrometheusClient, alertname: str, /, **labels: str) -> dict[str, Any] | None:

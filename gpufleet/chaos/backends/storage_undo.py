@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -98,6 +99,22 @@ def _start(state: StorageSandboxState, recipe: Launch, args: dict[str, Any]) -> 
     ]
     root = args.get("state_root")
     write_storage_state(state.model_copy(update={"processes": procs}), Path(root) if root else None)
+
+
+def rb_thrash_revert(args: dict[str, Any]) -> None:
+    """Undo the OSD thrasher (chaos.storage.thrash): every OSD not running started again from its
+    recorded Launch recipe, then every OSD marked in. Idempotent: a running OSD is left alone and
+    marking an OSD that is in `in` again changes nothing."""
+    state = _state(args)
+    if state is None or state.phase not in ("up", "creating"):
+        return
+    for name, launch_doc in sorted(dict(args["osds"]).items()):
+        rb_restart_daemon({**args, "name": name, "launch": launch_doc})
+    ids = [name.split(".", 1)[1] for name in sorted(dict(args["osds"]))]
+    try:
+        ceph_run(state, "osd", "in", *ids)
+    except CephCommandError as e:
+        raise ActivityFailed(str(e)) from None
 
 
 def rb_continue_daemon(args: dict[str, Any]) -> None:
@@ -289,20 +306,52 @@ def rb_restore_metadata(args: dict[str, Any]) -> None:
     loaded_at = time.time()
     _remount(state, Launch.model_validate(args["mount"]), args)
     verified, corrupt = _verify_mount(state)
+    done = time.time()  # restored and verified: what the drill's RTO ends at; the gc below is cleanup
     event = {
-        "t": time.time(),
+        "t": done,
         "event": "metadata-restore",
         "started_at": started,
         "loaded": loaded,
         "loaded_at": loaded_at,
         "verified": verified,
         "corrupt": corrupt,
+        "gc": _collect_leaks(rec, started) if loaded is not None else None,
     }
     append_objects(state.events_file(METADATA_RESTORE_EVENTS), [event])
     if corrupt:
         raise ActivityFailed(
             f"{len(corrupt)} checkpoint(s) on the mount do not verify after the restore: {corrupt}"
         )
+
+
+GC_TIMEOUT_S = 120.0
+
+
+def _collect_leaks(rec: JuiceFsRecord, restore_started: float) -> dict[str, Any]:
+    """`juicefs gc` after a metadata restore: the objects the lost engine named after its dump are
+    in the volume's bucket still, and the restored engine names none of them (leaks). A count
+    first (no --delete), then --delete, then a count again that must find none. Objects modified
+    since the restore started are left alone (JFS_GC_SKIPPEDTIME): the mounted client writes them,
+    and a block it uploaded but has not committed yet is not a leak."""
+    t0 = time.time()
+    skip = math.ceil(t0 - restore_started) + 1
+    try:
+        found = jfs.gc(rec.meta_url, delete=False, skip_newer_than_s=skip, timeout_s=GC_TIMEOUT_S)
+        deleted = jfs.gc(rec.meta_url, delete=True, skip_newer_than_s=skip, timeout_s=GC_TIMEOUT_S)
+        left = jfs.gc(rec.meta_url, delete=False, skip_newer_than_s=skip, timeout_s=GC_TIMEOUT_S)
+    except jfs.JuiceFsError as e:
+        logger.error("juicefs gc after the metadata restore failed: %s", e)
+        return {"error": str(e), "seconds": round(time.time() - t0, 2)}
+    return {
+        "scanned": found.scanned,
+        "leaked_found": found.leaked,
+        "leaked_bytes": found.leaked_bytes,
+        "deleted": deleted.leaked,
+        "leaked_after": left.leaked,
+        "skipped_newer": found.skipped,
+        "skip_newer_than_s": skip,
+        "seconds": round(time.time() - t0, 2),
+    }
 
 
 def _verify_mount(state: StorageSandboxState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -29,6 +29,7 @@ __all__ = [
     "osd_hang",
     "osd_kill",
     "osd_near_full",
+    "osd_thrash",
     "restore_checkpoint_store",
     "restore_storage",
     "slow_checkpoint_store",
@@ -43,6 +44,7 @@ CEPH_KINDS = {
     "bucket-loss",
     "metadata-engine-loss",
     "juicefs-client-kill",
+    "osd-thrash",
 }
 
 
@@ -145,3 +147,36 @@ def restore_storage(configuration: Configuration = None, secrets: Secrets = None
     """Undo every Ceph and JuiceFS fault still in the ledger (restart daemons, thaw, ratios back,
     restore the checkpoint bucket from its backups, restore the metadata engine, mount again)."""
     return engine.revert_summary(engine.revert(configuration, CEPH_KINDS))
+
+
+def osd_thrash(
+    minutes: float = 2.0,
+    max_changes: int = 20,
+    seed: int | None = None,
+    min_pause_seconds: float = 1.0,
+    max_pause_seconds: float = 5.0,
+    settle_timeout_seconds: float = 120.0,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """Thrash the storage sandbox's OSDs after Ceph's own OSD thrasher, for `minutes` and at most
+    `max_changes` changes: OSDs marked out, killed (marked down, and out when enough stay in), marked
+    down, marked in and revived at random (`seed`; random when omitted, reported), never more down
+    than pool size - min_size nor fewer in than size. Each change is written to the fault ledger
+    before it is applied, then every PG awaited active (and active+clean where possible). Meanwhile
+    an S3 oracle writes objects and checks every read by sha256, and the checkpoint writer saves.
+    At the end every OSD is revived and marked in. Returns the report (time to clean as median, p90
+    and max; oracle reads, writes, mismatches; S3 errors accounted for and not; checkpoints lost and
+    corrupt; outcome PASS or FAIL), which probe thrash_within_limits judges. Rollback:
+    restore_storage (every OSD started and marked in)."""
+    from gpufleet.chaos.storage.thrash import ThrashSettings, thrash
+
+    settings = ThrashSettings(
+        minutes=minutes,
+        max_changes=max_changes,
+        seed=seed,
+        min_pause_s=min_pause_seconds,
+        max_pause_s=max_pause_seconds,
+        settle_timeout_s=settle_timeout_seconds,
+    )
+    return thrash(configuration or {}, settings)

@@ -32,6 +32,7 @@ __all__ = [
     "checkpoints_intact",
     "drill_within_targets",
     "object_store_available",
+    "thrash_within_limits",
 ]
 
 
@@ -269,6 +270,18 @@ def _newest_saved_before(state: StorageSandboxState, failed_at: float) -> Restor
     return RestoredCheckpoint(f"step {b['step']}", int(b["step"]), float(b["written_at"]), True)
 
 
+def _gc_note(gc: dict[str, Any] | None) -> str:
+    """The restore's `juicefs gc` (storage_undo._collect_leaks) said in the drill's evidence."""
+    if not gc:
+        return "juicefs gc after the restore: not run"
+    if gc.get("error"):
+        return f"juicefs gc after the restore failed: {gc['error']}"
+    return (
+        f"juicefs gc after the restore: {gc['leaked_found']} leaked object(s) ({gc['leaked_bytes']} "
+        f"bytes) found, {gc['deleted']} deleted, {gc['leaked_after']} left, in {gc['seconds']} s"
+    )
+
+
 def _metadata_lost(
     drill: str, ctx: engine.Context, state: StorageSandboxState, failed_at: float, timeout_s: float
 ) -> dict[str, Any]:
@@ -290,6 +303,7 @@ def _metadata_lost(
     else:
         problems.append(f"restored from {loaded['dump']} ({failed_at - float(loaded['taken_at']):.1f} s "
                         f"before the failure; {loaded['files']} files, {loaded['inodes']} inodes)")
+        problems.append(_gc_note((restore or {}).get("gc")))
     rec = state.juicefs
     if rec is None or rec.checkpoint_dir is None:
         raise ActivityFailed(f"the storage sandbox of {state.stack} has no checkpoints on JuiceFS")
@@ -411,3 +425,23 @@ def drill_within_targets(
     doc = verdict.to_doc()
     logger.info("gpufleet drill verdict: %s", json.dumps(doc, default=str))
     return doc
+
+
+def thrash_within_limits(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """The verdict of this run's OSD thrash (action osd_thrash): {"outcome": "PASS" | "FAIL",
+    "problems", "time_to_clean_s", "oracle", "checkpoints", ...}, the report the thrasher wrote into
+    the storage sandbox's `osd-thrash` events. PASS only with 0 oracle mismatches, 0 S3 errors
+    unaccounted for, 0 checkpoints lost or corrupt, every change's PGs active again and the cluster
+    clean at the end. Before the thrash ran (the hypothesis before the method): PASS, said in the
+    output. Tolerance: `{"type": "regex", "target": "outcome", "pattern": "^PASS$"}`."""
+    from gpufleet.chaos.storage.thrash import latest_report
+
+    ctx = engine.context(configuration)
+    state = _storage(configuration)
+    report = latest_report(state, ctx.run.run_id)
+    if report is None:
+        if any(r.kind == "osd-thrash" for r in ctx.ledger.records() if r.run_id == ctx.run.run_id):
+            return {"outcome": "FAIL", "problems": ["the thrash of this run started and wrote no report"]}
+        return {"outcome": "PASS", "before_fault": True, "notes": ["no OSD thrash in this run yet"]}
+    logger.info("gpufleet thrash verdict: %s", json.dumps(report, default=str))
+    return report
