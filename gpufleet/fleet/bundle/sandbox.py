@@ -2,16 +2,19 @@
 file and the endpoints it names: the node agent's socket, Prometheus on loopback, Slurm commands in
 the head namespace, the daemons' Launch recipes and logs).
 
-Run from the root network namespace: Prometheus listens on the root namespace's loopback and the
-node's links are read with `ip -n <netns>`. The node-health hook, which slurmd starts inside the
-node's namespace, gets there with nsenter (docs/diagnostic-bundles.md).
+Prometheus is reached on the root namespace's loopback (its forwarder) and the node's links are read
+with `ip -n <netns>`, so the collection works from any namespace: the node-health hook, which slurmd
+starts inside the node's namespace, reads the metrics from a thread that first enters the network
+namespace of a sandbox process that runs in the root namespace (docs/diagnostic-bundles.md).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from gpufleet.core import netns, procs
 from gpufleet.core.agent_client import AgentError, agent_state
 from gpufleet.core.promapi import PrometheusClient, PrometheusError
 from gpufleet.core.sandbox_contract import SandboxNode, SandboxProcess, SandboxState
@@ -79,9 +82,23 @@ def _file_read(path: Path) -> Read:
     return read
 
 
-def _metrics_read(url: str, node: str, start: float, end: float) -> Read:
+def root_netns(state: SandboxState) -> Path | None:
+    """The root network namespace, as /proc/<pid>/ns/net of a live sandbox process started there."""
+    for p in state.processes:
+        if p.netns is None and procs.alive(p.pid, p.start_time):
+            return Path(f"/proc/{p.pid}/ns/net")
+    return None
+
+
+def _metrics_read(url: str, node: str, start: float, end: float, netns_path: Path | None) -> Read:
     def read(cap: int, timeout: float) -> tuple[bytes, bool]:
         step = step_for(start, end)
+        try:
+            # Each collector has its own thread, and setns(2) moves only the calling one.
+            if netns_path is not None and os.stat(netns_path).st_ino != netns.current_netns_inode():
+                netns.enter(netns_path)
+        except OSError as e:
+            raise ReadError(f"cannot enter the root network namespace ({netns_path}): {e}") from None
         try:
             with PrometheusClient(url, timeout=timeout) as prom:
                 result = prom.query_range(metrics_expr(node), start, end, step)
@@ -115,7 +132,8 @@ def collectors(state: SandboxState, node_name: str, start: float, end: float) ->
     if state.prometheus_url:
         what = ["GET", "/api/v1/query_range", metrics_expr(node.name), f"{start:.0f}", f"{end:.0f}"]
         out.append(Collector("metrics", "metrics/query_range.json", what,
-                             read=_metrics_read(state.prometheus_url, node.name, start, end)))
+                             read=_metrics_read(state.prometheus_url, node.name, start, end,
+                                                 root_netns(state))))
     for p in node_processes(state, node.name):
         out.append(Collector(f"log:{p.name}", f"logs/{_safe(p.name)}.log", ["file", p.launch.log],
                              read=_file_read(Path(p.launch.log))))
