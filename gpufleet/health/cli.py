@@ -325,6 +325,9 @@ def _before_drain(args: argparse.Namespace, target: Finding | None, now: float) 
             proc.communicate()
             result = {"rc": None, "error": f"killed after {args.before_drain_timeout:g} s"}
     result["seconds"] = round(time.monotonic() - t0, 3)
+    if result["rc"] != 0:
+        # slurmd keeps the check's stderr in its log: a bundle that was not made says why there.
+        print(f"gpufleet node-health: before-drain: {result}", file=sys.stderr)
     marker.write_text(key)
     return result
 
