@@ -103,7 +103,8 @@ def query_range(url: str, expr: str, start: float, end: float, step: float, time
         with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/query_range?{query}", timeout=timeout) as r:
             body = json.loads(r.read())
     except urllib.error.HTTPError as e:
-        raise ReadError(f"{where}: HTTP {e.code}: {e.read()[:200].decode(errors='replace')}") from None
+        with e:
+            raise ReadError(f"{where}: HTTP {e.code}: {e.read()[:200].decode(errors='replace')}") from None
     except (OSError, ValueError) as e:
         raise ReadError(f"{where}: {e}") from None
     if not isinstance(body, dict) or body.get("status") != "success":
