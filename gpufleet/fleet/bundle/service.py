@@ -132,3 +132,16 @@ def collect_real(facts: realnode.NodeFacts, out_dir: Path, caps: Caps, *, with_:
         return collect(req, collectors, check_caps(caps), out_dir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def bundles_for_failing_nodes(state: SandboxState, failing: dict[str, str], report_dir: Path,
+                              caps: Caps, trigger: str = "inspect") -> dict[str, dict[str, object]]:
+    """One bundle per failing node (node -> the failure that names it), under <report_dir>/bundles; the
+    report's entry per node: the path relative to the report, size, and collectors not ok."""
+    out: dict[str, dict[str, object]] = {}
+    for node, reason in sorted(failing.items()):
+        path, manifest = collect_sandbox(state, node, report_dir / "bundles", caps, trigger=trigger,
+                                         reason=reason, detected_at=time.time())
+        out[node] = {"path": str(path.relative_to(report_dir)), "bytes": path.stat().st_size,
+                     "not_ok": [f"{m.collector}: {m.status}" for m in manifest.members if m.status != "ok"]}
+    return out
