@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,26 +35,31 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def archive_figures(repeats: int) -> dict[str, Any]:
-    """Write and verify a bundle of four 16 MiB members (the total cap) of incompressible bytes."""
+    """Write and verify a bundle of four 16 MiB members (the total cap) of incompressible bytes: the
+    worst case for gzip. Wall time and this process's CPU time (the wall time is the machine's load)."""
     cs = [Collector(f"c{i}", f"c{i}.bin", ["bench"]) for i in range(4)]
     outs = {c.name: Output(os.urandom(16 * MIB), "ok", 0, 0.0) for c in cs}
     records, files = members(cs, outs, SANDBOX_CAPS)
-    write_s, verify_s = [], []
+    write_s, verify_s, write_cpu, verify_cpu = [], [], [], []
     with tempfile.TemporaryDirectory() as d:
         for i in range(repeats):
             at = time.time()
             manifest = Manifest(node=f"n{i}", stack=None, source="bench", trigger="benchmark", started_at=at,
                                 finished_at=at, caps=SANDBOX_CAPS, members=records)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             path = write_bundle(Path(d), manifest, files)
             write_s.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            write_cpu.append(time.process_time() - c0)
+            t0, c0 = time.perf_counter(), time.process_time()
             _, problems = verify(path)
             verify_s.append(time.perf_counter() - t0)
+            verify_cpu.append(time.process_time() - c0)
             assert problems == [], problems
     return {"members": 4, "bytes": sum(len(v) for v in files.values()), "repeats": repeats,
             "write_s_median": round(statistics.median(write_s), 3),
-            "verify_s_median": round(statistics.median(verify_s), 3)}
+            "verify_s_median": round(statistics.median(verify_s), 3),
+            "write_cpu_s_median": round(statistics.median(write_cpu), 3),
+            "verify_cpu_s_median": round(statistics.median(verify_cpu), 3)}
 
 
 def sandbox_figures(stack: str, repeats: int) -> dict[str, Any]:
@@ -68,14 +74,16 @@ def sandbox_figures(stack: str, repeats: int) -> dict[str, Any]:
                     "--state-file", str(state_file), "--node", node.name, "--out", d,
                     "--trigger", "benchmark", "--detected-at", f"{time.time():.3f}"]
             load = os.getloadavg()[0]
-            t0 = time.perf_counter()
+            t0, ru0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
             res = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
             wall = time.perf_counter() - t0
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
             if res.returncode != 0:
                 raise SystemExit(f"{' '.join(argv)}: exit {res.returncode}: {res.stderr}")
             path = Path(res.stdout.split(" (")[0])
             m = read_manifest(path)
-            runs.append({"node": node.name, "hook_wall_s": round(wall, 3),
+            runs.append({"node": node.name, "hook_wall_s": round(wall, 3), "hook_cpu_s": round(cpu, 3),
                          "collect_s": round(m.finished_at - m.started_at, 3), "bytes_gz": path.stat().st_size,
                          "bytes_kept": m.total_bytes, "load1": round(load, 2),
                          "not_ok": [f"{x.collector}: {x.status}" for x in m.members if x.status != "ok"],
@@ -83,6 +91,7 @@ def sandbox_figures(stack: str, repeats: int) -> dict[str, Any]:
     return {
         "stack": stack, "repeats": repeats, "runs": runs,
         "hook_wall_s_median": round(statistics.median(r["hook_wall_s"] for r in runs), 3),
+        "hook_cpu_s_median": round(statistics.median(r["hook_cpu_s"] for r in runs), 3),
         "collect_s_median": round(statistics.median(r["collect_s"] for r in runs), 3),
         "bytes_gz_median": int(statistics.median(r["bytes_gz"] for r in runs)),
         "caps": SANDBOX_CAPS.model_dump(),
@@ -100,17 +109,20 @@ def main() -> None:
                            "command": " ".join(["benchmarks/bundles.py", *sys.argv[1:]]),
                            "archive": archive_figures(args.repeats)}
     a = doc["archive"]
-    print(f"archive of {a['bytes'] / MIB:.0f} MiB: write {a['write_s_median']} s, "
-          f"verify {a['verify_s_median']} s (median of {a['repeats']})")
+    print(f"archive of {a['bytes'] / MIB:.0f} MiB (incompressible): write {a['write_s_median']} s "
+          f"({a['write_cpu_s_median']} CPU s), verify {a['verify_s_median']} s "
+          f"({a['verify_cpu_s_median']} CPU s) (median of {a['repeats']})")
     if args.sandbox:
         s = sandbox_figures(args.sandbox, args.repeats)
         doc["sandbox"] = s
         for r in s["runs"]:
-            print(f"  {r['node']}: hook {r['hook_wall_s']} s (collection {r['collect_s']} s), "
+            print(f"  {r['node']}: hook {r['hook_wall_s']} s, {r['hook_cpu_s']} CPU s (collection "
+                  f"{r['collect_s']} s), "
                   f"{r['bytes_gz']} bytes gz, load {r['load1']}, slowest {r['slowest']}"
                   + (f", not ok: {r['not_ok']}" if r["not_ok"] else ""))
-        print(f"sandbox {s['stack']}: hook {s['hook_wall_s_median']} s median, collection "
-              f"{s['collect_s_median']} s, {s['bytes_gz_median']} bytes")
+        print(f"sandbox {s['stack']}: hook {s['hook_wall_s_median']} s median "
+              f"({s['hook_cpu_s_median']} CPU s), collection {s['collect_s_median']} s, "
+              f"{s['bytes_gz_median']} bytes")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.out}")
