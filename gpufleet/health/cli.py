@@ -307,7 +307,9 @@ def _before_drain(args: argparse.Namespace, target: Finding | None, now: float) 
     except OSError:
         pass
     env = {**os.environ, "GPUFLEET_NODE": args.node, "GPUFLEET_DRAIN_REASON": drain_reason(target),
-           "GPUFLEET_FAULT_ID": target.fault_id or "", "GPUFLEET_DETECTED_AT": f"{target.at or now:.3f}"}
+           "GPUFLEET_FAULT_ID": target.fault_id or "", "GPUFLEET_DETECTED_AT": f"{target.at or now:.3f}",
+           # When it will be killed: a command that can finish early (a partial bundle) should.
+           "GPUFLEET_BEFORE_DRAIN_DEADLINE": f"{time.time() + args.before_drain_timeout:.3f}"}
     t0 = time.monotonic()
     result: dict[str, Any]
     try:

@@ -5,7 +5,9 @@ before the drain); `gpufleet bundle collect` is the same collection for people."
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
@@ -26,6 +28,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Kept back from the node-health check's kill time to write the archive (a 20 KB bundle: milliseconds;
+# the margin is for a loaded machine).
+WRITE_MARGIN_S = 1.0
+
+
+def deadline_within(default_s: float, kill_at: str | None, now: float) -> float:
+    """The collection's deadline: the caps' default, shortened so the bundle is written before the
+    node-health check kills the hook (GPUFLEET_BEFORE_DRAIN_DEADLINE, unix seconds); never under 0.5 s."""
+    if not kill_at:
+        return default_s
+    try:
+        left = float(kill_at) - now - WRITE_MARGIN_S
+    except ValueError:
+        return default_s
+    return max(0.5, min(default_s, left))
+
+
 def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -35,7 +54,9 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout, err: IO[st
         return 2
     try:
         state = load_sandbox("", args.state_file)
-        caps = make_caps(SANDBOX_CAPS, deadline_s=args.deadline)
+        deadline = args.deadline if args.deadline is not None else deadline_within(
+            SANDBOX_CAPS.deadline_s, os.environ.get("GPUFLEET_BEFORE_DRAIN_DEADLINE"), time.time())
+        caps = make_caps(SANDBOX_CAPS, deadline_s=deadline)
         path, manifest = collect_sandbox(state, args.node, args.out, caps, trigger=args.trigger,
                                          reason=args.reason or None, detected_at=detected)
     except BundleInputError as e:

@@ -157,3 +157,13 @@ def test_caps_from_the_user_are_kept_and_checked() -> None:
         make_caps(SANDBOX_CAPS, timeout_s=0)
     with pytest.raises(BundleInputError, match="over the total cap"):
         make_caps(SANDBOX_CAPS, collector_mib=100, total_mib=10)
+
+
+def test_the_hook_finishes_its_bundle_before_the_node_health_check_would_kill_it() -> None:
+    from gpufleet.fleet.bundle.hook import deadline_within
+
+    assert deadline_within(6.0, None, 100.0) == 6.0
+    assert deadline_within(6.0, "110.0", 100.0) == 6.0  # plenty of time left
+    assert deadline_within(6.0, "104.0", 100.0) == 3.0  # started late on a loaded machine
+    assert deadline_within(6.0, "100.2", 100.0) == 0.5  # too late: still try, briefly
+    assert deadline_within(6.0, "soon", 100.0) == 6.0
