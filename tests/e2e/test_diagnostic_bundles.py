@@ -42,7 +42,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Sa
         assert res.returncode == 0, f"sandbox up failed:\n{res.stdout}\n{res.stderr}"
         yield root, read_state(STACK, root)
     finally:
-        gpufleet(root, "sandbox", "down", "--stack", STACK, timeout=120)
+        gpufleet(root, "sandbox", "down", "--stack", STACK, timeout=300)  # 120 s passed at load ~250
 
 
 def node_line(state: SandboxState, node: str) -> str:
