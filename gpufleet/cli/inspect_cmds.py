@@ -54,6 +54,9 @@ def register(app: typer.Typer) -> None:
                        ] = Format.TABLE,
         stacks_dir: Annotated[Path, typer.Option(help="where the stack files are")] = Path("stacks"),
         record: Annotated[bool, typer.Option(help="append the results to the history")] = True,
+        bundle: Annotated[bool, typer.Option(
+            help="with --out: collect a diagnostic bundle of every failing node into <out>/bundles and link "
+            "it from the report (docs/diagnostic-bundles.md)")] = False,
     ) -> None:
         """Inspect every GPU node of the stack's sandbox: GPU count, XIDs, ECC, PCIe, fabric ports
         and flaps, driver/firmware drift, performance vs the pool's reference; trends and lemons.
@@ -72,6 +75,8 @@ def register(app: typer.Typer) -> None:
         from gpufleet.fleet.inspect.sweep import run_sweep
         from gpufleet.fleet.inspect.thresholds import load_thresholds
 
+        if bundle and out is None:
+            raise fail("--bundle writes into the report folder: give --out", 2)
         if fmt is Format.NPD and node is None:
             raise fail("--format npd reports one node: give --node", 2)
         if floor is not None and not 0 < floor <= 100:
@@ -120,6 +125,12 @@ def register(app: typer.Typer) -> None:
             H.append(path, outcome.records)
         doc = to_doc(outcome, catalog)
         doc["wall_seconds"] = round(wall, 3)
+        if bundle and out is not None:
+            from gpufleet.fleet.bundle.caps import SANDBOX_CAPS
+            from gpufleet.fleet.bundle.service import bundles_for_failing_nodes
+            from gpufleet.fleet.inspect.report import attach_bundles, failing_nodes
+
+            attach_bundles(doc, bundles_for_failing_nodes(state, failing_nodes(doc), out, SANDBOX_CAPS))
         if out is not None:
             written = write_reports(doc, out)
             if fmt is Format.TABLE:

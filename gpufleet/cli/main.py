@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli import (
+    bundle_cmds,
     catalog_cmds,
     chaos_cmds,
     drill_cmds,
@@ -62,6 +63,7 @@ for module in (
     drill_cmds,
     sim_cmds,
     upgrade_cmds,
+    bundle_cmds,
 ):
     module.register(app)
 

@@ -66,6 +66,8 @@ class ExperimentDoc(_M):
     wall_seconds: float | None = None
     capacity: dict[str, Any] | None = None  # the capacity_during_fault probe's output
     healing: dict[str, Any] | None = None  # gpufleet.chaos.steady's HealReport before this experiment
+    # Diagnostic bundles the fault's detection collected (gpufleet.gameday.bundles), copied into the report.
+    bundles: list[dict[str, Any]] = Field(default_factory=list)
     timeline: dict[str, Any] | None = None  # gpufleet.slo.Timeline
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from gpufleet.config import load_named_stack
 from gpufleet.core.procs import alive
 from gpufleet.core.sandbox_contract import KubeSandboxState, SandboxState, read_kube_state, read_state
+from gpufleet.gameday.bundles import collect_for_report, sandbox_bundle_dir
 from gpufleet.gameday.evaluate import ExperimentResult, evaluate
 from gpufleet.gameday.journal import read_journal
 from gpufleet.gameday.report.summary import SuiteRun
@@ -418,6 +419,9 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
                     started_at=run_started, wall_seconds=outcome.wall_seconds, error=outcome.error,
                 )
             result = dataclasses.replace(result, healing=healing)
+            if opts.backend == "sandbox":  # the node-health hook's diagnostic bundles of this run
+                found = collect_for_report(sandbox_bundle_dir(opts.stack), run_started, opts.report_dir)
+                result = dataclasses.replace(result, extra={**result.extra, "bundles": found})
             results.append(result)
             listener.experiment_done(i, result)
     except KeyboardInterrupt:

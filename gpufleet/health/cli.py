@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from gpufleet.catalog import Catalog, XidRule, load_catalog, xid_policy
 from gpufleet.catalog.policy import OverrideLike, parse_overrides
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.health import sources as S
-from gpufleet.health.decide import Verdict, describe, drain_argv, drain_reason, evaluate
+from gpufleet.health.decide import Finding, Verdict, describe, drain_argv, drain_reason, evaluate
 from gpufleet.health.observe import GpuReading, LinkReading, Observations, XidSeen, merge_xids
 
 
@@ -55,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "exporter instead of DCGM/NVML (device-metrics-exporter http://127.0.0.1:5000/metrics, "
                    "npu-exporter's /metrics); the catalog's exporter-field checks read its series")
     p.add_argument("--lock-file", type=Path, help="one check at a time per node (default under /run/lock)")
+    p.add_argument("--before-drain", metavar="COMMAND",
+                   help="run this shell command before draining (a diagnostic bundle: "
+                   "docs/diagnostic-bundles.md), once per fault while it persists; it gets GPUFLEET_NODE, "
+                   "GPUFLEET_DRAIN_REASON, GPUFLEET_FAULT_ID and GPUFLEET_DETECTED_AT; the drain follows "
+                   "whatever it does")
+    p.add_argument("--before-drain-timeout", type=float, default=8.0, metavar="SECONDS",
+                   help="kill the before-drain command after this long and drain (default 8: the longest "
+                   "it may delay a drain)")
     p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
                    help="wait up to this long for a running check of this node to end, then check "
                    "(default 0: skip, as Slurm's periodic HealthCheckProgram should; the Epilog waits)")
@@ -232,6 +241,9 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
     if args.sandbox and (args.agent_socket is None or args.token_file is None):
         out.write("UNKNOWN: --sandbox needs --agent-socket and --token-file\n")
         return 2
+    if args.before_drain_timeout <= 0:
+        out.write("UNKNOWN: --before-drain-timeout must be > 0\n")
+        return 2
     if args.wait_lock < 0:
         out.write("UNKNOWN: --wait-lock must be >= 0\n")
         return 2
@@ -240,6 +252,7 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
         # Slurm starts a new check every interval even if the last one still runs: never pile up.
         out.write("cannot check: another node-health check of this node is running\n")
         return 2
+    args.hook_marker = Path(f"{lock.name}.before-drain")
     try:
         return _check(args, out)
     finally:
@@ -258,6 +271,7 @@ def _check(args: argparse.Namespace, out: IO[str]) -> int:
     verdict = evaluate(obs, catalog, table)
     drained: dict[str, Any] | None = None
     target = verdict.drain
+    hook = _before_drain(args, target, now) if args.before_drain else None
     if args.slurm_drain and target is not None:
         argv_ = drain_argv(args.scontrol, args.node, target)
         try:
@@ -267,8 +281,57 @@ def _check(args: argparse.Namespace, out: IO[str]) -> int:
             drained = {"reason": drain_reason(target), "rc": None, "stderr": str(e)}
         if drained["rc"] != 0:
             print(f"gpufleet node-health: drain failed: {drained['stderr']}", file=sys.stderr)
+        if hook is not None:
+            drained["before_drain"] = hook
     out.write(render(verdict, args.format, args.node, drained))
     return verdict.exit_code
+
+
+def fault_key(f: Finding) -> str:
+    """One fault while it persists: the same finding on later checks runs the hook no second time."""
+    return f"{f.fault_id}|{f.gpu}|{f.device}|{f.xid}"
+
+
+def _before_drain(args: argparse.Namespace, target: Finding | None, now: float) -> dict[str, Any] | None:
+    """Run --before-drain once per fault, bounded by --before-drain-timeout; the drain follows in
+    every case. The marker beside the node's lock holds the fault last handled; a check that finds
+    nothing to drain clears it, so the next fault gets its own run."""
+    marker: Path = args.hook_marker
+    if target is None:
+        marker.unlink(missing_ok=True)
+        return None
+    key = fault_key(target)
+    try:
+        if marker.read_text() == key:
+            return None
+    except OSError:
+        pass
+    env = {**os.environ, "GPUFLEET_NODE": args.node, "GPUFLEET_DRAIN_REASON": drain_reason(target),
+           "GPUFLEET_FAULT_ID": target.fault_id or "", "GPUFLEET_DETECTED_AT": f"{target.at or now:.3f}",
+           # When it will be killed: a command that can finish early (a partial bundle) should.
+           "GPUFLEET_BEFORE_DRAIN_DEADLINE": f"{time.time() + args.before_drain_timeout:.3f}"}
+    t0 = time.monotonic()
+    result: dict[str, Any]
+    try:
+        # Its own session, so a timeout kills the collector and its children, not only the shell.
+        proc = subprocess.Popen(["/bin/sh", "-c", args.before_drain], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    except OSError as e:
+        result = {"rc": None, "error": str(e)}
+    else:
+        try:
+            output, _ = proc.communicate(timeout=args.before_drain_timeout)
+            result = {"rc": proc.returncode, "output": output.strip()[-500:]}
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            result = {"rc": None, "error": f"killed after {args.before_drain_timeout:g} s"}
+    result["seconds"] = round(time.monotonic() - t0, 3)
+    if result["rc"] != 0:
+        # slurmd keeps the check's stderr in its log: a bundle that was not made says why there.
+        print(f"gpufleet node-health: before-drain: {result}", file=sys.stderr)
+    marker.write_text(key)
+    return result
 
 
 def main() -> None:

@@ -56,6 +56,20 @@ def to_doc(out: SweepOutcome, catalog: Catalog) -> dict[str, Any]:
     }
 
 
+def failing_nodes(doc: dict[str, Any]) -> dict[str, str]:
+    """Failing node -> its first failing finding, which names the node's bundle."""
+    return {n["node"]: next(f"{f['code']} {f['name']} {f['subject']}: {f['detail']}" for f in n["findings"]
+                            if f["severity"] == "fail")
+            for n in doc["nodes"] if n["status"] == "fail"}
+
+
+def attach_bundles(doc: dict[str, Any], bundles: dict[str, dict[str, object]]) -> None:
+    """Link each failing node's diagnostic bundle (gpufleet.fleet.bundle) from its row."""
+    for n in doc["nodes"]:
+        if n["node"] in bundles:
+            n["bundle"] = bundles[n["node"]]
+
+
 def _spark(values: list[float]) -> str:
     bars = "▁▂▃▄▅▆▇█"
     if not values:

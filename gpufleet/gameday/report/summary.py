@@ -78,6 +78,7 @@ def experiment_doc(r: ExperimentResult) -> ExperimentDoc:
         wall_seconds=r.wall_seconds,
         capacity=r.extra.get("capacity"),
         healing=r.healing,
+        bundles=r.extra.get("bundles", []),
         timeline=r.timeline.model_dump(mode="json") if r.timeline else None,
     )
 

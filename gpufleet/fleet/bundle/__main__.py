@@ -1,0 +1,3 @@
+from gpufleet.fleet.bundle.hook import run
+
+raise SystemExit(run())

@@ -1,0 +1,68 @@
+"""`python -m gpufleet.fleet.bundle`: collect a sandbox node's bundle, for the node-health check's
+before-drain hook. It imports no CLI framework (the hook's start-up is part of the delay it adds
+before the drain); `gpufleet bundle collect` is the same collection for people."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from gpufleet.fleet.bundle.caps import SANDBOX_CAPS
+from gpufleet.fleet.bundle.service import BundleInputError, collect_sandbox, load_sandbox, make_caps
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gpufleet.fleet.bundle", description=__doc__)
+    p.add_argument("--state-file", type=Path, required=True, help="the sandbox's state.json")
+    p.add_argument("--node", required=True)
+    p.add_argument("--out", type=Path, required=True, help="folder the bundle is written to")
+    p.add_argument("--trigger", default="node-health")
+    p.add_argument("--reason", default=None, help="the fault (the drain reason)")
+    p.add_argument("--detected-at", default=None, help="unix seconds the fault was detected")
+    p.add_argument("--deadline", type=float, default=None, help="seconds for the whole collection")
+    return p
+
+
+# Kept back from the node-health check's kill time to write the archive (a 20 KB bundle: milliseconds;
+# the margin is for a loaded machine).
+WRITE_MARGIN_S = 1.0
+
+
+def deadline_within(default_s: float, kill_at: str | None, now: float) -> float:
+    """The collection's deadline: the caps' default, shortened so the bundle is written before the
+    node-health check kills the hook (GPUFLEET_BEFORE_DRAIN_DEADLINE, unix seconds); never under 0.5 s."""
+    if not kill_at:
+        return default_s
+    try:
+        left = float(kill_at) - now - WRITE_MARGIN_S
+    except ValueError:
+        return default_s
+    return max(0.5, min(default_s, left))
+
+
+def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        detected = float(args.detected_at) if args.detected_at else None
+    except ValueError:
+        err.write(f"--detected-at {args.detected_at!r}: not unix seconds\n")
+        return 2
+    try:
+        state = load_sandbox("", args.state_file)
+        deadline = args.deadline if args.deadline is not None else deadline_within(
+            SANDBOX_CAPS.deadline_s, os.environ.get("GPUFLEET_BEFORE_DRAIN_DEADLINE"), time.time())
+        caps = make_caps(SANDBOX_CAPS, deadline_s=deadline)
+        path, manifest = collect_sandbox(state, args.node, args.out, caps, trigger=args.trigger,
+                                         reason=args.reason or None, detected_at=detected)
+    except BundleInputError as e:
+        err.write(f"bundle: {e}\n")
+        return 2
+    bad = [f"{m.collector}={m.status}" for m in manifest.members if m.status != "ok"]
+    out.write(f"{path} ({manifest.total_bytes} bytes, {manifest.finished_at - manifest.started_at:.2f} s"
+              + (f"; not ok: {', '.join(bad)}" if bad else "") + ")\n")
+    return 0
