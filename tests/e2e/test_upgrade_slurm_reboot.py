@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import gpufleet, wait_until
+from e2e_support import REPO, gpufleet, wait_until
 
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
@@ -34,6 +34,23 @@ pytestmark = [pytest.mark.sandbox, needs_root, pytest.mark.timeout(1800)]
 STACK = "sandbox"
 OLD, NEW, BAD = "550.90.07", "570.124.06", "560.0.0-bad"
 NODES = [f"gpu-{i}" for i in range(5)]
+# The stack's timeouts (60 s) fit an idle machine; this one is shared and its load average reached
+# 100-200 while these tests ran, when a cancelled job took 76 s to complete on its nodes (slurmctld:
+# "completion process took 76 seconds"). The rollout runs with more room, so that a node skipped
+# for a slow drain does not hide what is tested here: the reboot path.
+ROOMY = {"drainTimeoutSeconds": 600, "rebootTimeoutSeconds": 300, "gateTimeoutSeconds": 300}
+
+
+def roomy_stack(tmp: Path) -> Path:
+    text = (REPO / "stacks" / f"Pulumi.{STACK}.yaml").read_text()
+    for key, value in ROOMY.items():
+        lines = [ln for ln in text.splitlines() if ln.strip().startswith(f"{key}:")]
+        assert len(lines) == 1, key
+        indent = lines[0][: len(lines[0]) - len(lines[0].lstrip())]
+        text = text.replace(lines[0], f"{indent}{key}: {value}")
+    out = tmp / f"Pulumi.{STACK}.yaml"
+    out.write_text(text)
+    return out
 
 
 class Box:
@@ -48,12 +65,14 @@ class Box:
         assert res.returncode == 0, res.stderr
         return parse_sinfo(res.stdout)
 
-    def boot_times(self) -> dict[str, float | None]:
+    def boot_times(self) -> dict[str, float]:
         out = {}
         for n in NODES:
             res = subprocess.run(self.state.slurm_command("scontrol", "-o", "show", "node", n),
                                  capture_output=True, text=True, timeout=30)
-            out[n] = parse_show_node(res.stdout).boot_time
+            boot = parse_show_node(res.stdout).boot_time
+            assert boot is not None, res.stdout + res.stderr
+            out[n] = boot
         return out
 
     def versions(self) -> dict[str, Any]:
@@ -110,8 +129,9 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
 
 
 def _run(box: Box, version: str, report: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    res = gpufleet(box.root, "upgrade", "run", "--stack", STACK, "--driver", "slurm", "--to", version,
-                   "--report", str(report), timeout=1200)
+    stack = roomy_stack(report.parent)
+    res = gpufleet(box.root, "upgrade", "run", "--stack", str(stack), "--driver", "slurm", "--to", version,
+                   "--report", str(report), timeout=1500)
     print(res.stdout)
     return res, json.loads(report.read_text())
 
@@ -139,9 +159,12 @@ def test_a_bad_version_is_held_down_by_slurm_then_rolled_back(box: Box, tmp_path
     down_reasons = [s[2] for s in seen[first_out:back[0]]]
     assert sum(1 for r in down_reasons if r.endswith("reboot complete")) >= 1, seen
     after = box.boot_times()
-    assert after[canary] is not None and before[canary] is not None and after[canary] > before[canary]
-    assert {n: t for n, t in after.items() if n != canary} == {n: t for n, t in before.items() if n != canary}
-    assert all(all(s[3] for s in w.seen[n]) for n in NODES if n != canary), "another node was taken"
+    assert after[canary] > before[canary] + 1
+    # slurmd recomputes the boot time (now - uptime, whole seconds) at each registration: +-1 s.
+    for n in NODES:
+        if n != canary:
+            assert abs(after[n] - before[n]) <= 1, (n, before[n], after[n])
+            assert not any(s[2].startswith("gpufleet-upgrade") for s in w.seen[n]), (n, w.seen[n])
     assert set(box.versions().values()) == {OLD}
     wait_until("every node schedulable", lambda: all(o.schedulable for o in box.sinfo().values()), 60)
 
@@ -156,8 +179,7 @@ def test_every_node_reboots_through_slurm_and_returns_only_after_its_gate(box: B
     assert box.versions() == dict.fromkeys(NODES, NEW)
     after = box.boot_times()
     for n in NODES:
-        assert before[n] is not None and after[n] is not None
-        assert t0 - 1 <= after[n] and after[n] > before[n], (n, before[n], after[n])
+        assert after[n] >= t0 - 1 and after[n] > before[n] + 1, (n, before[n], after[n])
     for r in doc["slurmReboots"]:
         assert r["outcome"] == "done" and r["states"][-1] == "DOWN", r
         assert r["bootTimeAfter"] >= int(r["requestedAt"]), r
