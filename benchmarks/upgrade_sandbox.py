@@ -54,7 +54,23 @@ def reboot_seconds(log: list[dict[str, Any]]) -> list[float]:
     return out
 
 
-def one_run(target: str, driver: str) -> dict[str, Any]:
+TIMEOUT_KEYS = ("drainTimeoutSeconds", "rebootTimeoutSeconds", "gateTimeoutSeconds")
+
+
+def stack_with_timeouts(tmp: Path, seconds: int) -> Path:
+    """A copy of the sandbox stack whose rollout timeouts are `seconds` (a loaded shared machine can
+    take longer than the stack's 60 s to drain a busy node)."""
+    lines = (ROOT / "stacks" / "Pulumi.sandbox.yaml").read_text().splitlines()
+    for i, ln in enumerate(lines):
+        key = ln.strip().split(":", 1)[0]
+        if key in TIMEOUT_KEYS:
+            lines[i] = ln[: len(ln) - len(ln.lstrip())] + f"{key}: {seconds}"
+    out = tmp / "Pulumi.sandbox.yaml"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def one_run(target: str, driver: str, timeouts_s: int | None) -> dict[str, Any]:
     from gpufleet.core.sandbox_contract import read_state
 
     with tempfile.TemporaryDirectory(prefix="gpufleet-upgrade-bench-") as tmp:
@@ -69,11 +85,13 @@ def one_run(target: str, driver: str) -> dict[str, Any]:
                 time.sleep(1)
             report = root / "report.json"
             load = os.getloadavg()[0]
-            res = cli(root, "upgrade", "run", "--stack", "sandbox", "--driver", driver, "--to", target,
+            stack = "sandbox" if timeouts_s is None else str(stack_with_timeouts(root, timeouts_s))
+            res = cli(root, "upgrade", "run", "--stack", stack, "--driver", driver, "--to", target,
                       "--report", str(report), timeout=1800)
             doc = json.loads(report.read_text())
             secs = reboot_seconds(doc["log"])
-            return {"driver": driver, "exitCode": res.returncode, "counts": doc["counts"],
+            return {"driver": driver, "timeoutsSeconds": timeouts_s, "exitCode": res.returncode,
+                    "counts": doc["counts"],
                     "haltedBy": doc["haltedBy"], **doc["capacity"], "rebootSeconds": secs,
                     "rebootSecondsMedian": sorted(secs)[len(secs) // 2] if secs else None,
                     "loadAverageAtStart": round(load, 1), "loadAverageAtEnd": round(os.getloadavg()[0], 1),
@@ -87,8 +105,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--to", default="570.124.06")
     ap.add_argument("--driver", choices=("slurm", "sandbox"), default="slurm")
+    ap.add_argument("--timeouts-s", type=int, default=None,
+                    help="drain/reboot/gate timeouts for the rollout (default: the stack's)")
     args = ap.parse_args()
-    runs = [one_run(args.to, args.driver) for _ in range(args.runs)]
+    runs = [one_run(args.to, args.driver, args.timeouts_s) for _ in range(args.runs)]
     for r in runs:
         print(f"{r['driver']}: exit {r['exitCode']} {r['counts']}: drained {r['drainedNodeSeconds']} node-s, "
               f"minimum {r['minimumNodeSeconds']} node-s, ratio {r['ratio']}, wall {r['wallSeconds']} s; "
