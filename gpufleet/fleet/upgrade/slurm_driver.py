@@ -45,6 +45,10 @@ from gpufleet.fleet.upgrade.sandbox_ops import resume_argv, show_node_argv, upgr
 log = logging.getLogger("gpufleet.fleet.upgrade")
 
 POLL_S = 0.5
+# How long `--resume-cleanup` lets a reboot under way finish: ResumeTimeout's default (slurm.conf(5)),
+# after which slurmctld gives the reboot up itself.
+CLEANUP_REBOOT_WAIT_S = 60.0
+REBOOTING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 # The suffixes slurmctld appends to a rebooting node's reason (scontrol(1), reboot).
 SLURM_REBOOT_SUFFIXES = ("reboot issued", "reboot complete", "reboot timed out")
 
@@ -134,7 +138,7 @@ def reboot_progress(view: NodeView, reason: str, requested_at: float) -> Progres
     prints it); timed out when slurmctld gave up (ResumeTimeout)."""
     if reason.endswith("reboot timed out"):
         return Progress.TIMED_OUT
-    if view.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING"}:
+    if view.flags & (REBOOTING | {"NOT_RESPONDING"}):
         return Progress.PENDING
     if view.boot_time is None or view.boot_time < int(requested_at):
         return Progress.PENDING
@@ -244,6 +248,15 @@ class SlurmDriver(SandboxDriver):
             return None
         finally:
             rec.seconds = time.monotonic() - t0
+
+    def restart_missing_daemons(self, node: str) -> list[str]:
+        """After an interrupted run: let a reboot Slurm has under way finish first (its RebootProgram
+        starts the daemons itself; starting them here too would race it), then start what is not
+        running."""
+        end = time.monotonic() + CLEANUP_REBOOT_WAIT_S
+        while time.monotonic() < end and self.view(node).flags & REBOOTING:
+            time.sleep(POLL_S)
+        return super().restart_missing_daemons(node)
 
     def uncordon(self, node: str) -> bool:
         """Resume the node if its reason is still this run's mark (Slurm's reboot suffixes allowed)."""

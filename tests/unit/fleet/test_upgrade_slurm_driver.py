@@ -241,3 +241,20 @@ def test_uncordon_resumes_a_node_with_its_mark_and_slurms_suffixes_only(up: Path
     d2 = _driver(up, other)
     assert d2.uncordon("gpu-4") is False
     assert not any("state=RESUME" in a for a in other.calls)
+
+
+def test_cleanup_lets_a_reboot_under_way_finish_before_starting_daemons(
+        up: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm = ScriptedSlurm([
+        ("DOWN+DRAIN+REBOOT_ISSUED", OLD_BOOT, MARK + " : reboot issued"),
+        ("DOWN+DRAIN+REBOOT_ISSUED+NOT_RESPONDING", OLD_BOOT, MARK + " : reboot issued"),
+        ("DOWN", NEW_BOOT, MARK + " : reboot issued : reboot complete"),
+    ])
+    slurm.i = 0  # the interrupted run had asked for the reboot
+    d = _driver(up, slurm)
+    monkeypatch.setattr("gpufleet.fleet.upgrade.slurm_driver.POLL_S", 0.0)
+    started: list[int] = []
+    monkeypatch.setattr("gpufleet.fleet.upgrade.sandbox_driver.SandboxDriver.restart_missing_daemons",
+                        lambda self, node: started.append(slurm.i) or [])
+    d.restart_missing_daemons("gpu-4")
+    assert started == [2]  # only once Slurm showed the reboot over
