@@ -45,9 +45,9 @@ from gpufleet.fleet.upgrade.sandbox_ops import resume_argv, show_node_argv, upgr
 log = logging.getLogger("gpufleet.fleet.upgrade")
 
 POLL_S = 0.5
-# How long `--resume-cleanup` lets a reboot under way finish: ResumeTimeout's default (slurm.conf(5)),
-# after which slurmctld gives the reboot up itself.
-CLEANUP_REBOOT_WAIT_S = 60.0
+# How long `--resume-cleanup` lets a reboot under way finish: the sandbox's ResumeTimeout (180 s; its
+# slurm.conf), after which slurmctld gives the reboot up itself.
+CLEANUP_REBOOT_WAIT_S = 180.0
 REBOOTING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 # The suffixes slurmctld appends to a rebooting node's reason (scontrol(1), reboot).
 SLURM_REBOOT_SUFFIXES = ("reboot issued", "reboot complete", "reboot timed out")

@@ -80,6 +80,7 @@ def test_slurm_conf_names_the_reboot_program_and_the_script_starts_it_detached()
     layout = plan_layout("sandbox", spec, "abc123", Path("/run/gf/sandbox/run-abc123"))
     conf = configs.slurm_conf(layout, Path("/venv/bin/gpufleet"))
     assert "RebootProgram=/run/gf/sandbox/run-abc123/slurm/reboot.sh\n" in conf
+    assert "\nResumeTimeout=180\n" in conf
     script = configs.reboot_script(layout, Path("/venv/bin/gpufleet"))
     assert ("setsid -f /venv/bin/python -m gpufleet.sandbox.node_reboot --stack sandbox "
             "--state-root /run/gf ") in script
