@@ -254,7 +254,11 @@ def test_cleanup_lets_a_reboot_under_way_finish_before_starting_daemons(
     d = _driver(up, slurm)
     monkeypatch.setattr("gpufleet.fleet.upgrade.slurm_driver.POLL_S", 0.0)
     started: list[int] = []
-    monkeypatch.setattr("gpufleet.fleet.upgrade.sandbox_driver.SandboxDriver.restart_missing_daemons",
-                        lambda self, node: started.append(slurm.i) or [])
+
+    def restart(_self: object, _node: str) -> list[str]:
+        started.append(slurm.i)
+        return []
+
+    monkeypatch.setattr("gpufleet.fleet.upgrade.sandbox_driver.SandboxDriver.restart_missing_daemons", restart)
     d.restart_missing_daemons("gpu-4")
     assert started == [2]  # only once Slurm showed the reboot over
