@@ -12,6 +12,7 @@ import pytest
 
 from gpufleet.core.sandbox_contract import Launch, SandboxProcess, SandboxState, read_state, write_state
 from gpufleet.fleet.upgrade.model import Component
+from gpufleet.fleet.upgrade.sandbox_driver import SandboxDriver
 from gpufleet.fleet.upgrade.slurm_driver import (
     NEXT_STATE,
     NextState,
@@ -259,6 +260,6 @@ def test_cleanup_lets_a_reboot_under_way_finish_before_starting_daemons(
         started.append(slurm.i)
         return []
 
-    monkeypatch.setattr("gpufleet.fleet.upgrade.sandbox_driver.SandboxDriver.restart_missing_daemons", restart)
+    monkeypatch.setattr(SandboxDriver, "restart_missing_daemons", restart)
     d.restart_missing_daemons("gpu-4")
     assert started == [2]  # only once Slurm showed the reboot over
