@@ -1,14 +1,17 @@
 """A rolling driver upgrade of the whole Slurm sandbox under its training job (issue 16: capacity
 lost within 1.2x the minimum).
 
-    sudo .venv/bin/python benchmarks/upgrade_sandbox.py [--runs 1]
+    sudo .venv/bin/python benchmarks/upgrade_sandbox.py [--runs 1] [--driver slurm|sandbox]
 
 Each run: `gpufleet sandbox up --stack sandbox` in a private state root, wait for training steps,
 `gpufleet upgrade run --to <new>` (waves of one, the stack's policy), then `sandbox down`. The
 figures come from the run's JSON report: node-seconds drained by the rollout (cordon to resume, every
 node), the minimum (the same nodes' reboots and gates alone: what no rollout can avoid), their
-ratio, and the rollout's wall time. Prints them and writes benchmarks/results/upgrade_sandbox.json.
-A benchmark, not a test: it asserts nothing.
+ratio, the rollout's wall time, and each node's reboot time (the log's `reboot` to `rebooted`: with
+`--driver slurm` a real `scontrol reboot` from the request until slurmctld saw the node's new boot
+and its agent answered, ADR 0064; with `--driver sandbox` a restart of the node's daemons, ADR 0061).
+Prints them and writes benchmarks/results/upgrade_sandbox.json (sandbox driver) or
+upgrade_sandbox_slurm.json. A benchmark, not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +43,34 @@ def max_step(events: Path) -> int:
     return max((s for s in steps if isinstance(s, int)), default=-1)
 
 
-def one_run(target: str) -> dict[str, Any]:
+def reboot_seconds(log: list[dict[str, Any]]) -> list[float]:
+    """Each reboot's time, `reboot` to `rebooted` in the run's timed log."""
+    out, started = [], {}
+    for e in log:
+        if e["action"] == "reboot":
+            started[e["node"]] = e["t"]
+        elif e["action"] == "rebooted" and e["node"] in started:
+            out.append(round(e["t"] - started.pop(e["node"]), 2))
+    return out
+
+
+TIMEOUT_KEYS = ("drainTimeoutSeconds", "rebootTimeoutSeconds", "gateTimeoutSeconds")
+
+
+def stack_with_timeouts(tmp: Path, seconds: int) -> Path:
+    """A copy of the sandbox stack whose rollout timeouts are `seconds` (a loaded shared machine can
+    take longer than the stack's 60 s to drain a busy node)."""
+    lines = (ROOT / "stacks" / "Pulumi.sandbox.yaml").read_text().splitlines()
+    for i, ln in enumerate(lines):
+        key = ln.strip().split(":", 1)[0]
+        if key in TIMEOUT_KEYS:
+            lines[i] = ln[: len(ln) - len(ln.lstrip())] + f"{key}: {seconds}"
+    out = tmp / "Pulumi.sandbox.yaml"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def one_run(target: str, driver: str, timeouts_s: int | None) -> dict[str, Any]:
     from gpufleet.core.sandbox_contract import read_state
 
     with tempfile.TemporaryDirectory(prefix="gpufleet-upgrade-bench-") as tmp:
@@ -54,10 +84,18 @@ def one_run(target: str) -> dict[str, Any]:
             while max_step(events) < 5 and time.monotonic() < deadline:
                 time.sleep(1)
             report = root / "report.json"
-            res = cli(root, "upgrade", "run", "--stack", "sandbox", "--to", target, "--report", str(report))
+            load = os.getloadavg()[0]
+            stack = "sandbox" if timeouts_s is None else str(stack_with_timeouts(root, timeouts_s))
+            res = cli(root, "upgrade", "run", "--stack", stack, "--driver", driver, "--to", target,
+                      "--report", str(report), timeout=1800)
             doc = json.loads(report.read_text())
-            return {"exitCode": res.returncode, "counts": doc["counts"], "haltedBy": doc["haltedBy"],
-                    **doc["capacity"]}
+            secs = reboot_seconds(doc["log"])
+            return {"driver": driver, "timeoutsSeconds": timeouts_s, "exitCode": res.returncode,
+                    "counts": doc["counts"],
+                    "haltedBy": doc["haltedBy"], **doc["capacity"], "rebootSeconds": secs,
+                    "rebootSecondsMedian": sorted(secs)[len(secs) // 2] if secs else None,
+                    "loadAverageAtStart": round(load, 1), "loadAverageAtEnd": round(os.getloadavg()[0], 1),
+                    "slurmReboots": doc.get("slurmReboots", [])}
         finally:
             cli(root, "sandbox", "down", "--stack", "sandbox", timeout=300)
 
@@ -66,12 +104,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--to", default="570.124.06")
+    ap.add_argument("--driver", choices=("slurm", "sandbox"), default="slurm")
+    ap.add_argument("--timeouts-s", type=int, default=None,
+                    help="drain/reboot/gate timeouts for the rollout (default: the stack's)")
     args = ap.parse_args()
-    runs = [one_run(args.to) for _ in range(args.runs)]
+    runs = [one_run(args.to, args.driver, args.timeouts_s) for _ in range(args.runs)]
     for r in runs:
-        print(f"exit {r['exitCode']} {r['counts']}: drained {r['drainedNodeSeconds']} node-s, minimum "
-              f"{r['minimumNodeSeconds']} node-s, ratio {r['ratio']}, wall {r['wallSeconds']} s")
-    out = ROOT / "benchmarks" / "results" / "upgrade_sandbox.json"
+        print(f"{r['driver']}: exit {r['exitCode']} {r['counts']}: drained {r['drainedNodeSeconds']} node-s, "
+              f"minimum {r['minimumNodeSeconds']} node-s, ratio {r['ratio']}, wall {r['wallSeconds']} s; "
+              f"reboots {r['rebootSeconds']} s; load {r['loadAverageAtStart']} -> {r['loadAverageAtEnd']}")
+    name = "upgrade_sandbox.json" if args.driver == "sandbox" else "upgrade_sandbox_slurm.json"
+    out = ROOT / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.node(), "cpus": os.cpu_count(),
                                "loadavg": os.getloadavg(), "runs": runs}, indent=2))

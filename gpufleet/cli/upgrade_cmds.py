@@ -27,6 +27,7 @@ from gpufleet.fleet.upgrade.drive import drive
 from gpufleet.fleet.upgrade.model import protection
 from gpufleet.fleet.upgrade.rollout import Rollout
 from gpufleet.fleet.upgrade.sandbox_driver import DriverError, SandboxDriver
+from gpufleet.fleet.upgrade.slurm_driver import SlurmDriver, choose_driver
 
 # A driver (570.124.06), firmware (96.00.9F.00.04) or package version (2.19.3-1+cuda12.8): what a
 # version string may hold, so a typo such as an empty string or a flag is refused before planning.
@@ -158,6 +159,9 @@ def run_cmd(
     stack: Annotated[str, typer.Option("--stack", "-s", help="Stack name or stack file (a running sandbox)")],
     to: Annotated[str | None, typer.Option("--to", help="Target version", callback=_maybe_version)] = None,
     component: Annotated[Component, typer.Option("--component", help="What is upgraded")] = Component.DRIVER,
+    driver_name: Annotated[str | None, typer.Option(
+        "--driver", help="slurm (scontrol reboot; the default for a Slurm stack) or sandbox (daemon restart)")
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Read the live fleet and plan only")] = False,
     resume_cleanup: Annotated[
         bool, typer.Option("--resume-cleanup", help="Return the nodes an interrupted run left cordoned "
@@ -173,7 +177,11 @@ def run_cmd(
     the version read back), rollback of a failed node. Exit 0 done, 1 halted, 2 bad input."""
     spec, name = _stack(stack, stacks_dir)
     try:
-        driver = SandboxDriver(name, component, state_root)
+        chosen = choose_driver(spec.scheduler.kind.value, driver_name)
+    except ValueError as e:
+        raise InputError("--driver", [Problem("--driver", str(e))]) from e
+    try:
+        driver = (SlurmDriver if chosen == "slurm" else SandboxDriver)(name, component, state_root)
     except (OSError, ValueError, DriverError) as e:
         raise InputError(f"sandbox {name}", [Problem("state", f"no running sandbox to upgrade: {e}")]) from e
     if resume_cleanup:
@@ -211,7 +219,10 @@ def run_cmd(
         raise typer.Exit(1) from None
     finally:
         signal.signal(signal.SIGTERM, old)
-    doc = {"stack": name, "component": component.value, "rolloutId": rollout_id, **result.to_doc()}
+    doc = {"stack": name, "component": component.value, "rolloutId": rollout_id, "driver": chosen,
+           **result.to_doc()}
+    if isinstance(driver, SlurmDriver):
+        doc.update(driver.report())
     if not spec.upgrade.gate.smoke_run:
         doc["gateNote"] = "gate: node-health + version read back (gate.smokeRun is off)"
     else:

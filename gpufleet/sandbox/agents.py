@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from gpufleet.sandbox import boot
 from gpufleet.sandbox.layout import AGENT_PORT, Layout
 from gpufleet.sandbox.processes import Started, spawn
 
@@ -74,7 +75,8 @@ def start_agent(layout: Layout, node: str) -> Started:
     layout.node_dir(node).mkdir(parents=True, exist_ok=True)
     return spawn(
         f"agent@{node}",
-        agent_argv(layout, node),
+        # In its node's time namespace, as slurmd is (gpufleet.sandbox.boot).
+        boot.booted(agent_argv(layout, node), boot.node_boot_offset(layout.node(node).netns)),
         layout.node_dir(node) / "agent.log",
         netns=layout.node(node).netns,
         hostname=node,

@@ -45,6 +45,9 @@ def _context(layout: Layout, gpufleet_bin: Path) -> dict[str, Any]:
         "munge_socket": str(layout.munge_socket),
         "health_script": str(layout.health_script),
         "epilog_script": str(layout.epilog_script),
+        "reboot_script": str(reboot_script_path(layout)),
+        # `sandbox up` keeps each run under <state root>/<stack>/run-<id> (gpufleet.sandbox.up).
+        "state_root": str(layout.base_dir.parent.parent),
         "slurm_conf": str(layout.slurm_conf),
         "token_file": str(layout.token_file),
         "mgmt_ifname": MGMT_IFNAME,
@@ -56,6 +59,15 @@ def _context(layout: Layout, gpufleet_bin: Path) -> dict[str, Any]:
         "cpus_per_node": CPUS_PER_NODE,
         "memory_mb": MEMORY_MB,
     }
+
+
+def reboot_script_path(layout: Layout) -> Path:
+    return layout.path("slurm", "reboot.sh")
+
+
+def reboot_script(layout: Layout, gpufleet_bin: Path) -> str:
+    """Slurm's RebootProgram: restarts the node's daemons in a new time namespace (ADR 0064)."""
+    return render("reboot.sh.j2", layout, gpufleet_bin)
 
 
 def render(template: str, layout: Layout, gpufleet_bin: Path) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
-from gpufleet.sandbox import configs
+from gpufleet.sandbox import boot, configs
 from gpufleet.sandbox.layout import Layout
 from gpufleet.sandbox.processes import Started, spawn
 
@@ -29,6 +29,9 @@ def write_configs(layout: Layout, gpufleet_bin: Path) -> None:
     layout.health_script.chmod(0o755)
     layout.epilog_script.write_text(configs.health_script(layout, gpufleet_bin, epilog=True))
     layout.epilog_script.chmod(0o755)
+    reboot = configs.reboot_script_path(layout)
+    reboot.write_text(configs.reboot_script(layout, gpufleet_bin))
+    reboot.chmod(0o755)
     for n in layout.nodes:
         (layout.node_dir(n.name) / "spool").mkdir(parents=True, exist_ok=True)
         make_gpu_devices(layout.node_dir(n.name) / "dev", n.gpus)
@@ -82,7 +85,10 @@ def start_slurmctld(layout: Layout) -> Started:
 
 
 def start_slurmd(layout: Layout, node: str) -> Started:
-    argv = ["slurmd", "-D", "-N", node, "-f", str(layout.slurm_conf)]
+    # In a time namespace of its own that starts at the node's boot, so that `scontrol reboot`
+    # can complete (gpufleet.sandbox.boot, ADR 0064).
+    argv = boot.booted(["slurmd", "-D", "-N", node, "-f", str(layout.slurm_conf)],
+                        boot.node_boot_offset(layout.node(node).netns))
     return spawn(
         f"slurmd@{node}",
         argv,

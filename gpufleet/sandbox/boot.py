@@ -1,0 +1,130 @@
+"""A sandbox node's boot, as Slurm sees it: its daemons run in a Linux time namespace of their own
+whose boot-time clock starts at the node's "boot" (ADR 0064).
+
+slurmd reports its node's boot time as now minus the uptime (sysinfo(2)), and slurmctld considers a
+`scontrol reboot` done only when the node registers with a boot time no older than the request
+(scontrol(1), Slurm 22.05). In a network namespace every slurmd would read the host's uptime, so
+no sandbox node could ever look rebooted. A time namespace (time_namespaces(7), Linux >= 5.6) shifts
+CLOCK_BOOTTIME, /proc/uptime and sysinfo(2) for the processes in it: `unshare --time --boottime -N`
+gives them an uptime N seconds shorter than the host's.
+
+The offset is written into the daemon's Launch recipe, so the recipe records when the node booted:
+restarting a daemon from its recipe (a chaos crash, the daemon-restart upgrade driver) keeps the
+node's boot time, and only a reboot (gpufleet.sandbox.node_reboot) writes a new offset.
+
+Two kernel facts shape the functions below, both checked on this machine (kernel 6.18):
+- the offsets of a nested namespace are absolute (relative to the host's clock), not relative to
+  the namespace it is created from;
+- /proc/<pid>/stat's start time (field 22) is shifted by the READER's boot-time offset, so a
+  process inside a node's namespace must convert it before comparing with the state file's values
+  (which are the host's view); and a process that started before the reader's namespace booted
+  reads as a wrapped-around number. So all the daemons of a node share one offset, taken before
+  the first of them starts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpufleet.core.procs import start_time
+
+WRAPPER = ("unshare", "--time", "--boottime")
+# The uptime a freshly "booted" node starts with. It must not be more than the time from Slurm's
+# reboot request to the restart, or the node's boot time would precede the request and slurmctld
+# would keep waiting (it needs boot time >= the request time). Whole seconds are all `unshare`
+# takes, so the uptime starts between 0 and 1 s.
+FRESH_UPTIME_S = 0
+
+
+def booted(program: Sequence[str], offset_s: int) -> list[str]:
+    """`program` run in a new time namespace whose boot-time clock is `offset_s` (<= 0) seconds off
+    the host's; an earlier wrapper (a previous boot) is replaced."""
+    if offset_s > 0:
+        raise ValueError(f"a boot-time offset is never positive (no boot in the future): {offset_s}")
+    return [*WRAPPER, str(offset_s), "--", *unwrapped(program)]
+
+
+def unwrapped(program: Sequence[str]) -> list[str]:
+    """The daemon's own argv, without a time-namespace wrapper."""
+    out = list(program)
+    n = len(WRAPPER)
+    if tuple(out[:n]) == WRAPPER and len(out) > n + 1 and out[n + 1] == "--":
+        return out[n + 2:]
+    return out
+
+
+def boot_offset_of(program: Sequence[str]) -> int | None:
+    """The recipe's boot-time offset, None when it runs in the host's time namespace."""
+    n = len(WRAPPER)
+    if tuple(program[:n]) == WRAPPER and len(program) > n + 1 and program[n + 1] == "--":
+        return int(program[n])
+    return None
+
+
+def fresh_offset(ns_uptime_s: float, ns_offset_s: int, uptime_s: int = FRESH_UPTIME_S) -> int:
+    """The offset that makes a new namespace's uptime `uptime_s` (plus the fraction of the current
+    second), computed from inside a namespace whose uptime is `ns_uptime_s` and offset `ns_offset_s`
+    (offsets are absolute: the host's uptime is the namespace's minus its offset)."""
+    host_uptime = ns_uptime_s - ns_offset_s
+    return -(math.floor(host_uptime) - uptime_s)
+
+
+def boot_time(now_s: float, host_uptime_s: float, offset_s: int) -> float:
+    """When a node whose daemons run with `offset_s` booted (Unix seconds): what slurmd reports."""
+    return now_s - (host_uptime_s + offset_s)
+
+
+def parse_timens_offsets(text: str) -> int:
+    """The boottime offset in whole seconds of /proc/self/timens_offsets (`boottime <s> <ns>`
+    lines; the sandbox's offsets have no nanoseconds: `unshare` sets seconds); 0 when the line is
+    missing (the host's namespace prints zeros)."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "boottime":
+            return int(parts[1])
+    return 0
+
+
+def own_offset() -> int:
+    """This process's boot-time offset (0 in the host's time namespace or without time namespaces)."""
+    try:
+        return parse_timens_offsets(Path("/proc/self/timens_offsets").read_text())
+    except OSError:
+        return 0
+
+
+def uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def new_boot_offset() -> int:
+    """The offset for a node booting now, wherever this runs."""
+    return fresh_offset(uptime(), own_offset())
+
+
+# One boot per node per process: the daemons of a node that one `sandbox up` starts share its boot.
+_NODE_OFFSETS: dict[str, int] = {}
+
+
+def node_boot_offset(netns: str) -> int:
+    """The boot-time offset of the node whose namespace is `netns`, the first time it is asked for in
+    this process. Every daemon of a node must share it: a process in the node's time namespace reads
+    the start time of a process that started before that namespace's boot as a wrapped-around
+    value, so the node's RebootProgram could not recognise (and stop) a daemon started earlier than
+    slurmd, its parent."""
+    if netns not in _NODE_OFFSETS:
+        _NODE_OFFSETS[netns] = new_boot_offset()
+    return _NODE_OFFSETS[netns]
+
+
+def host_start_time(pid: int, ns_offset_s: int | None = None) -> int | None:
+    """/proc/<pid>/stat field 22 as the host's namespace reads it (the state file's values), from
+    wherever this runs: the kernel adds the reader's own boot-time offset."""
+    st = start_time(pid)
+    if st is None:
+        return None
+    offset = own_offset() if ns_offset_s is None else ns_offset_s
+    return st - offset * os.sysconf("SC_CLK_TCK")
