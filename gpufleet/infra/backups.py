@@ -176,7 +176,7 @@ def cronjob_spec(role: str, schedule: str, dr: DrSpec, store: str) -> dict[str, 
     )
     main["env"] = job_env(store, role)
     if role == "verify":
-        main["env"].append({"name": "SCRATCH_META_URL", "value": SCRATCH_REDIS_URL})
+        main["env"].append({"name": "SCRATCH_ENGINE_URL", "value": SCRATCH_REDIS_URL})
     main["volumeMounts"].append({"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True})
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -279,7 +279,7 @@ class Backups(pulumi.ComponentResource):
         )
         self.settings = bucket_settings(ceph, js, dr)
         cm = k8s.core.v1.ConfigMap(
-            f"{name}-settings",
+            f"{name}-bucket-settings",
             metadata={
                 "name": SETTINGS_CONFIG_MAP,
                 "namespace": namespace,
@@ -293,7 +293,7 @@ class Backups(pulumi.ComponentResource):
         for role, when in (("settings", SETTINGS_SCHEDULE), ("dump", schedule), ("verify", schedule)):
             annotations = {RPO_ANNOTATION: f"{dr.rpo_seconds:g}"} if role == "dump" else {}
             self.cronjobs[role] = k8s.batch.v1.CronJob(
-                f"{name}-{role}",
+                f"{name}-cronjob-{role}",
                 metadata={
                     "name": f"gpufleet-backup-{role}",
                     "namespace": namespace,
