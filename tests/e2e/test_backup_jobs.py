@@ -50,7 +50,7 @@ BACKUP = "cluster-backup"  # not the sandbox's own backup bucket, which its back
 @pytest.fixture(scope="module")
 def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StorageSandboxState]:
     root = tmp_path_factory.mktemp("backup-jobs-root")
-    up = gpufleet(root, "sandbox", "up", "--storage", "--stack", STACK, timeout=600)
+    up = gpufleet(root, "sandbox", "up", "--storage", "--stack", STACK, "--timeout", "900", timeout=1000)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         yield read_storage_state(STACK, root)
