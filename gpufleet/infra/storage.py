@@ -35,6 +35,8 @@ ROOK_RACK_LABEL = "topology.rook.io/rack"
 class StorageArgs:
     storage: StorageSpec
     protect: bool = True  # refuse deletion of storage objects (False only in the sandbox)
+    # Namespaces whose CephObjectStoreUsers the object store accepts (the backups' own).
+    user_namespaces: tuple[str, ...] = ()
 
 
 def storage_node_labels(ceph: CephSpec, rack: str) -> dict[str, str]:
@@ -107,15 +109,31 @@ def ceph_cluster_spec(ceph: CephSpec) -> dict[str, Any]:
     }
 
 
-def ceph_object_store_spec(ceph: CephSpec) -> dict[str, Any]:
+def ceph_object_store_spec(ceph: CephSpec, user_namespaces: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Rook's CephObjectStore: metadata pool replicated like the stack's pools; data pool the same,
+    or erasure coded (`objectStoreErasureCoded`; Rook's object store docs: the metadata pool must
+    stay replicated); `objectStoreGateways` radosgw instances; CephObjectStoreUsers allowed in
+    `user_namespaces` (Rook writes their key Secrets there)."""
     replicas = max(p.replicas for p in ceph.pools)
     domain = ceph.pools[0].failure_domain
-    return {
+    ec = ceph.object_store_erasure_coded
+    data: dict[str, Any] = (
+        {
+            "failureDomain": domain,
+            "erasureCoded": {"dataChunks": ec.data_chunks, "codingChunks": ec.coding_chunks},
+        }
+        if ec is not None
+        else {"failureDomain": domain, "replicated": {"size": replicas}}
+    )
+    spec: dict[str, Any] = {
         "metadataPool": {"failureDomain": domain, "replicated": {"size": replicas}},
-        "dataPool": {"failureDomain": domain, "replicated": {"size": replicas}},
+        "dataPool": data,
         "preservePoolsOnDelete": True,  # checkpoints outlive a mistaken `pulumi destroy`
-        "gateway": {"port": 80, "instances": 2},
+        "gateway": {"port": 80, "instances": ceph.object_store_gateways},
     }
+    if user_namespaces:
+        spec["allowUsersInNamespaces"] = list(user_namespaces)
+    return spec
 
 
 class Storage(pulumi.ComponentResource):
@@ -126,6 +144,7 @@ class Storage(pulumi.ComponentResource):
         st = args.storage
         keep = pulumi.ResourceOptions(parent=self, protect=args.protect, retain_on_delete=True)
         classes: list[pulumi.Output[str]] = []
+        self.object_store: k8s.apiextensions.CustomResource | None = None
         if st.ceph is not None:
             ns = CHARTS["rook-ceph"].namespace
             self.storage_nodes = [
@@ -160,12 +179,12 @@ class Storage(pulumi.ComponentResource):
                     pulumi.ResourceOptions.merge(keep, child(self, after_cluster)),
                 )
             if st.ceph.object_store is not None:
-                custom_resource(
+                self.object_store = custom_resource(
                     f"{name}-object-store-{st.ceph.object_store}",
                     "ceph.rook.io/v1",
                     "CephObjectStore",
                     {"name": st.ceph.object_store, "namespace": ns, "labels": MANAGED_BY},
-                    ceph_object_store_spec(st.ceph),
+                    ceph_object_store_spec(st.ceph, args.user_namespaces),
                     pulumi.ResourceOptions.merge(keep, child(self, after_cluster)),
                 )
         if st.juicefs is not None:

@@ -57,12 +57,15 @@ def test_entry_point_builds_the_stack_and_keeps_decrypted_values_secret(configur
     resources = record_program(lambda: runpy.run_path(MAIN, run_name="__main__"), "h200-ib")
     types = {r.type for r in resources}
     assert "gpufleet:platform:Platform" in types and "kubernetes:core/v1:NodePatch" in types
-    (secret,) = [
+    secrets = [
         r
         for r in resources
         if r.type == "kubernetes:core/v1:Secret" and r.inputs["metadata"]["name"] != "grafana-admin"
     ]
-    assert secret.inputs["stringData"] == SECRET_MARK
+    # The JuiceFS CSI Secret and the backups' copy (ADR 0060), both whole Pulumi secrets.
+    names = sorted(r.inputs["metadata"]["name"] for r in secrets)
+    assert names == ["gpufleet-backup-juicefs", "juicefs-ckpt"]
+    assert all(r.inputs["stringData"] == SECRET_MARK for r in secrets)
     # The decrypted credential reached the program but no resource input in the clear.
     assert PLAIN_META_URL not in json.dumps([r.inputs for r in resources])
 

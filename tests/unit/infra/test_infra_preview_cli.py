@@ -28,7 +28,8 @@ def test_preview_prints_an_offline_view_and_writes_json(tmp_path: Path) -> None:
     assert doc["byType"]["kubernetes:core/v1:NodePatch"] == spec.total_nodes + storage_nodes
     assert doc["outputs"]["gpus"] == spec.total_gpus
     secrets = [r for r in doc["resources"] if r["type"] == "kubernetes:core/v1:Secret"]
-    assert len(secrets) == 2 and all(s["inputs"]["stringData"] == "[secret]" for s in secrets)
+    # grafana-admin, the JuiceFS CSI Secret and the backups' copy (ADR 0060)
+    assert len(secrets) == 3 and all(s["inputs"]["stringData"] == "[secret]" for s in secrets)
 
 
 def test_preview_of_a_bad_stack_exits_2(tmp_path: Path) -> None:
