@@ -1,0 +1,137 @@
+"""End-to-end chaos experiment on the Slurm sandbox (issue 16): a GPU fault (XID 79, the catalog's
+`gpu-xid-79`, injected by the chaos extension's own action) on the node a rolling upgrade holds is
+handled by exactly one actor, the rollout: its gate fails on the fault, it rolls the node back, halts
+and holds the node; the sandbox's remediation (the periodic `node-health --slurm-drain` and the job
+Epilog, ADR 0051) sees the fault, stands aside and logs it, and never drains the node. The same fault
+on a node no rollout holds is drained by remediation alone.
+
+The evidence is Slurm's own: slurmctld logs every reason set on a node (`update_node: node N reason
+set to: ...`), so who drained a node is read from the controller, not from the actors' reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
+
+from gpufleet.core.maintenance import UPGRADE_MARK
+from gpufleet.core.sandbox_contract import SandboxState, read_state
+from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
+from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, record_path
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
+pytestmark = [pytest.mark.sandbox, needs_root, pytest.mark.timeout(1500)]
+
+STACK = "sandbox"
+NEW = "570.124.06"
+REMEDIATION_REASON = "gpufleet: GPU has fallen off the bus (gpu-xid-79"  # health.decide.drain_reason
+CONFIG = {"gpufleet_backend": "sandbox", "gpufleet_stack": STACK}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("one-actor-root")
+    res = gpufleet(root, "sandbox", "up", "--stack", STACK, timeout=600)
+    try:
+        assert res.returncode == 0, f"sandbox up failed:\n{res.stdout}\n{res.stderr}"
+        yield root
+    finally:
+        gpufleet(root, "sandbox", "down", "--stack", STACK, "--keep-files", timeout=300)
+
+
+def reasons_set(state: SandboxState, node: str, since: str) -> list[str]:
+    """Every drain reason slurmctld set on `node` from the timestamp `since` (its log's format)."""
+    log = Path(state.base_dir) / "slurm" / "slurmctld.log"
+    pat = re.compile(rf"^\[(\S+)\] update_node: node {re.escape(node)} reason set to: (.*)$")
+    return [m.group(2) for line in log.read_text().splitlines()
+            if (m := pat.match(line)) and m.group(1) >= since]
+
+
+def node_reason(state: SandboxState, node: str) -> str:
+    res = subprocess.run(state.slurm_command(*SINFO_ARGS), capture_output=True, text=True, timeout=30)
+    obs = parse_sinfo(res.stdout).get(node)
+    return obs.reason if obs else ""
+
+
+def stood_aside_lines(state: SandboxState, node: str) -> list[str]:
+    d = Path(state.base_dir) / "nodes" / node
+    lines: list[str] = []
+    for name in ("healthcheck.log", "epilog.log"):
+        p = d / name
+        if p.exists():
+            lines += [ln for ln in p.read_text().splitlines() if "stood aside" in ln]
+    return lines
+
+
+def slurm_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+
+
+def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.chaos.gpu.actions import clear_gpu_faults, inject_gpu_fault
+
+    monkeypatch.setenv("GPUFLEET_SANDBOX_ROOT", str(root))
+    monkeypatch.setenv("GPUFLEET_LEDGER", str(root / "ledger.jsonl"))
+    state = read_state(STACK, root)
+    report = tmp_path / "rollout.json"
+    since = slurm_now()
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
+    argv = [GPUFLEET, "upgrade", "run", "--stack", STACK, "--to", NEW, "--report", str(report)]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # The canary, as soon as the rollout has cordoned it (its mark is the node's reason).
+        rec = record_path(STACK, root)
+        node = wait_until("a node under upgrade", lambda: CordonRecord.load(rec).open_nodes(), 300, 0.1)[0]
+        wait_until("the mark on the node", lambda: node_reason(state, node).startswith(UPGRADE_MARK + " "),
+                   60, 0.1)
+        injected = inject_gpu_fault("gpu-xid-79", node, gpu=3, configuration=CONFIG)
+        print("injected:", injected)
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(out)
+    # The rollout handled it: the gate failed on the XID, the node was rolled back and, its gate
+    # failing again on the same held fault, held drained for people; the rollout halted at the canary.
+    assert proc.returncode == 1, out
+    doc = json.loads(report.read_text())
+    gates = [e for e in doc["log"] if e["node"] == node and e["action"].startswith("gate")]
+    assert gates and all(e["action"] == "gate FAILED" for e in gates), gates
+    assert any("79" in e["detail"] for e in gates), gates
+    assert [e["action"] for e in doc["log"] if e["node"] == node].count("reboot") == 2  # up, then back
+    assert doc["haltedBy"] and node in doc["haltedBy"]
+    assert [e["node"] for e in doc["log"] if e["action"] == "cordon"] == [node]
+    # Remediation saw the fault (its periodic check runs every few seconds) and stood aside.
+    wait_until("remediation logs that it stood aside", lambda: stood_aside_lines(state, node), 90)
+    time.sleep(10)  # several more periodic checks: none may drain the node
+    reasons = reasons_set(state, node, since)
+    print(f"reasons set on {node}: {reasons}")
+    print(f"remediation on {node}: {stood_aside_lines(state, node)[:3]}")
+    assert not any(r.startswith(REMEDIATION_REASON) for r in reasons), reasons
+    assert all(r.startswith(UPGRADE_MARK) for r in reasons), reasons  # only the rollout's reasons
+    assert node_reason(state, node).startswith(f"{UPGRADE_MARK}-failed: ")
+
+    # The same fault on a node no rollout holds: remediation drains it, alone.
+    others = [n.name for n in state.nodes if n.role in ("compute", "spare") and n.name != node]
+    other = others[-1]
+    since = slurm_now()
+    inject_gpu_fault("gpu-xid-79", other, gpu=3, configuration=CONFIG)
+    wait_until("remediation drains the node",
+               lambda: node_reason(state, other).startswith(REMEDIATION_REASON), 120)
+    reasons = reasons_set(state, other, since)
+    print(f"reasons set on {other}: {reasons}")
+    assert reasons and all(r.startswith(REMEDIATION_REASON) for r in reasons), reasons
+    assert not stood_aside_lines(state, other)
+    assert other not in CordonRecord.load(rec).nodes
+
+    # Clean up: the chaos ledger's rollback clears the GPUs and returns the drained nodes.
+    print(clear_gpu_faults(configuration=CONFIG))
