@@ -86,7 +86,8 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     since = slurm_now()
     env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
     argv = [GPUFLEET, "upgrade", "run", "--stack", STACK, "--to", NEW, "--report", str(report)]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
     try:
         # The canary, as soon as the rollout has cordoned it (its mark is the node's reason).
         rec = record_path(STACK, root)
