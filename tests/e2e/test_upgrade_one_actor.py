@@ -24,7 +24,7 @@ from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
 
 from gpufleet.core.maintenance import UPGRADE_MARK
 from gpufleet.core.sandbox_contract import SandboxState, read_state
-from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
+from gpufleet.core.slurm_state import SINFO_ARGS, expand_hostlist, parse_sinfo
 from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, record_path
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
@@ -61,6 +61,12 @@ def node_reason(state: SandboxState, node: str) -> str:
     return obs.reason if obs else ""
 
 
+def job_nodes(state: SandboxState) -> set[str]:
+    res = subprocess.run(state.slurm_command("squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%N"),
+                         capture_output=True, text=True, timeout=30)
+    return {n for line in res.stdout.split() for n in expand_hostlist(line)}
+
+
 def stood_aside_lines(state: SandboxState, node: str) -> list[str]:
     d = Path(state.base_dir) / "nodes" / node
     lines: list[str] = []
@@ -89,11 +95,19 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
-        # The canary, as soon as the rollout has cordoned it (its mark is the node's reason).
+        # A node the rollout is draining: cordoned (its mark is the reason), the training job still on
+        # it (the canary is the idlest node; the first wave's node runs the job). The fault lands while
+        # the node is under upgrade and its agent is up; the agent keeps it across the reboot (its
+        # state file), as a GPU that fell off the bus stays off after a driver reload.
         rec = record_path(STACK, root)
-        node = wait_until("a node under upgrade", lambda: CordonRecord.load(rec).open_nodes(), 300, 0.1)[0]
-        wait_until("the mark on the node", lambda: node_reason(state, node).startswith(UPGRADE_MARK + " "),
-                   60, 0.1)
+
+        def draining() -> str | None:
+            for n in CordonRecord.load(rec).open_nodes():
+                if node_reason(state, n).startswith(UPGRADE_MARK + " ") and n in job_nodes(state):
+                    return n
+            return None
+
+        node = wait_until("a node under upgrade with the job still on it", draining, 600, 0.1)
         injected = inject_gpu_fault("gpu-xid-79", node, gpu=3, configuration=CONFIG)
         print("injected:", injected)
         out, _ = proc.communicate(timeout=900)
@@ -110,7 +124,8 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     assert any("79" in e["detail"] for e in gates), gates
     assert [e["action"] for e in doc["log"] if e["node"] == node].count("reboot") == 2  # up, then back
     assert doc["haltedBy"] and node in doc["haltedBy"]
-    assert [e["node"] for e in doc["log"] if e["action"] == "cordon"] == [node]
+    cordoned = [e["node"] for e in doc["log"] if e["action"] == "cordon"]
+    assert cordoned[-1] == node and node not in cordoned[:-1], cordoned  # nothing taken after it
     # Remediation saw the fault (its periodic check runs every few seconds) and stood aside.
     wait_until("remediation logs that it stood aside", lambda: stood_aside_lines(state, node), 90)
     time.sleep(10)  # several more periodic checks: none may drain the node
