@@ -56,8 +56,15 @@ def one_run(target: str) -> dict[str, Any]:
             report = root / "report.json"
             res = cli(root, "upgrade", "run", "--stack", "sandbox", "--to", target, "--report", str(report))
             doc = json.loads(report.read_text())
+            log = doc["log"]
+            # A busy node's drain: from its eviction to its reboot (the job's teardown and Epilog).
+            reboots = [(b["t"], b["node"]) for b in log if b["action"] == "reboot"]
+            drains = [round(min(t for t, n in reboots if n == a["node"] and t >= a["t"]) - a["t"], 2)
+                      for a in log if a["action"] == "evict"
+                      and any(n == a["node"] and t >= a["t"] for t, n in reboots)]
             return {"exitCode": res.returncode, "counts": doc["counts"], "haltedBy": doc["haltedBy"],
-                    **doc["capacity"]}
+                    "gateNote": doc.get("gateNote"), "loadavgAfter": os.getloadavg(),
+                    "busyNodeDrainSeconds": drains, **doc["capacity"]}
         finally:
             cli(root, "sandbox", "down", "--stack", "sandbox", timeout=300)
 
@@ -70,7 +77,8 @@ def main() -> None:
     runs = [one_run(args.to) for _ in range(args.runs)]
     for r in runs:
         print(f"exit {r['exitCode']} {r['counts']}: drained {r['drainedNodeSeconds']} node-s, minimum "
-              f"{r['minimumNodeSeconds']} node-s, ratio {r['ratio']}, wall {r['wallSeconds']} s")
+              f"{r['minimumNodeSeconds']} node-s, ratio {r['ratio']}, wall {r['wallSeconds']} s; busy nodes' "
+              f"drains (evict to reboot) {r['busyNodeDrainSeconds']} s; load {r['loadavgAfter']}")
     out = ROOT / "benchmarks" / "results" / "upgrade_sandbox.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.node(), "cpus": os.cpu_count(),
