@@ -19,12 +19,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
 
 from gpufleet.core.maintenance import UPGRADE_MARK
 from gpufleet.core.sandbox_contract import SandboxState, read_state
-from gpufleet.core.slurm_state import SINFO_ARGS, expand_hostlist, parse_sinfo
+from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
 from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, record_path
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
@@ -61,10 +62,15 @@ def node_reason(state: SandboxState, node: str) -> str:
     return obs.reason if obs else ""
 
 
-def job_nodes(state: SandboxState) -> set[str]:
-    res = subprocess.run(state.slurm_command("squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%N"),
-                         capture_output=True, text=True, timeout=30)
-    return {n for line in res.stdout.split() for n in expand_hostlist(line)}
+def agent_version(state: SandboxState, node: str) -> str | None:
+    n = next(x for x in state.nodes if x.name == node)
+    try:
+        token = Path(state.agent_token_file or "").read_text().strip()
+        with httpx.Client(transport=httpx.HTTPTransport(uds=n.agent_socket or ""), base_url="http://a",
+                          headers={"Authorization": f"Bearer {token}"}, timeout=2) as c:
+            return str(c.get("/state").json().get("driver_version"))
+    except (httpx.HTTPError, OSError, ValueError):
+        return None
 
 
 def stood_aside_lines(state: SandboxState, node: str) -> list[str]:
@@ -95,19 +101,20 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
-        # A node the rollout is draining: cordoned (its mark is the reason), the training job still on
-        # it (the canary is the idlest node; the first wave's node runs the job). The fault lands while
-        # the node is under upgrade and its agent is up; the agent keeps it across the reboot (its
-        # state file), as a GPU that fell off the bus stays off after a driver reload.
+        # The canary (the idlest node: no drain to wait for) once it is back at the new version and
+        # still under upgrade (the rollout's mark is its reason): the fault lands between the reboot
+        # and the gate. (A fault injected before the reboot is the agent's to keep, but under load the
+        # drain of a busy node can outlast drainTimeoutSeconds, and the node is then handed back.)
         rec = record_path(STACK, root)
 
-        def draining() -> str | None:
+        def rebooted_under_upgrade() -> str | None:
             for n in CordonRecord.load(rec).open_nodes():
-                if node_reason(state, n).startswith(UPGRADE_MARK + " ") and n in job_nodes(state):
+                if agent_version(state, n) == NEW and node_reason(state, n).startswith(UPGRADE_MARK + " "):
                     return n
             return None
 
-        node = wait_until("a node under upgrade with the job still on it", draining, 600, 0.1)
+        node = wait_until("a node rebooted into the new version, still under upgrade", rebooted_under_upgrade,
+                          600, 0.05)
         injected = inject_gpu_fault("gpu-xid-79", node, gpu=3, configuration=CONFIG)
         print("injected:", injected)
         out, _ = proc.communicate(timeout=900)
@@ -124,8 +131,7 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     assert any("79" in e["detail"] for e in gates), gates
     assert [e["action"] for e in doc["log"] if e["node"] == node].count("reboot") == 2  # up, then back
     assert doc["haltedBy"] and node in doc["haltedBy"]
-    cordoned = [e["node"] for e in doc["log"] if e["action"] == "cordon"]
-    assert cordoned[-1] == node and node not in cordoned[:-1], cordoned  # nothing taken after it
+    assert [e["node"] for e in doc["log"] if e["action"] == "cordon"] == [node]  # halted at the canary
     # Remediation saw the fault (its periodic check runs every few seconds) and stood aside.
     wait_until("remediation logs that it stood aside", lambda: stood_aside_lines(state, node), 90)
     time.sleep(10)  # several more periodic checks: none may drain the node
