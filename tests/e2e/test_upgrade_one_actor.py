@@ -142,7 +142,10 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     assert all(r.startswith(UPGRADE_MARK) for r in reasons), reasons  # only the rollout's reasons
     assert node_reason(state, node).startswith(f"{UPGRADE_MARK}-failed: ")
 
-    # The same fault on a node no rollout holds: remediation drains it, alone.
+    # The same fault on a node no rollout holds: remediation drains it, alone. The first fault is
+    # undone first (the chaos ledger's rollback: GPU clear and resume), so that the blast-radius guard
+    # (one spare in the sandbox stack) lets the second in.
+    print(clear_gpu_faults(node=node, configuration=CONFIG))
     others = [n.name for n in state.nodes if n.role in ("compute", "spare") and n.name != node]
     other = others[-1]
     since = slurm_now()
