@@ -19,10 +19,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
 
+from gpufleet.core.agent_client import AgentError, agent_state
 from gpufleet.core.maintenance import UPGRADE_MARK
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
@@ -66,11 +66,10 @@ def agent_version(state: SandboxState, node: str) -> str | None:
     n = next(x for x in state.nodes if x.name == node)
     try:
         token = Path(state.agent_token_file or "").read_text().strip()
-        with httpx.Client(transport=httpx.HTTPTransport(uds=n.agent_socket or ""), base_url="http://a",
-                          headers={"Authorization": f"Bearer {token}"}, timeout=2) as c:
-            return str(c.get("/state").json().get("driver_version"))
-    except (httpx.HTTPError, OSError, ValueError):
-        return None
+        doc = agent_state(Path(n.agent_socket or ""), token, 2.0)
+    except (AgentError, OSError):
+        return None  # restarting (the socket is gone or refuses): polled again
+    return str(doc.get("driver_version"))
 
 
 def stood_aside_lines(state: SandboxState, node: str) -> list[str]:
