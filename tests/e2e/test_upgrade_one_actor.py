@@ -144,7 +144,13 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     # The same fault on a node no rollout holds: remediation drains it, alone. The first fault is
     # undone first (the chaos ledger's rollback: GPU clear and resume), so that the blast-radius guard
     # (one spare in the sandbox stack) lets the second in.
+    # The chaos rollback clears the GPU but leaves the rollout's held node drained (it resumes only
+    # what the fault drained); a person takes the held node back, as the held reason asks.
     print(clear_gpu_faults(node=node, configuration=CONFIG))
+    res = subprocess.run(state.slurm_command("scontrol", "update", f"nodename={node}", "state=RESUME"),
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    wait_until("the held node back in service", lambda: not node_reason(state, node), 60)
     others = [n.name for n in state.nodes if n.role in ("compute", "spare") and n.name != node]
     other = others[-1]
     since = slurm_now()
