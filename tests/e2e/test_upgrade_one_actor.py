@@ -62,6 +62,12 @@ def node_reason(state: SandboxState, node: str) -> str:
     return obs.reason if obs else ""
 
 
+def schedulable(state: SandboxState, node: str) -> bool:
+    res = subprocess.run(state.slurm_command(*SINFO_ARGS), capture_output=True, text=True, timeout=30)
+    obs = parse_sinfo(res.stdout).get(node)
+    return obs is not None and obs.schedulable
+
+
 def agent_version(state: SandboxState, node: str) -> str | None:
     n = next(x for x in state.nodes if x.name == node)
     try:
@@ -144,13 +150,11 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     # The same fault on a node no rollout holds: remediation drains it, alone. The first fault is
     # undone first (the chaos ledger's rollback: GPU clear and resume), so that the blast-radius guard
     # (one spare in the sandbox stack) lets the second in.
-    # The chaos rollback clears the GPU but leaves the rollout's held node drained (it resumes only
-    # what the fault drained); a person takes the held node back, as the held reason asks.
+    # The chaos rollback clears the GPU and resumes the node; the guard counts every unschedulable
+    # node as down, and a node whose slurmd was restarted (the rollback's reboot) can show not
+    # responding for a ping of slurmctld: wait until it is schedulable again.
     print(clear_gpu_faults(node=node, configuration=CONFIG))
-    res = subprocess.run(state.slurm_command("scontrol", "update", f"nodename={node}", "state=RESUME"),
-                         capture_output=True, text=True, timeout=30)
-    assert res.returncode == 0, res.stderr
-    wait_until("the held node back in service", lambda: not node_reason(state, node), 60)
+    wait_until("the held node back in service", lambda: schedulable(state, node), 120)
     others = [n.name for n in state.nodes if n.role in ("compute", "spare") and n.name != node]
     other = others[-1]
     since = slurm_now()
