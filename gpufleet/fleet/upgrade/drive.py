@@ -61,7 +61,8 @@ class Run:
 
     def capacity(self) -> dict[str, Any]:
         """Node-seconds drained by the rollout against the minimum (the reboots and gates alone)."""
-        drained = sum((t.returned_at if t.returned_at is not None else self.ended_at) - t.cordoned_at
+        end = self.ended_at - self.started_at  # node times are relative to the start, like this
+        drained = sum((t.returned_at if t.returned_at is not None else end) - t.cordoned_at
                       for t in self.times.values() if t.cordoned_at is not None)
         minimum = sum(t.upgrade_seconds for t in self.times.values())
         return {

@@ -138,3 +138,19 @@ def test_a_regression_during_the_canarys_bake_halts_before_the_next_wave() -> No
     drive(rollout, fleet, protect=lambda j: False, clock=fleet.tick, sleep=fleet.sleep)
     assert rollout.halted_by is not None and "regressed" in rollout.halted_by
     assert [c for c in fleet.calls if c[0] == "cordon"] == [("cordon", "gpu-0")]
+
+
+def test_a_held_node_counts_as_drained_until_the_end_of_the_run() -> None:
+    rollout, fleet = setup(NEW)
+    fleet.clock = 1000.0  # the loop's clock is absolute; node times are relative to its start
+    fleet.faults["gpu-0"] = (0.0, "XID 79")
+
+    def gate(node: str, version: str) -> tuple[bool, str]:
+        fleet.clock += 2.0
+        return False, "XID 79"  # the fault stays: the rollback's gate fails too, the node is held
+
+    fleet.gate = gate  # type: ignore[method-assign]
+    run = drive(rollout, fleet, protect=lambda j: False, clock=fleet.tick, sleep=fleet.sleep)
+    assert rollout.report()["counts"] == {"failed": 1, "skipped": 3}
+    cap = run.capacity()
+    assert cap["drainedNodeSeconds"] == cap["wallSeconds"] < 100
