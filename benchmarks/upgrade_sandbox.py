@@ -89,11 +89,18 @@ def one_run(target: str, driver: str, timeouts_s: int | None) -> dict[str, Any]:
             res = cli(root, "upgrade", "run", "--stack", stack, "--driver", driver, "--to", target,
                       "--report", str(report), timeout=1800)
             doc = json.loads(report.read_text())
-            secs = reboot_seconds(doc["log"])
+            log = doc["log"]
+            secs = reboot_seconds(log)
+            # A busy node's drain: from its eviction to its reboot (the job's teardown and Epilog).
+            reboots = [(b["t"], b["node"]) for b in log if b["action"] == "reboot"]
+            drains = [round(min(t for t, n in reboots if n == a["node"] and t >= a["t"]) - a["t"], 2)
+                      for a in log if a["action"] == "evict"
+                      and any(n == a["node"] and t >= a["t"] for t, n in reboots)]
             return {"driver": driver, "timeoutsSeconds": timeouts_s, "exitCode": res.returncode,
-                    "counts": doc["counts"],
-                    "haltedBy": doc["haltedBy"], **doc["capacity"], "rebootSeconds": secs,
+                    "counts": doc["counts"], "haltedBy": doc["haltedBy"], "gateNote": doc.get("gateNote"),
+                    **doc["capacity"], "rebootSeconds": secs,
                     "rebootSecondsMedian": sorted(secs)[len(secs) // 2] if secs else None,
+                    "busyNodeDrainSeconds": drains,
                     "loadAverageAtStart": round(load, 1), "loadAverageAtEnd": round(os.getloadavg()[0], 1),
                     "slurmReboots": doc.get("slurmReboots", [])}
         finally:
@@ -112,7 +119,8 @@ def main() -> None:
     for r in runs:
         print(f"{r['driver']}: exit {r['exitCode']} {r['counts']}: drained {r['drainedNodeSeconds']} node-s, "
               f"minimum {r['minimumNodeSeconds']} node-s, ratio {r['ratio']}, wall {r['wallSeconds']} s; "
-              f"reboots {r['rebootSeconds']} s; load {r['loadAverageAtStart']} -> {r['loadAverageAtEnd']}")
+              f"reboots {r['rebootSeconds']} s; busy nodes' drains (evict to reboot) "
+              f"{r['busyNodeDrainSeconds']} s; load {r['loadAverageAtStart']} -> {r['loadAverageAtEnd']}")
     name = "upgrade_sandbox.json" if args.driver == "sandbox" else "upgrade_sandbox_slurm.json"
     out = ROOT / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -24,9 +25,10 @@ from gpufleet.fleet.upgrade import (
     with_protection,
 )
 from gpufleet.fleet.upgrade.drive import drive
+from gpufleet.fleet.upgrade.gate import GateSetup
 from gpufleet.fleet.upgrade.model import protection
 from gpufleet.fleet.upgrade.rollout import Rollout
-from gpufleet.fleet.upgrade.sandbox_driver import DriverError, SandboxDriver
+from gpufleet.fleet.upgrade.sandbox_driver import DriverError, PoolShape, SandboxDriver
 from gpufleet.fleet.upgrade.slurm_driver import SlurmDriver, choose_driver
 
 # A driver (570.124.06), firmware (96.00.9F.00.04) or package version (2.19.3-1+cuda12.8): what a
@@ -135,6 +137,28 @@ def _stack(stack: str, stacks_dir: Path) -> tuple[StackSpec, str]:
     return load_named_stack(stack, stacks_dir), stack
 
 
+def gate_setup(spec: StackSpec, component: Component) -> tuple[GateSetup, dict[str, PoolShape]]:
+    """The stack's gate (`upgrade.gate`) with what inspect checks against: the catalog's XID policy
+    with the stack's overrides, the thresholds, each pool's pins and shape."""
+    from gpufleet.catalog import load_catalog, xid_policy
+    from gpufleet.fleet.inspect.checks import Pins
+    from gpufleet.fleet.inspect.thresholds import load_thresholds
+
+    catalog = load_catalog()
+    rules, problems = xid_policy(catalog, spec.remediation.xid_overrides)
+    if problems:
+        raise InputError("remediation.xidOverrides", problems)
+    gate = spec.upgrade.gate
+    setup = GateSetup(
+        level=gate.inspect_level, floor_percent=gate.performance_floor_percent, thresholds=load_thresholds(),
+        xid_rules=rules, component=component,
+        pins={p.name: Pins(p.software.driver, p.software.firmware) for p in spec.node_pools},
+        fault_actions={f.id: f.action for f in catalog})
+    shapes = {p.name: PoolShape(p.accelerator, p.gpus_per_node, float(spec.fabric.link_speed_gbps))
+              for p in spec.node_pools}
+    return setup, shapes
+
+
 def _resume_cleanup(driver: SandboxDriver) -> int:
     rec = driver.record
     if not rec.nodes:
@@ -176,12 +200,15 @@ def run_cmd(
     """Run a rolling upgrade on the stack's Slurm sandbox: canary, waves, gate (node health check and
     the version read back), rollback of a failed node. Exit 0 done, 1 halted, 2 bad input."""
     spec, name = _stack(stack, stacks_dir)
+    setup, shapes = gate_setup(spec, component)
+    pool_of = {n: p.name for p in spec.node_pools for n in p.node_names()}
     try:
         chosen = choose_driver(spec.scheduler.kind.value, driver_name)
     except ValueError as e:
         raise InputError("--driver", [Problem("--driver", str(e))]) from e
     try:
-        driver = (SlurmDriver if chosen == "slurm" else SandboxDriver)(name, component, state_root)
+        driver = (SlurmDriver if chosen == "slurm" else SandboxDriver)(
+            name, component, state_root, gate_setup=setup, pools=shapes, pool_of=pool_of)
     except (OSError, ValueError, DriverError) as e:
         raise InputError(f"sandbox {name}", [Problem("state", f"no running sandbox to upgrade: {e}")]) from e
     if resume_cleanup:
@@ -192,12 +219,20 @@ def run_cmd(
         raise InputError(str(driver.record.path), [Problem(
             "nodes", f"an earlier run left {', '.join(driver.record.open_nodes())} cordoned: "
                      "run `gpufleet upgrade run --resume-cleanup` first")])
-    pool_of = {n: p.name for p in spec.node_pools for n in p.node_names()}
     fleet = with_protection(driver.snapshot(pool_of), spec.upgrade)
     plan = plan_upgrade(fleet, spec.upgrade, to)
     print_plan(plan, name)
     if dry_run:
         return
+    if setup.level == "full":
+        # The performance floor's reference, as inspect computes it, before any node is taken.
+        refs = driver.measure_references()
+        driver.gate_setup = dataclasses.replace(setup, references=refs)
+        console.print("gate: inspect full, performance floor "
+                      f"{setup.floor_percent:g}% of " + (", ".join(
+                          f"{pool} {m} {r.value:.0f} ({r.source})" for pool, ms in refs.items()
+                          for m, r in ms.items()) or "no reference (no idle pair to measure)"),
+                      highlight=False, markup=False)
     rollout_id = f"{name}-{int(time.time())}"
     rollout = Rollout(plan, fleet, rollout_id)
     driver.record.rollout_id, driver.record.mark = rollout_id, rollout.mark
@@ -223,10 +258,14 @@ def run_cmd(
            **result.to_doc()}
     if isinstance(driver, SlurmDriver):
         doc.update(driver.report())
-    if not spec.upgrade.gate.smoke_run:
-        doc["gateNote"] = "gate: node-health + version read back (gate.smokeRun is off)"
+    gate = spec.upgrade.gate
+    floor = f" with the performance floor {gate.performance_floor_percent:g}%"
+    checks = (f"gate: node-health + inspect {gate.inspect_level}"
+              + (floor if gate.inspect_level == "full" else "") + " + version read back")
+    if not gate.smoke_run:
+        doc["gateNote"] = checks + " (gate.smokeRun is off)"
     else:
-        doc["gateNote"] = "gate: node-health + version read back; the smoke run is not built (not run)"
+        doc["gateNote"] = checks + "; the smoke run is not built (not run)"
     out = report or driver.record.path.with_name(f"upgrade-{rollout_id}.json")
     out.write_text(json.dumps(doc, indent=2))
     cap = result.capacity()

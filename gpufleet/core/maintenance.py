@@ -22,3 +22,10 @@ def held_reason(why: str) -> str:
 def under_upgrade(reason: str | None) -> bool:
     """Whether a drain reason says that a rollout holds the node now."""
     return reason is not None and reason.startswith(f"{UPGRADE_MARK} ")
+
+
+def held_by_rollout(reason: str | None) -> bool:
+    """Whether a rollout put the node's drain reason there: it holds the node now (under upgrade) or
+    gave up on it and left it drained with what went wrong. Either way the node is out of service
+    with a reason naming the cause, and remediation's own drain would only overwrite that reason."""
+    return reason is not None and (under_upgrade(reason) or reason.startswith(f"{UPGRADE_MARK}-failed: "))

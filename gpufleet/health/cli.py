@@ -27,6 +27,8 @@ from typing import IO, Any
 from gpufleet.catalog import Catalog, XidRule, load_catalog, xid_policy
 from gpufleet.catalog.policy import OverrideLike, parse_overrides
 from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.maintenance import held_by_rollout
+from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
 from gpufleet.health import sources as S
 from gpufleet.health.decide import Finding, Verdict, describe, drain_argv, drain_reason, evaluate
 from gpufleet.health.observe import GpuReading, LinkReading, Observations, XidSeen, merge_xids
@@ -45,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-drain", action="store_true",
                    help="drain this node in Slurm for faults whose action isolates the node")
     p.add_argument("--scontrol", default=shutil.which("scontrol") or "/usr/bin/scontrol")
+    p.add_argument("--sinfo", default=shutil.which("sinfo") or "/usr/bin/sinfo",
+                   help="read the node's drain reason before draining: a node a rolling upgrade holds "
+                   "is left to the rollout (gpufleet.core.maintenance)")
     p.add_argument("--kernel-log", type=Path, help="kern.log to read (default: dmesg; sandbox: the agent's)")
     p.add_argument("--fabric-ifnames", default="", help="fabric interfaces (default: sandbox agent's, "
                    "else InfiniBand ports under /sys/class/infiniband)")
@@ -272,7 +277,14 @@ def _check(args: argparse.Namespace, out: IO[str]) -> int:
     drained: dict[str, Any] | None = None
     target = verdict.drain
     hook = _before_drain(args, target, now) if args.before_drain else None
-    if args.slurm_drain and target is not None:
+    holder = rollout_reason(args.sinfo, args.node) if args.slurm_drain and target is not None else None
+    if target is not None and holder is not None:
+        # A rolling upgrade holds the node: its gate sees the fault and fails, rolls back or holds
+        # the node; a drain here would overwrite the rollout's mark and leave two actors on one fault.
+        drained = {"reason": drain_reason(target), "rc": None, "stoodAside": holder}
+        print(f"gpufleet node-health: {args.node}: stood aside: {drain_reason(target)}; the node is held "
+              f"by a rollout ({holder})", file=sys.stderr, flush=True)
+    elif args.slurm_drain and target is not None:
         argv_ = drain_argv(args.scontrol, args.node, target)
         try:
             res = subprocess.run(argv_, capture_output=True, text=True, timeout=S.CMD_TIMEOUT_S, check=False)
@@ -281,8 +293,8 @@ def _check(args: argparse.Namespace, out: IO[str]) -> int:
             drained = {"reason": drain_reason(target), "rc": None, "stderr": str(e)}
         if drained["rc"] != 0:
             print(f"gpufleet node-health: drain failed: {drained['stderr']}", file=sys.stderr)
-        if hook is not None:
-            drained["before_drain"] = hook
+    if drained is not None and hook is not None:
+        drained["before_drain"] = hook
     out.write(render(verdict, args.format, args.node, drained))
     return verdict.exit_code
 
@@ -332,6 +344,19 @@ def _before_drain(args: argparse.Namespace, target: Finding | None, now: float) 
         print(f"gpufleet node-health: before-drain: {result}", file=sys.stderr)
     marker.write_text(key)
     return result
+
+
+def rollout_reason(sinfo: str, node: str) -> str | None:
+    """The node's drain reason when a rolling upgrade put it there (held_by_rollout), else None.
+    Slurm not answering reads as no rollout: remediation then drains, and the rollout, finding its
+    mark overwritten, leaves the node drained (the safe side)."""
+    try:
+        res = subprocess.run([sinfo, *SINFO_ARGS[1:], "-n", node], capture_output=True, text=True,
+                             timeout=S.CMD_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    obs = parse_sinfo(res.stdout).get(node) if res.returncode == 0 else None
+    return obs.reason if obs is not None and held_by_rollout(obs.reason) else None
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ lost) against the time its reboot and gate took (the part no rollout can avoid).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +23,7 @@ from gpufleet.fleet.upgrade.rollout import (
     Hold,
     JobEnded,
     JobStarted,
+    NodeUnhealthy,
     Reboot,
     RebootDone,
     Rollout,
@@ -40,6 +41,7 @@ class Backend(Protocol):
     def gate(self, node: str, version: str) -> tuple[bool, str]: ...
     def uncordon(self, node: str) -> bool: ...
     def hold(self, node: str, reason: str) -> None: ...
+    def health(self, nodes: Sequence[str]) -> dict[str, str]: ...  # node -> fault, unhealthy ones only
 
 
 @dataclass
@@ -59,7 +61,8 @@ class Run:
 
     def capacity(self) -> dict[str, Any]:
         """Node-seconds drained by the rollout against the minimum (the reboots and gates alone)."""
-        drained = sum((t.returned_at if t.returned_at is not None else self.ended_at) - t.cordoned_at
+        end = self.ended_at - self.started_at  # node times are relative to the start, like this
+        drained = sum((t.returned_at if t.returned_at is not None else end) - t.cordoned_at
                       for t in self.times.values() if t.cordoned_at is not None)
         minimum = sum(t.upgrade_seconds for t in self.times.values())
         return {
@@ -97,6 +100,7 @@ def drive(
     protect: Callable[[Job], bool],
     say: Callable[[str], None] = lambda _m: None,
     poll_seconds: float = 0.25,  # how late a drained node is seen empty: part of the capacity lost
+    health_seconds: float = 1.0,  # how often the nodes the rollout watches are read for faults
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Run:
@@ -154,6 +158,7 @@ def drive(
         return []
 
     pending = list(rollout.start(now()))
+    health_due = 0.0
     while True:
         while pending:
             for event in perform(pending.pop(0)):
@@ -164,6 +169,11 @@ def drive(
                 for node, js in backend.jobs().items()}
         for event in _job_events(now(), known, jobs, set(rollout.nodes)):
             pending += rollout.handle(event)
+        if now() >= health_due and not rollout.finished:
+            health_due = now() + health_seconds
+            for node, what in sorted(backend.health(rollout.watched()).items()):
+                note("unhealthy", node, detail=what)
+                pending += rollout.handle(NodeUnhealthy(now(), node, what))
         if not pending:
             wake = rollout.next_wakeup()
             sleep(poll_seconds if wake is None else max(0.0, min(poll_seconds, wake - now())))

@@ -116,7 +116,18 @@ class GateResult:
     detail: str = ""
 
 
-Event = Tick | JobStarted | JobEnded | RebootDone | GateResult
+@dataclass(frozen=True, slots=True)
+class NodeUnhealthy:
+    """The backend saw a fault on the node (its health source, not the gate): before the rollout
+    takes a node, it is left to remediation; on a node the rollout upgraded, during its wave or the
+    bake after it, it is a regression that halts the rollout. A node under upgrade is the gate's."""
+
+    at: float
+    node: str
+    detail: str = ""
+
+
+Event = Tick | JobStarted | JobEnded | RebootDone | GateResult | NodeUnhealthy
 
 # --------------------------------------------------------------------------- nodes
 
@@ -232,8 +243,20 @@ class Rollout:
             self._reboot_done(event)
         elif isinstance(event, GateResult):
             self._gate_result(event)
+        elif isinstance(event, NodeUnhealthy):
+            self._node_unhealthy(event)
         self._progress()
         return self._flush()
+
+    def watched(self) -> list[str]:
+        """The nodes whose health the backend should report (NodeUnhealthy): those not yet taken
+        (in the current wave or a later one) and those upgraded in the current wave, whose bake a
+        regression ends. Nodes in flight are the gate's; others are remediation's alone."""
+        if self.finished or self.halted_by is not None:
+            return []
+        return [n.name for n in self.nodes.values()
+                if (n.phase in (Phase.PENDING, Phase.WAITING) and n.wave is not None)
+                or (n.phase is Phase.DONE and n.taken_at is not None and n.wave == self.wave)]
 
     def next_wakeup(self) -> float | None:
         """When the machine next needs a Tick: its earliest armed timeout or the end of a bake."""
@@ -412,6 +435,28 @@ class Rollout:
             else:
                 self._hold(node, f"{node.reason}; gate failed after the rollback too")
 
+    def _node_unhealthy(self, ev: NodeUnhealthy) -> None:
+        node = self.nodes.get(ev.node)
+        if node is None or node.wave is None:
+            return
+        detail = f": {ev.detail}" if ev.detail else ""
+        if node.phase in (Phase.PENDING, Phase.WAITING):
+            # Not taken yet: remediation owns a faulty node; the rollout must not drain or reboot it
+            # under remediation's feet (the planner's rule for the snapshot, applied to later news).
+            self._settle(node, Phase.SKIPPED, f"{SkipReason.UNHEALTHY.value} (turned unhealthy before it "
+                                               f"was taken){detail}")
+        elif (node.phase is Phase.DONE and node.taken_at is not None and node.wave == self.wave
+              and self.halted_by is None):
+            # Upgraded in this wave and faulty before the next wave starts: the new version is suspect,
+            # so nothing more is taken. The node is already back in service without the rollout's mark,
+            # so it is remediation's (the rollout does not take it again: that could exceed
+            # maxUnavailable and fight remediation); it ends failed with the reason.
+            why = f"regressed after the upgrade, before the next wave{detail}"
+            self._halt(f"{node.name}: {why}")
+            node.phase = Phase.FAILED
+            node.token += 1
+            node.reason = why
+
     def _expire(self) -> None:
         reboot, gate = self.policy.reboot_timeout_seconds, self.policy.gate_timeout_seconds
         while self._timeouts and self._timeouts[0][0] <= self.now:
@@ -452,7 +497,8 @@ class Rollout:
         """A pool none of whose canaries passed is not upgraded: nothing proved the version on it."""
         proven = {self.nodes[n].pool for n in self.plan.waves[0].nodes if self.nodes[n].phase is Phase.DONE}
         for node in self.nodes.values():
-            if node.wave is not None and node.wave > 0 and node.pool not in proven:
+            if (node.wave is not None and node.wave > 0 and node.pool not in proven
+                    and node.phase is Phase.PENDING):
                 self._settle(node, Phase.SKIPPED, SkipReason.NO_CANARY.value)
 
     def _fill(self) -> None:

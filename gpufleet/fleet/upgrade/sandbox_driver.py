@@ -10,7 +10,10 @@ processes (docs/fleet-upgrade.md, ADR 0061).
   PIDs. Not `scontrol reboot`: slurmd in a network namespace reports the host's boot time, so
   slurmctld would never see the reboot complete (docs/fleet-upgrade.md).
 - RunGate: the node health check (`python -m gpufleet.health --sandbox`, the HealthCheckProgram's
-  checker) exits 0, and the agent reports the target version and no load error.
+  checker) exits 0, the agent reports the target version and no load error, and `gpufleet inspect`'s
+  checks pass on the node (gate.py) at the stack's `gate.inspectLevel`; on a full gate with the
+  node's fabric bandwidth (inspect's TCP probe, the node sending to a peer) at or above
+  `gate.performanceFloorPercent` of the pool's reference, measured on the idle nodes at the start.
 - Uncordon: `scontrol update state=RESUME`, only while the node's reason is still this run's mark.
 """
 
@@ -29,9 +32,16 @@ from typing import Any
 
 import httpx
 
+from gpufleet.config.accelerators import AcceleratorModel
 from gpufleet.core.procs import alive, launch
 from gpufleet.core.sandbox_contract import Launch, read_state, state_path, write_state
 from gpufleet.core.slurm_state import SINFO_ARGS, NodeObs, parse_sinfo
+from gpufleet.fleet.inspect import sandbox as inspect_sb
+from gpufleet.fleet.inspect.checks import Reference
+from gpufleet.fleet.inspect.observation import NodeObservation as InspectObservation
+from gpufleet.fleet.inspect.plan import plan_sweep
+from gpufleet.fleet.inspect.reference import pool_references
+from gpufleet.fleet.upgrade.gate import GateSetup, inspect_gate
 from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
 from gpufleet.fleet.upgrade.sandbox_ops import (
     STATE_KEY,
@@ -62,6 +72,15 @@ def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
 
 class DriverError(RuntimeError):
     """A command the driver needs failed (its stderr said why)."""
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """What inspect expects of a pool's nodes (the stack's node pool and fabric)."""
+
+    sku: AcceleratorModel
+    gpus: int
+    port_gbps: float | None
 
 
 @dataclass
@@ -100,8 +119,10 @@ class SandboxDriver:
     """Observes the sandbox and performs the rollout's actions on it."""
 
     def __init__(self, stack: str, component: Component, root: Path | None = None,
-                 runner: Runner = run_command) -> None:
+                 runner: Runner = run_command, gate_setup: GateSetup | None = None,
+                 pools: dict[str, PoolShape] | None = None, pool_of: dict[str, str] | None = None) -> None:
         self.stack, self.component, self.root, self.run = stack, component, root, runner
+        self.gate_setup, self.pools, self.pool_of = gate_setup, pools or {}, pool_of or {}
         self.state = read_state(stack, root)
         if self.state.phase != "up":
             raise DriverError(f"sandbox {stack} is {self.state.phase}, not up")
@@ -148,8 +169,9 @@ class SandboxDriver:
     def snapshot(self, pool_of: dict[str, str], own_marks: frozenset[str] = frozenset()) -> FleetSnapshot:
         """The live fleet: every Slurm node, its version from its agent, who cordoned it (sinfo's
         reason), the jobs holding it. A node whose agent does not answer, or reports a load error,
-        is unhealthy (left out: remediation owns it)."""
+        or holds a GPU fault, is unhealthy (left out: remediation owns it)."""
         sinfo, jobs = self.sinfo(), self.jobs()
+        faulty = self.health(self.upgradable_nodes())
         nodes = []
         for name in self.upgradable_nodes():
             doc = self.agent_state(name)
@@ -158,7 +180,7 @@ class SandboxDriver:
                 name=name, pool=pool_of.get(name, "sandbox"),
                 version=str(version) if version is not None else None,
                 cordoned_by=cordoned_by(sinfo.get(name), own_marks),
-                healthy=doc is not None and not doc.get("driver_error"),
+                healthy=doc is not None and name not in faulty,
                 jobs=jobs.get(name, []),
             ))
         return FleetSnapshot(source="live", component=self.component, nodes=nodes)
@@ -263,7 +285,86 @@ class SandboxDriver:
             return False, f"the agent reports {doc.get(STATE_KEY[self.component])}, not {version}"
         if doc.get("driver_error"):
             return False, str(doc["driver_error"])
-        return True, "node-health ok; version read back"
+        if self.gate_setup is None:
+            return True, "node-health ok; version read back"
+        obs = self.inspect_observation(node, doc)
+        if obs is None:
+            return False, f"node {node} has no pool shape to inspect it against"
+        verdict = inspect_gate(obs, self.gate_setup, version)
+        return verdict.passed, f"node-health ok; {verdict.detail}"
+
+    # ------------------------------------------------------------------ inspect's checks in the gate
+
+    def inspect_observation(self, node: str, doc: dict[str, Any]) -> InspectObservation | None:
+        """The node as `gpufleet inspect` sees it (drained: the heavy checks may run), with its
+        fabric bandwidth on a full gate: the node sends to a peer over rail 0 (inspect's probe)."""
+        pool = self.pool_of.get(node, "sandbox")
+        shape = self.pools.get(pool)
+        if shape is None or self.gate_setup is None:
+            return None
+        obs = inspect_sb.observation_from_agent(
+            doc, node=node, pool=pool, sku=shape.sku, expected_gpus=shape.gpus,
+            expected_port_gbps=shape.port_gbps, sched_state="drained", at=time.time())
+        if self.gate_setup.level != "full":
+            return obs
+        by_name = {n.name: n for n in self.state.nodes}
+        peer = self._probe_peer(node)
+        mbps = inspect_sb.probe_pair(by_name[node], by_name[peer]) if peer else None
+        if mbps is None:
+            why = ("no peer node to probe" if peer is None
+                   else f"the bandwidth probe to {peer} measured nothing")
+            return obs.model_copy(update={"unknown": (*obs.unknown, f"perf: {why}")})
+        return obs.model_copy(update={"perf": {inspect_sb.PERF_METRIC: mbps}})
+
+    def _probe_peer(self, node: str) -> str | None:
+        """A node of the same pool that is in service and not this one (its receiver is light)."""
+        sinfo = self.sinfo()
+        pool = self.pool_of.get(node, "sandbox")
+        for name in self.upgradable_nodes():
+            obs = sinfo.get(name)
+            if (name != node and self.pool_of.get(name, "sandbox") == pool and obs is not None
+                    and obs.schedulable):
+                return name
+        return None
+
+    def measure_references(self) -> dict[str, dict[str, Reference]]:
+        """Each pool's performance reference for the full gate, as `gpufleet inspect --level full`
+        computes it (the SKU's published figure, else the pool's median), measured once before the
+        rollout on the nodes inspect's plan lets the heavy checks run on (idle: jobs take precedence)."""
+        sched = inspect_sb.slurm_states(self.state)
+        plan = plan_sweep([(n.name, inspect_sb.sched_state_of(sched.get(n.name)))
+                           for n in inspect_sb.inspected_nodes(self.state)], "full")
+        figures = inspect_sb.measure(self.state, plan.pairs, plan.unpaired)
+        observed = []
+        for name, mbps in figures.items():
+            pool = self.pool_of.get(name, "sandbox")
+            shape = self.pools.get(pool)
+            if shape is not None:
+                observed.append(InspectObservation(
+                    node=name, pool=pool, sku=shape.sku, at=time.time(), expected_gpus=shape.gpus,
+                    perf={inspect_sb.PERF_METRIC: mbps}))
+        if self.gate_setup is None:
+            return {}
+        refs = pool_references(observed, self.gate_setup.thresholds)
+        return {pool: dict(r) for pool, r in refs.items()}
+
+    def health(self, nodes: Sequence[str]) -> dict[str, str]:
+        """Nodes whose agent shows a fault (a held GPU fault, a driver load error) or does not answer:
+        node -> what. The rollout reads it for nodes it has not taken and for the current wave's."""
+        out: dict[str, str] = {}
+        for node in nodes:
+            doc = self.agent_state(node)
+            if doc is None:
+                out[node] = "the node agent does not answer"
+                continue
+            if doc.get("driver_error"):
+                out[node] = str(doc["driver_error"])
+                continue
+            held = [f"GPU {g.get('index')}: {g['fault'].get('fault_id')}" for g in doc.get("gpus", [])
+                    if isinstance(g.get("fault"), dict)]
+            if held:
+                out[node] = "fault held by the health source: " + ", ".join(held)
+        return out
 
     def restart_missing_daemons(self, node: str) -> list[str]:
         """Start from their recipes the node's daemons that are not running (an interrupted reboot)."""

@@ -24,6 +24,7 @@ from gpufleet.fleet.upgrade.rollout import (
     Hold,
     JobEnded,
     JobStarted,
+    NodeUnhealthy,
     Reboot,
     RebootDone,
     Rollout,
@@ -60,6 +61,8 @@ class SimParams:
     rollback_gate_fail: float = 0.0
     wrong_version: float = 0.0  # a reboot comes back at the old version
     protected_wait_seconds: float = 3600.0
+    turn_unhealthy: float = 0.0  # nodes that show a fault at a random time during the rollout
+    regress: float = 0.0  # upgraded nodes that show a fault soon after they return
 
 
 @dataclass(slots=True)
@@ -68,6 +71,8 @@ class SimNode:
     cordoned_by: str | None
     jobs: dict[str, bool] = field(default_factory=dict)  # id -> protected
     down: bool = False
+    unhealthy: bool = False  # a fault the backend reported (NodeUnhealthy)
+    upgraded: bool = False  # returned to service at the target by the rollout
     cordoned_since: float | None = None
     out_seconds: float = 0.0  # time spent cordoned by the rollout
 
@@ -140,6 +145,10 @@ class SimFleet:
             job = self._job(protected)
             length = self._protected_length() if protected else rng.uniform(60, 7200)
             self._push(at, _Arrival(at, rng.choice(names), job, length))
+        for name in names:
+            if rng.random() < p.turn_unhealthy:
+                at = rng.uniform(0, horizon)
+                self._push(at, NodeUnhealthy(at, name, "XID 79 (GPU fallen off the bus)"))
         return FleetSnapshot(source="live", nodes=observed)
 
     # ------------------------------------------------------------------ the clock
@@ -158,6 +167,8 @@ class SimFleet:
         while self._heap:
             _, _, item = heapq.heappop(self._heap)
             if not isinstance(item, _Arrival):
+                if isinstance(item, NodeUnhealthy):
+                    self.nodes[item.node].unhealthy = True
                 if isinstance(item, JobEnded):
                     node = self.nodes[item.node]
                     if node.jobs.pop(item.job_id, None) is None:
@@ -184,6 +195,8 @@ class SimFleet:
                 self._violate(f"{action.node}: cordoned over {node.cordoned_by}'s cordon")
             if any(node.jobs.values()):
                 self._violate(f"{action.node}: taken while a protected job runs")
+            if node.unhealthy:
+                self._violate(f"{action.node}: taken after it was reported unhealthy (remediation's)")
             node.cordoned_by = ROLLOUT
             node.cordoned_since = now
             self.out += 1
@@ -213,7 +226,9 @@ class SimFleet:
             if node.cordoned_by != ROLLOUT:
                 self._violate(f"{action.node}: gated without the rollout's cordon")
             if rng.random() >= p.gate_hang:
-                if node.version == p.target:
+                if node.unhealthy:
+                    passed = False  # the gate's inspection checks see the fault
+                elif node.version == p.target:
                     passed = not p.bad_version and rng.random() >= p.gate_fail
                 else:
                     passed = rng.random() >= p.rollback_gate_fail
@@ -225,6 +240,11 @@ class SimFleet:
                 self._violate(f"{action.node}: uncordoned, but the rollout did not cordon it")
             else:
                 self._release(node, now)
+                if node.version == p.target and not node.unhealthy:
+                    node.upgraded = True
+                    if rng.random() < p.regress:
+                        at = now + rng.uniform(1, 900)
+                        self._push(at, NodeUnhealthy(at, action.node, "regressed: XID 79"))
             node.cordoned_by = None
         elif isinstance(action, Hold) and node.cordoned_by != ROLLOUT:
             self._violate(f"{action.node}: held, but the rollout did not cordon it")

@@ -38,8 +38,9 @@ from typing import Any
 
 from gpufleet.core.sandbox_contract import read_state
 from gpufleet.core.slurm_state import parse_slurm_time
+from gpufleet.fleet.upgrade.gate import GateSetup
 from gpufleet.fleet.upgrade.model import Component
-from gpufleet.fleet.upgrade.sandbox_driver import Runner, SandboxDriver, run_command
+from gpufleet.fleet.upgrade.sandbox_driver import PoolShape, Runner, SandboxDriver, run_command
 from gpufleet.fleet.upgrade.sandbox_ops import resume_argv, show_node_argv, upgraded_recipe
 
 log = logging.getLogger("gpufleet.fleet.upgrade")
@@ -184,8 +185,9 @@ class SlurmDriver(SandboxDriver):
     wait for Slurm to see the node boot again; evictions requeue what may be requeued."""
 
     def __init__(self, stack: str, component: Component, root: Path | None = None,
-                 runner: Runner = run_command) -> None:
-        super().__init__(stack, component, root, runner)
+                 runner: Runner = run_command, gate_setup: GateSetup | None = None,
+                 pools: dict[str, PoolShape] | None = None, pool_of: dict[str, str] | None = None) -> None:
+        super().__init__(stack, component, root, runner, gate_setup, pools, pool_of)
         self.reboots: list[RebootRecord] = []
 
     @property

@@ -4,6 +4,7 @@ real one (the Slurm sandbox) is exercised by tests/e2e/test_upgrade_sandbox.py."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.config import UpgradeSpec
@@ -22,6 +23,8 @@ class Fleet:
     calls: list[tuple[str, str]] = field(default_factory=list)
     drained: set[str] = field(default_factory=set)
     clock: float = 0.0
+    faults: dict[str, tuple[float, str]] = field(default_factory=dict)  # node -> (from when, what)
+    asked: list[list[str]] = field(default_factory=list)
 
     def tick(self) -> float:
         return self.clock
@@ -60,6 +63,10 @@ class Fleet:
 
     def hold(self, node: str, reason: str) -> None:
         self.calls.append(("hold", node))
+
+    def health(self, nodes: Sequence[str]) -> dict[str, str]:
+        self.asked.append(list(nodes))
+        return {n: what for n, (since, what) in self.faults.items() if n in nodes and self.clock >= since}
 
 
 def setup(target: str, jobs: dict[str, list[Job]] | None = None) -> tuple[Rollout, Fleet]:
@@ -110,3 +117,40 @@ def test_a_protected_job_is_waited_for_and_its_end_fed_back() -> None:
     drive(rollout, fleet, protect=lambda j: j.queue == "prod", clock=fleet.tick, sleep=sleep)
     assert ("evict", "7") not in fleet.calls
     assert rollout.nodes["gpu-0"].phase.value == "done" and rollout.nodes["gpu-0"].waited_seconds > 0
+
+
+def test_a_fault_on_a_node_not_yet_taken_is_seen_and_the_node_is_left_alone() -> None:
+    rollout, fleet = setup(NEW)
+    fleet.faults["gpu-2"] = (0.0, "XID 79")
+    run = drive(rollout, fleet, protect=lambda j: False, clock=fleet.tick, sleep=fleet.sleep)
+    assert not any(node == "gpu-2" or node.startswith("gpu-2@") for _, node in fleet.calls)
+    assert rollout.nodes["gpu-2"].phase.value == "skipped" and rollout.halted_by is None
+    assert {"action": "unhealthy", "node": "gpu-2"}.items() <= next(
+        e for e in run.log if e["action"] == "unhealthy").items()
+    # Once skipped, the node is no longer the rollout's to watch.
+    i = next(i for i, asked in enumerate(fleet.asked) if "gpu-2" in asked)
+    assert all("gpu-2" not in asked for asked in fleet.asked[i + 1:])
+
+
+def test_a_regression_during_the_canarys_bake_halts_before_the_next_wave() -> None:
+    rollout, fleet = setup(NEW)
+    fleet.faults["gpu-0"] = (6.0, "XID 79")  # the canary returns at t=5; the bake lasts 5 s
+    drive(rollout, fleet, protect=lambda j: False, clock=fleet.tick, sleep=fleet.sleep)
+    assert rollout.halted_by is not None and "regressed" in rollout.halted_by
+    assert [c for c in fleet.calls if c[0] == "cordon"] == [("cordon", "gpu-0")]
+
+
+def test_a_held_node_counts_as_drained_until_the_end_of_the_run() -> None:
+    rollout, fleet = setup(NEW)
+    fleet.clock = 1000.0  # the loop's clock is absolute; node times are relative to its start
+    fleet.faults["gpu-0"] = (0.0, "XID 79")
+
+    def gate(node: str, version: str) -> tuple[bool, str]:
+        fleet.clock += 2.0
+        return False, "XID 79"  # the fault stays: the rollback's gate fails too, the node is held
+
+    fleet.gate = gate  # type: ignore[method-assign]
+    run = drive(rollout, fleet, protect=lambda j: False, clock=fleet.tick, sleep=fleet.sleep)
+    assert rollout.report()["counts"] == {"failed": 1, "skipped": 3}
+    cap = run.capacity()
+    assert cap["drainedNodeSeconds"] == cap["wallSeconds"] < 100

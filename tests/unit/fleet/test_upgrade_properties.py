@@ -17,6 +17,7 @@ from gpufleet.fleet.upgrade import (
     Action,
     Cordon,
     Event,
+    NodeUnhealthy,
     Phase,
     RolloutPolicy,
     plan_upgrade,
@@ -63,6 +64,10 @@ def scenarios(draw: st.DrawFn, failures: bool = True) -> Scenario:
         rollback_gate_fail=draw(st.sampled_from([0.0, 0.5])) if failures else 0.0,
         wrong_version=rates["wrong_version"],
         protected_wait_seconds=wait,
+        # Health changes during the rollout: faults on random nodes at random times, and
+        # regressions shortly after an upgraded node returns.
+        turn_unhealthy=draw(st.sampled_from([0.0, 0.001, 0.02])) if failures else 0.0,
+        regress=draw(st.sampled_from([0.0, 0.0, 0.001, 0.01])) if failures else 0.0,
     )
     percent = st.integers(1, 20).map(lambda p: f"{p}%")
     spec = UpgradeSpec.model_validate({
@@ -88,12 +93,36 @@ class Watch:
     fleet: SimFleet
     touched: set[str] = field(default_factory=set)
     steps: int = 0
+    wave_of: dict[str, int] = field(default_factory=dict)
+    last_taken_wave: int = -1
+    last_action_in_wave: dict[int, float] = field(default_factory=dict)
+    must_halt_at: float | None = None  # a regression arrived inside its wave's bake
+
+    def __post_init__(self) -> None:
+        self.wave_of = {n: w.index for w in self.rollout.plan.waves for n in w.nodes}
 
     def __call__(self, event: Event | None, actions: list[Action]) -> None:
         self.steps += 1
+        at = 0.0 if event is None else event.at
+        if isinstance(event, NodeUnhealthy) and self.fleet.nodes[event.node].upgraded:
+            # Upgraded in the latest wave any node was taken from, before that wave's bake could have
+            # ended (the bake starts no earlier than the wave's last action): the machine is still in
+            # that wave, so the regression must halt it. Read from the fleet and the plan alone.
+            w = self.wave_of.get(event.node)
+            bake = self.rollout.policy.bake_seconds
+            if w is not None and w == self.last_taken_wave and at < self.last_action_in_wave[w] + bake:
+                self.must_halt_at = at if self.must_halt_at is None else self.must_halt_at
+        if self.must_halt_at is not None:
+            assert self.rollout.halted_by is not None, ("a regression in the bake did not halt", event)
+            assert not any(isinstance(a, Cordon) for a in actions), actions
         assert not self.fleet.violations, self.fleet.violations[:5]
         assert self.fleet.out == self.rollout.out <= self.rollout.policy.max_unavailable
         for action in actions:
+            w = self.wave_of.get(action.node)
+            if w is not None:
+                self.last_action_in_wave[w] = at
+                if isinstance(action, Cordon):
+                    self.last_taken_wave = max(self.last_taken_wave, w)
             self.touched.add(action.node)
             if isinstance(action, Cordon) and self.rollout.halted_at is not None:
                 # A halt stops the rollout: no node is taken after it.
@@ -115,6 +144,10 @@ def coverage(rollout: Rollout, fleet: SimFleet, watch: Watch) -> None:
     """What the examples covered (pytest --hypothesis-show-statistics)."""
     event("halted" if rollout.halted_by else "ran to the end")
     event(f"nodes touched: {min(len(watch.touched) // 250 * 250, 1000)}+")
+    if watch.must_halt_at is not None:
+        event("a regression during a bake halted the rollout")
+    if any("turned unhealthy" in n.reason for n in rollout.nodes.values()):
+        event("a node turned unhealthy before it was taken")
     event(f"peak out {'=' if fleet.peak_out == rollout.policy.max_unavailable else '<'} maxUnavailable")
 
 

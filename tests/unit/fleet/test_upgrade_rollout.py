@@ -17,6 +17,7 @@ from gpufleet.fleet.upgrade import (
     JobEnded,
     JobStarted,
     NodeObservation,
+    NodeUnhealthy,
     Phase,
     Reboot,
     RebootDone,
@@ -196,3 +197,82 @@ def test_the_wait_for_protected_jobs_is_bounded_from_its_first_start() -> None:
     assert r.handle(Tick(120)) == []
     assert phase(r, "n1") is Phase.SKIPPED and r.nodes["n1"].waited_seconds == 80
     assert r.finished
+
+
+# --------------------------------------------------------------------------- health changes
+
+
+def test_a_node_that_turns_unhealthy_while_pending_is_skipped_not_taken() -> None:
+    r = rollout([node("n0"), node("n1"), node("n2")], bakeSeconds=0)
+    r.start(0)
+    assert set(r.watched()) == {"n1", "n2"}  # n0 is in flight: the gate's
+    assert r.handle(NodeUnhealthy(5, "n1", "XID 79 on GPU 3")) == []
+    assert phase(r, "n1") is Phase.SKIPPED and "turned unhealthy" in r.nodes["n1"].reason
+    upgrade_one(r, "n0", 10)
+    # n1 is never taken: the next node is n2.
+    assert r.handle(GateResult(20, "n0", True)) == [Uncordon("n0"), Cordon("n2", MARK), Reboot("n2", NEW)]
+    upgrade_one(r, "n2", 30)
+    assert r.handle(GateResult(40, "n2", True)) == [Uncordon("n2")]
+    assert r.finished and r.halted_by is None
+    assert r.report()["counts"] == {"done": 2, "skipped": 1}
+
+
+def test_a_waiting_node_that_turns_unhealthy_is_skipped_with_its_wait_counted() -> None:
+    r = rollout([node("n0", jobs=[Job(id="p", protected=True)])], protectedJobWaitSeconds=100)
+    assert r.start(0) == []
+    assert r.watched() == ["n0"]
+    r.handle(NodeUnhealthy(30, "n0"))
+    assert phase(r, "n0") is Phase.SKIPPED and r.nodes["n0"].waited_seconds == 30
+    assert r.finished
+
+
+def test_a_regression_during_the_bake_halts_the_rollout() -> None:
+    r = rollout([node("n0"), node("n1"), node("n2")], bakeSeconds=300)
+    r.start(0)
+    upgrade_one(r, "n0", 10)
+    r.handle(GateResult(20, "n0", True))
+    assert "n0" in r.watched()  # upgraded in the current wave: its bake is running
+    assert r.handle(NodeUnhealthy(100, "n0", "XID 79")) == []  # no action: it is back in service
+    assert r.halted_by is not None and "n0" in r.halted_by and r.finished
+    assert phase(r, "n0") is Phase.FAILED and "regressed" in r.nodes["n0"].reason
+    assert {phase(r, "n1"), phase(r, "n2")} == {Phase.SKIPPED}
+    assert r.next_wakeup() is None and r.watched() == []
+
+
+def test_a_fault_on_a_node_upgraded_in_an_earlier_wave_is_remediations_not_a_halt() -> None:
+    r = rollout([node("n0"), node("n1"), node("n2")], bakeSeconds=10)
+    r.start(0)
+    upgrade_one(r, "n0", 1)
+    r.handle(GateResult(2, "n0", True))
+    assert r.handle(Tick(12)) == [Cordon("n1", MARK), Reboot("n1", NEW)]
+    assert "n0" not in r.watched()
+    assert r.handle(NodeUnhealthy(13, "n0")) == []
+    assert r.halted_by is None and phase(r, "n0") is Phase.DONE
+
+
+def test_a_fault_on_a_node_in_flight_is_left_to_the_gate() -> None:
+    r = rollout([node("n0")])
+    r.start(0)
+    assert r.handle(NodeUnhealthy(1, "n0", "XID 79")) == []
+    assert phase(r, "n0") is Phase.UPGRADING and r.halted_by is None
+    upgrade_one(r, "n0", 5)
+    # The gate sees the fault: fails, rolls back, halts.
+    assert r.handle(GateResult(6, "n0", False, "GFI002 gpu-xid")) == [Reboot("n0", OLD)]
+    assert r.halted_by is not None
+
+
+def test_a_later_waves_node_that_turns_unhealthy_before_its_wave_is_skipped_once() -> None:
+    # Two pools: canaries a0 and b0; a1 is in wave 1 and turns unhealthy during the canary.
+    r = rollout([node("a0", pool="a"), node("a1", pool="a"), node("b0", pool="b")], bakeSeconds=0,
+                maxUnavailable=2)
+    r.start(0)
+    assert r.plan.waves[0].nodes == ("a0", "b0")
+    r.handle(NodeUnhealthy(1, "a1"))
+    assert phase(r, "a1") is Phase.SKIPPED
+    for n in ("a0", "b0"):
+        upgrade_one(r, n, 2)
+    for n in ("a0", "b0"):
+        r.handle(GateResult(3, n, True))
+    # The pool-canary rule does not settle a1 a second time (it would count the wave down twice).
+    assert r.finished and r.report()["counts"] == {"done": 2, "skipped": 1}
+    assert "turned unhealthy" in r.nodes["a1"].reason

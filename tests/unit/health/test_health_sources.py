@@ -81,13 +81,35 @@ def test_node_health_against_a_live_agent(tmp_path: Path) -> None:
         fake = tmp_path / "scontrol"
         fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'drain.args'}\n")
         fake.chmod(0o755)
-        rc, text = check("--format", "json", "--slurm-drain", "--scontrol", str(fake))
+        sinfo = tmp_path / "sinfo"
+
+        def reason_is(reason: str) -> None:
+            sinfo.write_text(f"#!/bin/sh\necho 'gpu-5|drained|{reason}|2026-12-05T05:00:00'\n")
+            sinfo.chmod(0o755)
+
+        reason_is("none")
+        rc, text = check("--format", "json", "--slurm-drain", "--scontrol", str(fake), "--sinfo", str(sinfo))
         doc = json.loads(text)
         assert rc == 1 and doc["status"] == "problem"
         assert [f["fault_id"] for f in doc["findings"]] == ["gpu-xid-79"]  # the 45s are echoes
         assert (tmp_path / "drain.args").read_text() == (
             "update nodename=gpu-5 state=drain "
             "reason=gpufleet: GPU has fallen off the bus (gpu-xid-79, GPU 2)\n")
+        # A rolling upgrade holds the node (its mark is the reason), or held it after giving up:
+        # remediation stands aside and says so; the fault is still reported (exit 1).
+        for mark in ("gpufleet-upgrade sandbox-1: driver -> 570.124.06",
+                     "gpufleet-upgrade-failed: gate failed at 570.124.06"):
+            (tmp_path / "drain.args").unlink(missing_ok=True)
+            reason_is(mark)
+            rc, text = check("--format", "json", "--slurm-drain", "--scontrol", str(fake), "--sinfo",
+                             str(sinfo))
+            doc = json.loads(text)
+            assert rc == 1 and doc["drain"]["stoodAside"] == mark, doc
+            assert not (tmp_path / "drain.args").exists()
+        # Another actor's reason (a person's) is no rollout's: remediation drains as before.
+        reason_is("alice: bad fan")
+        check("--slurm-drain", "--scontrol", str(fake), "--sinfo", str(sinfo))
+        assert (tmp_path / "drain.args").exists()
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://a",
                           headers={"Authorization": "Bearer t0k"}) as c:
             c.post("/clear", json={"gpu": None})
