@@ -199,10 +199,14 @@ class SandboxDriver:
             if res.returncode != 0:
                 log.warning("scancel %s: %s", " ".join(job_ids), res.stderr.strip())
 
+    def is_ours(self, reason: str) -> bool:
+        """Whether a node's drain reason is still this run's mark (never uncordon another's cordon)."""
+        return reason == self.record.mark
+
     def uncordon(self, node: str) -> bool:
         """Resume the node if its reason is still this run's mark; False (left drained) otherwise."""
         obs = self.sinfo().get(node)
-        if obs is None or obs.reason != self.record.mark:
+        if obs is None or not self.is_ours(obs.reason):
             log.warning("%s: reason is %r, not this rollout's mark: left as it is", node,
                         obs.reason if obs else None)
             self.record.nodes.pop(node, None)

@@ -41,7 +41,7 @@ from gpufleet.core.slurm_state import parse_slurm_time
 from gpufleet.fleet.upgrade.gate import GateSetup
 from gpufleet.fleet.upgrade.model import Component
 from gpufleet.fleet.upgrade.sandbox_driver import PoolShape, Runner, SandboxDriver, run_command
-from gpufleet.fleet.upgrade.sandbox_ops import resume_argv, show_node_argv, upgraded_recipe
+from gpufleet.fleet.upgrade.sandbox_ops import show_node_argv, upgraded_recipe
 
 log = logging.getLogger("gpufleet.fleet.upgrade")
 
@@ -260,19 +260,9 @@ class SlurmDriver(SandboxDriver):
             time.sleep(POLL_S)
         return super().restart_missing_daemons(node)
 
-    def uncordon(self, node: str) -> bool:
-        """Resume the node if its reason is still this run's mark (Slurm's reboot suffixes allowed)."""
-        obs = self.sinfo().get(node)
-        if obs is None or not owns(obs.reason, self.record.mark):
-            log.warning("%s: reason is %r, not this rollout's mark: left as it is", node,
-                        obs.reason if obs else None)
-            self.record.nodes.pop(node, None)
-            self.record.save()
-            return False
-        self._cmd(resume_argv(self.state, node))
-        self.record.nodes.pop(node, None)
-        self.record.save()
-        return True
+    def is_ours(self, reason: str) -> bool:
+        """This run's mark, with the suffixes Slurm adds during a reboot (module docstring)."""
+        return owns(reason, self.record.mark)
 
     def report(self) -> dict[str, Any]:
         return {"driver": "slurm", "nextState": NEXT_STATE.value,
