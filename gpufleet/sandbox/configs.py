@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from gpufleet.core.maintenance import UPGRADE_MARK
 from gpufleet.sandbox.layout import AGENT_PORT, MGMT_IFNAME, SLURMCTLD_PORT, SLURMD_PORT, Layout
 
 # What each sandbox node advertises to Slurm (SlurmdParameters=config_overrides lets a 2-core
@@ -88,7 +89,9 @@ def gres_conf(layout: Layout) -> str:
 
 def health_script(layout: Layout, gpufleet_bin: Path, *, epilog: bool = False) -> str:
     """Slurm's HealthCheckProgram, or with `epilog` its Epilog: the same node check."""
-    return _ENV.get_template("healthcheck.sh.j2").render(**_context(layout, gpufleet_bin), epilog=epilog)
+    # The reasons a rollout sets: the Epilog stands aside for them in shell (held_by_rollout's test).
+    return _ENV.get_template("healthcheck.sh.j2").render(**_context(layout, gpufleet_bin), epilog=epilog,
+                                                         upgrade_mark=UPGRADE_MARK)
 
 
 def prom_duration(seconds: float) -> str:

@@ -12,6 +12,7 @@ import yaml
 
 from gpufleet.config.load import load_named_stack, parse_stack
 from gpufleet.config.model import StackSpec
+from gpufleet.core.maintenance import held_by_rollout
 from gpufleet.sandbox import configs
 from gpufleet.sandbox.layout import Layout, plan_layout
 
@@ -183,3 +184,32 @@ def test_a_serving_pool_is_outside_slurm_and_behind_haproxy() -> None:
     cfg = haproxy_config(balancer_config(lay, serving), "/p")
     assert "bind 10.76.0.1:8080" in cfg and "server srv-0 10.76.0.15:8080 check" in cfg
     assert urls(lay, serving) == ("http://10.76.0.1:8080", "http://10.76.0.1:8404/stats;csv")
+
+
+@pytest.mark.parametrize(("reason", "stands_aside"), [
+    ("gpufleet-upgrade r-1: driver -> 570.124.06", True),
+    ("gpufleet-upgrade r-1: driver -> 570.124.06 : reboot issued", True),
+    ("gpufleet-upgrade-failed: gate failed at 570.124.06", True),
+    ("gpufleet: GPU has fallen off the bus (gpu-xid-79, GPU 3)", False),
+    ("", False),
+])
+def test_the_epilog_stands_aside_in_shell_for_a_node_a_rollout_holds(
+        layout: Layout, tmp_path: Path, reason: str, stands_aside: bool) -> None:
+    # The Epilog's early exit (ADR 0063) must agree with held_by_rollout, the rule node-health reads.
+    assert held_by_rollout(reason) is stands_aside
+    text = configs.health_script(layout, BIN, epilog=True)
+    start = text.index('reason=$(timeout 5 sinfo')
+    block = text[start:text.index("esac", start) + len("esac")]
+    block = block.replace("/run/gf/sandbox/run-abc123", str(tmp_path))
+    (tmp_path / "nodes" / "gpu-1").mkdir(parents=True)
+    script = tmp_path / "block.sh"
+    # timeout and sinfo stand in as shell functions: sinfo prints the reason slurmctld would give (%E).
+    stand_ins = "timeout() { shift; \"$@\"; }\nsinfo() { printf '%s\\n' \"$REASON\"; }\n"
+    script.write_text(f"{stand_ins}node=gpu-1\n{block}\necho went-on\n")
+    res = subprocess.run(["sh", str(script)], capture_output=True, text=True, env={"REASON": reason})
+    assert res.returncode == 0
+    log = tmp_path / "nodes" / "gpu-1" / "epilog.log"
+    if stands_aside:
+        assert "went-on" not in res.stdout and "epilog stood aside" in log.read_text()
+    else:
+        assert "went-on" in res.stdout and not log.exists()
