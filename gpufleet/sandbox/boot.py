@@ -25,11 +25,10 @@ Two kernel facts shape the functions below, both checked on this machine (kernel
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpufleet.core.procs import start_time
+from gpufleet.core.procs import own_boot_offset
 
 WRAPPER = ("unshare", "--time", "--boottime")
 # The uptime a freshly "booted" node starts with. It must not be more than the time from Slurm's
@@ -77,32 +76,13 @@ def boot_time(now_s: float, host_uptime_s: float, offset_s: int) -> float:
     return now_s - (host_uptime_s + offset_s)
 
 
-def parse_timens_offsets(text: str) -> int:
-    """The boottime offset in whole seconds of /proc/self/timens_offsets (`boottime <s> <ns>`
-    lines; the sandbox's offsets have no nanoseconds: `unshare` sets seconds); 0 when the line is
-    missing (the host's namespace prints zeros)."""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "boottime":
-            return int(parts[1])
-    return 0
-
-
-def own_offset() -> int:
-    """This process's boot-time offset (0 in the host's time namespace or without time namespaces)."""
-    try:
-        return parse_timens_offsets(Path("/proc/self/timens_offsets").read_text())
-    except OSError:
-        return 0
-
-
 def uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
 def new_boot_offset() -> int:
     """The offset for a node booting now, wherever this runs."""
-    return fresh_offset(uptime(), own_offset())
+    return fresh_offset(uptime(), own_boot_offset())
 
 
 # One boot per node per process: the daemons of a node that one `sandbox up` starts share its boot.
@@ -118,13 +98,3 @@ def node_boot_offset(netns: str) -> int:
     if netns not in _NODE_OFFSETS:
         _NODE_OFFSETS[netns] = new_boot_offset()
     return _NODE_OFFSETS[netns]
-
-
-def host_start_time(pid: int, ns_offset_s: int | None = None) -> int | None:
-    """/proc/<pid>/stat field 22 as the host's namespace reads it (the state file's values), from
-    wherever this runs: the kernel adds the reader's own boot-time offset."""
-    st = start_time(pid)
-    if st is None:
-        return None
-    offset = own_offset() if ns_offset_s is None else ns_offset_s
-    return st - offset * os.sysconf("SC_CLK_TCK")

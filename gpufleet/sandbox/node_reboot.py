@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet.core.procs import launch
+from gpufleet.core.procs import alive, launch, start_time
 from gpufleet.core.sandbox_contract import SandboxProcess, read_state, write_state
 from gpufleet.sandbox import boot
 from gpufleet.sandbox.agents import AgentClient
@@ -37,21 +37,17 @@ STOP_GRACE_S = 10.0
 AGENT_READY_S = 30.0
 
 
-def _alive(p: SandboxProcess, ns_offset: int) -> bool:
-    return boot.host_start_time(p.pid, ns_offset) == p.start_time
-
-
-def stop(procs: list[SandboxProcess], ns_offset: int) -> None:
+def stop(procs: list[SandboxProcess]) -> None:
     for p in procs:
-        seen = boot.host_start_time(p.pid, ns_offset)
+        seen = start_time(p.pid)
         log.info("%s: pid %d, start time %s (recorded %d)", p.name, p.pid, seen, p.start_time)
-        if seen == p.start_time:
+        if alive(p.pid, p.start_time):
             os.kill(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and any(_alive(p, ns_offset) for p in procs):
+    while time.monotonic() < deadline and any(alive(p.pid, p.start_time) for p in procs):
         time.sleep(0.1)
     for p in procs:
-        if _alive(p, ns_offset):
+        if alive(p.pid, p.start_time):
             log.warning("%s (pid %d) ignored SIGTERM for %.0f s: SIGKILL", p.name, p.pid, STOP_GRACE_S)
             os.kill(p.pid, signal.SIGKILL)
 
@@ -64,7 +60,6 @@ def boot_order(procs: list[SandboxProcess]) -> list[SandboxProcess]:
 
 
 def reboot(stack: str, root: Path, node: str, started: float) -> int:
-    ns_offset = boot.own_offset()
     state = read_state(stack, root)
     procs = [p for p in state.processes if p.node == node]
     if not procs:
@@ -72,7 +67,7 @@ def reboot(stack: str, root: Path, node: str, started: float) -> int:
         return 2
     t0 = time.time()
     log.info("reboot of %s: stopping %s", node, ", ".join(p.name for p in procs))
-    stop(procs, ns_offset)
+    stop(procs)
     # Slurm takes the reboot as done when the node's boot time (whole seconds) is no older than
     # the request; this program starts after the request, and the new boot is at most 1 s before
     # the offset is taken (gpufleet.sandbox.boot.FRESH_UPTIME_S): so it waits out its first second.
@@ -87,7 +82,7 @@ def reboot(stack: str, root: Path, node: str, started: float) -> int:
         if is_agent and sock:
             Path(sock).unlink(missing_ok=True)
         popen, _ = launch(recipe)
-        st = boot.host_start_time(popen.pid, ns_offset)
+        st = start_time(popen.pid)
         if st is None:
             log.error("%s did not start (rc %s); see %s", p.name, popen.poll(), recipe.log)
             continue

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from gpufleet.config.load import load_named_stack
+from gpufleet.core import procs
 from gpufleet.core.sandbox_contract import Launch, SandboxProcess
 from gpufleet.sandbox import boot, configs
 from gpufleet.sandbox.layout import plan_layout
@@ -57,8 +59,8 @@ def test_boot_time_is_now_minus_the_namespace_uptime() -> None:
 
 def test_parse_timens_offsets() -> None:
     text = "monotonic           0         0\nboottime        -1000         0\n"
-    assert boot.parse_timens_offsets(text) == -1000
-    assert boot.parse_timens_offsets("") == 0
+    assert procs.parse_timens_offsets(text) == -1000
+    assert procs.parse_timens_offsets("") == 0
 
 
 def test_the_daemons_of_a_node_share_one_boot() -> None:
@@ -100,9 +102,15 @@ def test_a_booted_process_sees_a_fresh_uptime_and_the_host_its_start_time() -> N
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as p:
         try:
             time.sleep(0.3)
-            host_view = boot.host_start_time(p.pid, 0)
+            host_view = procs.start_time(p.pid)
             inside = subprocess.run(boot.booted(["python3", "-c", read_stat.format(p.pid)], -100),
                                     capture_output=True, text=True, check=True)
+            # procs.start_time converts back wherever it runs: a health check or bundle hook that
+            # slurmd starts in the node's time namespace recognises the host's recorded processes.
+            via_procs = subprocess.run(
+                boot.booted([sys.executable, "-c", f"from gpufleet.core.procs import start_time; "
+                             f"print(start_time({p.pid}))"], -100),
+                capture_output=True, text=True, check=True)
             uptime = float(p.stdout.readline().split()[0]) if p.stdout else -1.0
         finally:
             p.kill()
@@ -110,3 +118,30 @@ def test_a_booted_process_sees_a_fresh_uptime_and_the_host_its_start_time() -> N
     assert host_view is not None
     # A reader 100 s "younger" than the host reads every start time 100 s earlier.
     assert int(inside.stdout) + 100 * os.sysconf("SC_CLK_TCK") == host_view
+    assert int(via_procs.stdout) == host_view
+
+
+@pytest.mark.parametrize("host_ns", [95_000_000_000, 95_004_999_999, 95_009_999_999, 100_500_000_000])
+def test_a_start_time_read_inside_a_time_namespace_converts_back(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, host_ns: int) -> None:
+    # The kernel's arithmetic (fs/proc/array.c): the reader's offset added to the start time in
+    # nanoseconds as an unsigned 64-bit sum, then divided to ticks. A reader 100 s "younger" than the
+    # host reads a process that started 95 s after the host's boot (before its own) wrapped around.
+    tck = os.sysconf("SC_CLK_TCK")
+    offset_s = -100
+    printed = ((host_ns + offset_s * 1_000_000_000) % 2**64) // (1_000_000_000 // tck)
+    host_ticks = host_ns // (1_000_000_000 // tck)
+    monkeypatch.setattr(procs, "own_boot_offset", lambda: offset_s)
+    stat = tmp_path / "stat"
+    stat.write_text(f"42 (a (b) c) S {' '.join(['0'] * 18)} {printed} 0\n")
+    real_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: real_read(
+        stat if str(self) == "/proc/42/stat" else self, *a, **k))
+    seen = procs.start_time(42)
+    assert seen is not None
+    if host_ns >= -offset_s * 1_000_000_000:
+        assert seen == host_ticks  # younger than the reader's boot: exact
+    else:
+        assert abs(seen - host_ticks) <= 1  # wrapped: known to one tick
+    assert procs.alive(42, host_ticks)
+    assert not procs.alive(42, host_ticks + 2)
