@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.core.storage_contract import StorageSandboxState
@@ -35,3 +36,39 @@ def ceph_json(state: StorageSandboxState, *args: str, timeout_s: float = 60.0) -
     if not isinstance(doc, dict):
         raise CephCommandError(f"ceph {' '.join(args)}: not a JSON object: {out[:200]}")
     return doc
+
+
+@dataclass(frozen=True)
+class PgCounts:
+    """`ceph pg stat`'s placement groups: how many in all, active, and active and clean."""
+
+    total: int
+    active: int
+    clean: int
+    by_state: dict[str, int]
+
+    @property
+    def all_active(self) -> bool:
+        return self.total > 0 and self.active == self.total
+
+    @property
+    def all_clean(self) -> bool:
+        return self.total > 0 and self.clean == self.total
+
+
+def pg_counts(pg_stat: dict[str, Any]) -> PgCounts:
+    """Count the PGs of a `ceph pg stat --format json` answer. A PG is clean when its state has both
+    `active` and `clean` and not `stale`, whatever else it shows (Ceph's own test suite counts them so,
+    qa/tasks/ceph_manager.py num_active_clean): `active+clean+scrubbing+deep` is clean; only the exact
+    name `active+clean` is not enough (seen here: a thrash change that never saw all PGs clean within
+    120 s while Ceph said HEALTH_OK, its PGs scrubbing)."""
+    summary = pg_stat.get("pg_summary", pg_stat)
+    by_state = {str(s["name"]): int(s["num"]) for s in summary.get("num_pg_by_state", [])}
+    active = clean = 0
+    for name, n in by_state.items():
+        parts = set(name.split("+"))
+        if "active" in parts:
+            active += n
+            if "clean" in parts and "stale" not in parts:
+                clean += n
+    return PgCounts(total=int(summary.get("num_pgs", 0)), active=active, clean=clean, by_state=by_state)

@@ -261,4 +261,4 @@ def judge_serving(run: ServingRun, tl: Timeline | None) -> tuple[list[Check], Se
                   Outcome.UNKNOWN if c.ok is None else Outcome.PASS if c.ok else Outcome.FAIL, c.detail)
             for c in found
         ]
-    return checks, ServingFigures(run.url, span, fault, figures, series(run.bins))
+    return checks, ServingFigures(run.url, span, fault, figures, series(run.bins), dict(run.errors))

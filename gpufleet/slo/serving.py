@@ -316,6 +316,8 @@ class ServingRun:
     bins: Mapping[int, Bin]
     targets: ServingTargets | None
     url: str = ""
+    # Why requests failed: "missed", "HTTP <status>" or the client's error, with how many of each.
+    errors: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def span(self) -> tuple[float, float] | None:
@@ -333,3 +335,4 @@ class ServingFigures:
     fault: tuple[float, float] | None
     figures: dict[str, float | int | None]
     seconds: tuple[Second, ...]
+    errors: dict[str, int] = field(default_factory=dict)  # ServingRun.errors

@@ -136,7 +136,7 @@ def test_a_gpu_hang_without_an_xid_is_seen_by_readiness_alone(
     root, st = state
     journal = run_experiment(root, tmp_path, "serving-gpu-hang")
     verdict = journal["steady_states"]["after"]["probes"][0]["output"]
-    assert verdict["outcome"] == "PASS", verdict["checks"]
+    assert verdict["outcome"] == "PASS", (verdict["checks"], verdict["serving"]["errors"])
     timeline = next(a["output"] for a in journal["run"] if a["activity"]["name"] == "wait-for-isolation")
     isolated = [e for e in timeline["events"] if e["kind"] == "isolated"]
     assert isolated and isolated[0]["node"] == "srv-0", timeline["events"]

@@ -113,6 +113,11 @@ class Watcher(threading.Thread):
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        # The rollout has returned; the watcher's last poll may predate its last resume, so it
+        # watches on until every node's latest state is schedulable (bounded).
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not all(s and s[-1][3] for s in self.seen.values()):
+            time.sleep(0.2)
         self.stop_at = True
         self.join(timeout=60)
 

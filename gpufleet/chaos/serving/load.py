@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,3 +134,23 @@ def bins(records_dir: Path, origin: float) -> dict[int, Bin]:
     per_process = [bin_records((to_record(r) for r in lines), origin)
                    for lines in read_records(records_dir).values()]
     return merge_bins(*per_process)
+
+
+def failure_reason(line: RequestLine) -> str | None:
+    """Why a request failed, as a short key (None: it succeeded): `missed`, `HTTP <status>` for an
+    answer, else the client's error (no answer: connection refused, reset, timed out)."""
+    if line.ok:
+        return None
+    if line.missed:
+        return "missed"
+    if line.status:
+        return f"HTTP {line.status}"
+    return (line.error or "no answer")[:120]
+
+
+def failure_reasons(records_dir: Path) -> dict[str, int]:
+    """How many requests failed for each reason, over every Locust process's records."""
+    out: Counter[str] = Counter()
+    for lines in read_records(records_dir).values():
+        out.update(r for line in lines if (r := failure_reason(line)) is not None)
+    return dict(out.most_common())

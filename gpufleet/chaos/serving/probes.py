@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from chaoslib.exceptions import ActivityFailed
 from chaoslib.types import Configuration, Secrets
 
@@ -38,4 +40,8 @@ def serving_run(ctx: engine.Context) -> ServingRun | None:
     targets = None if slo is None else ServingTargets(
         availability=slo.availability, p99_ms=slo.p99_ms, recover_s=slo.recover_s,
         window_availability=slo.window_availability)
-    return ServingRun(bins, targets, ", ".join(sorted({lr.spec.url for lr in loads})))
+    errors: Counter[str] = Counter()
+    for lr in loads:
+        errors.update(load.failure_reasons(lr.records_dir))
+    urls = ", ".join(sorted({lr.spec.url for lr in loads}))
+    return ServingRun(bins, targets, urls, dict(errors.most_common()))

@@ -16,7 +16,7 @@ from chaoslib.exceptions import ActivityFailed
 from chaoslib.types import Configuration, Secrets
 
 from gpufleet.chaos import engine
-from gpufleet.core.ceph_admin import CephCommandError, ceph_json
+from gpufleet.core.ceph_admin import CephCommandError, ceph_json, pg_counts
 from gpufleet.core.checkpoint_manifest import CheckpointManifest, stem
 from gpufleet.core.fs_checkpoints import FsCheckpointStore, checkpoint_store_of
 from gpufleet.core.jsonl import read_objects
@@ -87,16 +87,15 @@ def _health(state: StorageSandboxState) -> dict[str, Any]:
         pg = ceph_json(state, "pg", "stat", timeout_s=30)
     except CephCommandError as e:
         raise ActivityFailed(str(e)) from None
+    pgs = pg_counts(pg)
     summary = pg.get("pg_summary", pg)
-    by_state = {s["name"]: int(s["num"]) for s in summary.get("num_pg_by_state", [])}
-    pgs = int(summary.get("num_pgs", 0))
     return {
         "status": health.get("status"),
         "checks": sorted((health.get("checks") or {}).keys()),
-        "pgs": by_state,
+        "pgs": pgs.by_state,
         "degraded_objects": int(summary.get("degraded_objects", 0) or 0),
-        "pgs_clean": by_state.get("active+clean", 0) == pgs > 0,
-        "clean": health.get("status") == "HEALTH_OK" and by_state.get("active+clean", 0) == pgs > 0,
+        "pgs_clean": pgs.all_clean,
+        "clean": health.get("status") == "HEALTH_OK" and pgs.all_clean,
     }
 
 

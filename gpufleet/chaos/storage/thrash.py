@@ -49,7 +49,7 @@ from gpufleet.chaos.storage.thrash_policy import (
     windows,
     within,
 )
-from gpufleet.core.ceph_admin import CephCommandError, ceph_json, ceph_run
+from gpufleet.core.ceph_admin import CephCommandError, ceph_json, ceph_run, pg_counts
 from gpufleet.core.checkpoint_manifest import stem
 from gpufleet.core.fs_checkpoints import checkpoint_store_of
 from gpufleet.core.jsonl import append_objects, read_objects
@@ -133,17 +133,9 @@ def _osd_states(state: StorageSandboxState) -> dict[int, tuple[bool, bool]]:
 
 def _pg_summary(state: StorageSandboxState) -> tuple[bool, bool, bool]:
     """(every PG active, every PG active+clean, HEALTH_OK)."""
-    pg = ceph_json(state, "pg", "stat", timeout_s=30)
-    summary = pg.get("pg_summary", pg)
-    by_state = {s["name"]: int(s["num"]) for s in summary.get("num_pg_by_state", [])}
-    total = int(summary.get("num_pgs", 0))
-    active = sum(n for name, n in by_state.items() if "active" in name.split("+"))
+    pgs = pg_counts(ceph_json(state, "pg", "stat", timeout_s=30))
     health = ceph_json(state, "health", timeout_s=30).get("status")
-    return (
-        total > 0 and active == total,
-        total > 0 and by_state.get("active+clean", 0) == total,
-        health == "HEALTH_OK",
-    )
+    return pgs.all_active, pgs.all_clean, health == "HEALTH_OK"
 
 
 class Thrasher:

@@ -52,6 +52,12 @@ CLEANUP_REBOOT_WAIT_S = 180.0
 REBOOTING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 # The suffixes slurmctld appends to a rebooting node's reason (scontrol(1), reboot).
 SLURM_REBOOT_SUFFIXES = ("reboot issued", "reboot complete", "reboot timed out")
+# How long a resumed node may still show "not responding" (`idle*`). slurmctld pings every node each
+# SlurmdTimeout/3 s (slurm.conf(5), SlurmdTimeout) and clears the flag at the next answered ping; a
+# ping that failed while the node's slurmd was being replaced can set it after the new slurmd has
+# registered (seen in CI: `idle*` 6 s after "reboot complete"). 60 s covers the sandbox's
+# SlurmdTimeout (10 s) several times over.
+RETURN_WAIT_S = 60.0
 
 
 class NextState(StrEnum):
@@ -250,6 +256,23 @@ class SlurmDriver(SandboxDriver):
             return None
         finally:
             rec.seconds = time.monotonic() - t0
+
+    def uncordon(self, node: str) -> bool:
+        """Resume the node (the sandbox driver's rule: only if its reason is still this run's mark),
+        then wait until Slurm shows it schedulable: returned means able to take a job, not only
+        resumed (RETURN_WAIT_S). A node still not schedulable then is returned with a warning."""
+        if not super().uncordon(node):
+            return False
+        end = time.monotonic() + RETURN_WAIT_S
+        while True:
+            obs = self.sinfo().get(node)
+            if obs is not None and obs.schedulable:
+                return True
+            if time.monotonic() >= end:
+                log.warning("%s: resumed, but Slurm still shows it %s after %.0f s", node,
+                            obs.state if obs else "missing", RETURN_WAIT_S)
+                return True
+            time.sleep(POLL_S)
 
     def restart_missing_daemons(self, node: str) -> list[str]:
         """After an interrupted run: let a reboot Slurm has under way finish first (its RebootProgram

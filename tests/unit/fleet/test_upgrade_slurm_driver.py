@@ -138,6 +138,8 @@ class ScriptedSlurm:
         self.steps = steps  # (State, BootTime, reason)
         self.i = -1  # before the reboot request
         self.calls: list[list[str]] = []
+        self.after_resume: list[str] = ["idle"]  # sinfo's states once resumed, one per call, the last kept
+        self.resumed = False
 
     def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         args = list(argv)
@@ -151,6 +153,11 @@ class ScriptedSlurm:
             out = f"NodeName=gpu-4 State={state} BootTime={boot} SlurmdStartTime={boot}\n"
             if self.i >= 0:
                 self.i = min(self.i + 1, len(self.steps) - 1)
+        elif cmd[:2] == ["scontrol", "update"] and "state=RESUME" in cmd:
+            self.resumed = True
+        elif cmd[:1] == ["sinfo"] and self.resumed:
+            now = self.after_resume.pop(0) if len(self.after_resume) > 1 else self.after_resume[0]
+            out = f"gpu-4|{now}||Unknown\n"
         elif cmd[:1] == ["sinfo"]:
             out = f"gpu-4|{state.lower()}|{reason}|Unknown\n"
         elif cmd[:4] == ["scontrol", "-o", "show", "job"]:
@@ -242,6 +249,25 @@ def test_uncordon_resumes_a_node_with_its_mark_and_slurms_suffixes_only(up: Path
     d2 = _driver(up, other)
     assert d2.uncordon("gpu-4") is False
     assert not any("state=RESUME" in a for a in other.calls)
+
+
+def test_uncordon_waits_until_slurm_shows_the_node_schedulable(
+        up: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A ping that failed while slurmd was replaced leaves the resumed node `idle*` until the next one.
+    monkeypatch.setattr("gpufleet.fleet.upgrade.slurm_driver.POLL_S", 0.0)
+    slurm = ScriptedSlurm([("DOWN", NEW_BOOT, MARK + " : reboot issued : reboot complete")])
+    slurm.after_resume = ["idle*", "idle*", "idle*", "idle"]
+    assert _driver(up, slurm).uncordon("gpu-4") is True
+    resumed_at = next(i for i, a in enumerate(slurm.calls) if "state=RESUME" in a)
+    sinfos = [a for a in slurm.calls[resumed_at:] if a[len(P):][:1] == ["sinfo"]]
+    assert len(sinfos) == 4 and slurm.after_resume == ["idle"]
+    # Never schedulable within RETURN_WAIT_S: returned (it is resumed) with a warning that says so.
+    monkeypatch.setattr("gpufleet.fleet.upgrade.slurm_driver.RETURN_WAIT_S", 0.0)
+    stuck = ScriptedSlurm([("DOWN", NEW_BOOT, MARK + " : reboot issued : reboot complete")])
+    stuck.after_resume = ["idle*"]
+    with caplog.at_level("WARNING", logger="gpufleet.fleet.upgrade"):
+        assert _driver(up, stuck).uncordon("gpu-4") is True
+    assert "still shows it idle*" in caplog.text
 
 
 def test_cleanup_lets_a_reboot_under_way_finish_before_starting_daemons(

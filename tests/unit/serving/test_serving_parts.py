@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.chaos.serving.load import LOCUSTFILE, LoadSpec, bins, locust_argv
+from gpufleet.chaos.serving.load import LOCUSTFILE, LoadSpec, bins, failure_reasons, locust_argv
 from gpufleet.core.haproxy_stats import parse_server_states
 from gpufleet.core.serving_records import RequestLine, read_records
 from gpufleet.sandbox.serving.balancer import (
@@ -120,6 +120,13 @@ def test_records_of_every_process_merge_into_bins(tmp_path: Path) -> None:
     (tmp_path / "requests-12.jsonl").write_text(
         RequestLine(t=t0 + 0.5, latency_s=0.5, ok=False, status=500, error="HTTP 500").line()
     )
+    (tmp_path / "requests-14.jsonl").write_text(
+        RequestLine(t=t0 + 0.6, latency_s=5.0, ok=False, status=0, error="ConnectionResetError(104)").line()
+        + RequestLine(t=t0 + 0.7, latency_s=0.1, ok=False, status=503, error="HTTP 503").line()
+    )
+    assert failure_reasons(tmp_path) == {"missed": 1, "HTTP 500": 1, "ConnectionResetError(104)": 1,
+                                         "HTTP 503": 1}
+    (tmp_path / "requests-14.jsonl").unlink()
     got = bins(tmp_path, t0)
     assert sorted(got) == [0, 1]
     assert (got[0].due, got[0].ok, got[0].missed) == (2, 1, 0)
