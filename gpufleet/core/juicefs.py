@@ -325,6 +325,34 @@ class DumpEvidence(BaseModel):
     problems: list[str] = []
 
 
+def evidence_of(
+    dump: str,
+    taken_at: float,
+    seconds: float,
+    dumped: DumpCounts | None,
+    reloaded: DumpCounts | None,
+    previous: DumpEvidence | None,
+    problems: list[str],
+    live_inodes: tuple[int, int] | None = None,
+) -> DumpEvidence:
+    """The evidence of one dump's proof (verified when it found no problem), for every prover: the
+    sandbox's backup job (which also saw the live engine's inodes) and the deployed CronJob."""
+    return DumpEvidence(
+        dump=dump,
+        taken_at=taken_at,
+        seconds=round(seconds, 4),
+        verified=not problems,
+        files=dumped.files if dumped else None,
+        inodes=dumped.inodes if dumped else None,
+        reloaded_files=reloaded.files if reloaded else None,
+        reloaded_inodes=reloaded.inodes if reloaded else None,
+        live_inodes=live_inodes,
+        previous=previous.dump if previous else None,
+        previous_inodes=previous.inodes if previous else None,
+        problems=problems,
+    )
+
+
 def judge_dump(
     dumped: DumpCounts | None,
     reloaded: DumpCounts | None,

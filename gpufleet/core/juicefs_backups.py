@@ -72,20 +72,8 @@ def take_backup(
         dumped, reloaded, (before, after), previous.inodes if previous else None, load_error
     )
     client.upload_file(str(dump), bucket, key)
-    evidence = jfs.DumpEvidence(
-        dump=key,
-        taken_at=taken_at,
-        seconds=round(time.monotonic() - t0, 4),
-        verified=not problems,
-        files=dumped.files if dumped else None,
-        inodes=dumped.inodes if dumped else None,
-        reloaded_files=reloaded.files if reloaded else None,
-        reloaded_inodes=reloaded.inodes if reloaded else None,
-        live_inodes=(before, after),
-        previous=previous.dump if previous else None,
-        previous_inodes=previous.inodes if previous else None,
-        problems=problems,
-    )
+    evidence = jfs.evidence_of(key, taken_at, time.monotonic() - t0, dumped, reloaded, previous, problems,
+                               live_inodes=(before, after))
     client.put_object(Bucket=bucket, Key=jfs.evidence_key(key), Body=evidence.model_dump_json().encode())
     return evidence
 

@@ -231,20 +231,8 @@ def verify_newest(client: Any, bucket: str, scratch_url: str, work: Path) -> jfs
     status = client.get_bucket_versioning(Bucket=bucket).get("Status")
     if status != "Enabled":  # an unversioned backup bucket loses what a delete or overwrite hits
         problems.append(f"the backup bucket's versioning is {status or 'off'}")
-    evidence = jfs.DumpEvidence(
-        dump=key,
-        taken_at=int(key.rsplit("-", 1)[1].split(".")[0]) / 1000,
-        seconds=round(time.monotonic() - t0, 4),
-        verified=not problems,
-        files=dumped.files if dumped else None,
-        inodes=dumped.inodes if dumped else None,
-        reloaded_files=reloaded.files if reloaded else None,
-        reloaded_inodes=reloaded.inodes if reloaded else None,
-        live_inodes=None,
-        previous=previous.dump if previous else None,
-        previous_inodes=previous.inodes if previous else None,
-        problems=problems,
-    )
+    taken_at = int(key.rsplit("-", 1)[1].split(".")[0]) / 1000
+    evidence = jfs.evidence_of(key, taken_at, time.monotonic() - t0, dumped, reloaded, previous, problems)
     client.put_object(Bucket=bucket, Key=jfs.evidence_key(key), Body=evidence.model_dump_json().encode())
     return evidence
 

@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -37,3 +38,15 @@ def wait_until(what: str, check: Callable[[], T | None], timeout_s: float, inter
     raise AssertionError(
         f"timed out after {timeout_s} s waiting for {what}" + (f" (last error: {last})" if last else "")
     )
+
+
+@contextmanager
+def sandbox_up(root: Path, stack: str, *args: str, down_timeout: float = 300) -> Iterator[None]:
+    """`gpufleet sandbox up --stack <stack> <args>` under `root`, asserted; `sandbox down` on the way
+    out whatever happened (300 s: a down took over 120 s at load ~250)."""
+    res = gpufleet(root, "sandbox", "up", "--stack", stack, *args)
+    try:
+        assert res.returncode == 0, f"sandbox up failed:\n{res.stdout}\n{res.stderr}"
+        yield
+    finally:
+        gpufleet(root, "sandbox", "down", "--stack", stack, timeout=down_timeout)

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from e2e_support import gpufleet, wait_until
+from e2e_support import gpufleet, sandbox_up, wait_until
 
 from gpufleet.core.agent_client import agent_request
 from gpufleet.core.sandbox_contract import SandboxState, read_state
@@ -37,12 +37,8 @@ NODE = "gpu-2"
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, SandboxState]]:
     root = tmp_path_factory.mktemp("sbroot")
-    res = gpufleet(root, "sandbox", "up", "--stack", STACK, "--no-training")
-    try:
-        assert res.returncode == 0, f"sandbox up failed:\n{res.stdout}\n{res.stderr}"
+    with sandbox_up(root, STACK, "--no-training"):
         yield root, read_state(STACK, root)
-    finally:
-        gpufleet(root, "sandbox", "down", "--stack", STACK, timeout=300)  # 120 s passed at load ~250
 
 
 def node_line(state: SandboxState, node: str) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import gpufleet
+from e2e_support import gpufleet, sandbox_up
 
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.fleet.inspect import sandbox as SB
@@ -32,12 +32,8 @@ STACK = "sandbox"
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, SandboxState]]:
     root = tmp_path_factory.mktemp("sbroot")
-    res = gpufleet(root, "sandbox", "up", "--stack", STACK, "--no-training")
-    try:
-        assert res.returncode == 0, f"sandbox up failed:\n{res.stdout}\n{res.stderr}"
+    with sandbox_up(root, STACK, "--no-training"):
         yield root, read_state(STACK, root)
-    finally:
-        gpufleet(root, "sandbox", "down", "--stack", STACK, timeout=120)
 
 
 def inspect(root: Path, hist: Path, *args: str) -> tuple[int, dict[str, object]]:

@@ -6,18 +6,17 @@ thrasher undoes them, and after restore_all nothing is pending and every OSD is 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from osd_state_support import three_osd_state
 
 from gpufleet.chaos import engine
 from gpufleet.chaos.storage import thrash
 from gpufleet.chaos.storage.thrash_policy import Move, choose, within
-from gpufleet.core.sandbox_contract import Launch, SandboxProcess
-from gpufleet.core.storage_contract import OsdRecord, StorageSandboxState, write_storage_state
+from gpufleet.core.storage_contract import write_storage_state
 
 STACKS = Path(__file__).parents[3] / "stacks"
 
@@ -53,31 +52,9 @@ class FakeCeph:
 
 @pytest.fixture
 def cfg(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    procs = [
-        SandboxProcess(
-            name=f"ceph-osd.{i}",
-            pid=2**22 - 5 - i,
-            start_time=1,
-            launch=Launch(program=["ceph-osd", "-i", str(i)], log=str(tmp_path / f"{i}.log")),
-        )
-        for i in range(3)
-    ]
-    write_storage_state(
-        StorageSandboxState(
-            stack="sandbox-storage",
-            run_id="abcdef",
-            phase="up",
-            base_dir=str(tmp_path / "run"),
-            created_at=time.time(),
-            ceph_conf=str(tmp_path / "ceph.conf"),
-            pool_size=2,
-            pool_min_size=1,
-            checkpoint_bucket="checkpoints",
-            osds=[OsdRecord(id=i, uuid=f"u{i}", data_dir="d", block="b", block_bytes=1) for i in range(3)],
-            processes=procs,
-        ),
-        tmp_path,
-    )
+    state = three_osd_state(tmp_path, "sandbox-storage", "checkpoints", lambda i: ["ceph-osd", "-i", str(i)],
+                            2**22 - 5)
+    write_storage_state(state, tmp_path)
     engine.end_runs()
     yield {
         "gpufleet_backend": "storage",

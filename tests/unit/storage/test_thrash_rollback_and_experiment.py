@@ -9,19 +9,17 @@ import inspect
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from chaoslib.experiment import ensure_experiment_is_valid
+from osd_state_support import three_osd_state
 
 from gpufleet.chaos.backends import storage_undo
 from gpufleet.chaos.rollbacks import ROLLBACKS
 from gpufleet.core.procs import alive
-from gpufleet.core.sandbox_contract import Launch, SandboxProcess
 from gpufleet.core.storage_contract import (
-    OsdRecord,
     StorageSandboxState,
     read_storage_state,
     write_storage_state,
@@ -31,28 +29,7 @@ EXPERIMENT = Path(__file__).parents[3] / "experiments" / "storage" / "storage-os
 
 
 def _state(root: Path) -> StorageSandboxState:
-    procs = [
-        SandboxProcess(
-            name=f"ceph-osd.{i}",
-            pid=2**22 - 11 - i,  # not running
-            start_time=1,
-            launch=Launch(program=["sleep", f"{300 + i}"], log=str(root / f"osd{i}.log")),
-        )
-        for i in range(3)
-    ]
-    return StorageSandboxState(
-        stack="st",
-        run_id="abcdef",
-        phase="up",
-        base_dir=str(root / "run"),
-        created_at=time.time(),
-        ceph_conf=str(root / "ceph.conf"),
-        pool_size=2,
-        pool_min_size=1,
-        checkpoint_bucket="ckpt",
-        osds=[OsdRecord(id=i, uuid=f"u{i}", data_dir="d", block="b", block_bytes=1) for i in range(3)],
-        processes=procs,
-    )
+    return three_osd_state(root, "st", "ckpt", lambda i: ["sleep", f"{300 + i}"], 2**22 - 11)  # not running
 
 
 def test_thrash_revert_starts_every_dead_osd_and_marks_all_in(
