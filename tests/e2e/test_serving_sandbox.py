@@ -36,7 +36,8 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Sand
         assert res.returncode == 0, f"sandbox up failed:\n{res.stdout}\n{res.stderr}"
         yield root, read_state(STACK, root)
     finally:
-        down = gpufleet(root, "sandbox", "down", "--stack", STACK)
+        # --keep-files: the replicas' and HAProxy's logs stay for a failed test to be read.
+        down = gpufleet(root, "sandbox", "down", "--stack", STACK, "--keep-files")
         assert down.returncode == 0, down.stderr
 
 

@@ -259,6 +259,19 @@ def make_handler(engine: Engine, cfg: ReplicaConfig) -> type[BaseHTTPRequestHand
     return Handler
 
 
+class ReplicaServer(ThreadingHTTPServer):
+    # The listen backlog. socketserver's default is 5: when a stalled replica's watchdog fails its
+    # queued requests at once, the balancer retries them all on the other replica in the same
+    # millisecond, each on a new connection (http-server-close), and connections past the 5th had
+    # their SYN dropped; HAProxy's 100 ms connect timeout then counted an L4 error, and its passive
+    # check (error-limit 1) took the healthy replica out too (seen here: HAProxy's log "srv-1 is DOWN,
+    # reason: Health analyze ... L4 unsuccessful connection", then 1 s of "no server available").
+    # Inference servers listen with a deep backlog (uvicorn's default is 2048); the kernel caps it
+    # at net.core.somaxconn.
+    request_queue_size = 2048
+    daemon_threads = True
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpufleet.sandbox.serving.replica", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -284,8 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         args.timeout_seconds, args.canary_seconds, args.pass_deadline_seconds)
     engine = Engine(cfg)
     engine.start()
-    server = ThreadingHTTPServer((cfg.host, cfg.port), make_handler(engine, cfg))
-    server.daemon_threads = True
+    server = ReplicaServer((cfg.host, cfg.port), make_handler(engine, cfg))
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()

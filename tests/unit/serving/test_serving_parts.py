@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from gpufleet.sandbox.serving.balancer import (
     check_bound_seconds,
     haproxy_config,
 )
-from gpufleet.sandbox.serving.replica import IN_FEATURES, parse_inputs
+from gpufleet.sandbox.serving.replica import IN_FEATURES, ReplicaServer, parse_inputs
 
 REPLICAS = (Backend("gpu-2", "10.77.0.12", 8080), Backend("gpu-3", "10.77.0.13", 8080))
 
@@ -134,6 +136,25 @@ def test_records_of_every_process_merge_into_bins(tmp_path: Path) -> None:
     (tmp_path / "requests-13.jsonl").write_text(json.dumps({"t": 1.0, "ok": "maybe"}) + "\n")
     with pytest.raises(ValueError, match=r"requests-13.jsonl: line 1: not a request record: ok"):
         read_records(tmp_path)
+
+
+def test_a_burst_of_connections_is_queued_not_dropped() -> None:
+    """A stalled replica's requests are retried on the other one all at once, each on a new
+    connection: 40 connects before it accepts any must all complete within HAProxy's 100 ms connect
+    timeout (socketserver's default backlog of 5 dropped the SYNs past the 6th)."""
+    server = ReplicaServer(("127.0.0.1", 0), BaseHTTPRequestHandler)  # never accepts in this test
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(40):
+            s = socket.socket()
+            s.settimeout(0.1)
+            s.connect(server.server_address)
+            socks.append(s)
+        assert len(socks) == 40
+    finally:
+        for s in socks:
+            s.close()
+        server.server_close()
 
 
 def test_replica_input_is_checked() -> None:
