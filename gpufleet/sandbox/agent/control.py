@@ -51,6 +51,11 @@ def parse_clear(body: Any, gpus: int) -> int | None:
 
 class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
+    # socketserver's default backlog is 5. A unix socket whose backlog is full refuses a connect with
+    # a timeout at once (EAGAIN: "Resource temporarily unavailable"), and a node's agent is read by
+    # several parties at once (Slurm's health check and Epilog, node-health, a rollout's gate
+    # watching every node each second, the diagnostic bundle hook), so a burst read as a dead agent.
+    request_queue_size = 256
     agent: Agent
     token: str
 
