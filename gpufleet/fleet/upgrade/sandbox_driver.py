@@ -62,6 +62,21 @@ log = logging.getLogger("gpufleet.fleet.upgrade")
 
 COMMAND_TIMEOUT_S = 30.0
 RECORD_FILE = "upgrade-cordons.json"
+# A node whose agent did not answer this many health reads in a row (the rollout reads once a second)
+# is unhealthy. One read is not enough: a read can fail while the node is busy (a burst of readers,
+# a loaded machine), and NodeUnhealthy takes the node out of the rollout.
+AGENT_SILENT_READS = 3
+SILENT_RETRY_S = 0.5  # between the snapshot's reads of a silent agent
+
+
+def agent_fault(doc: dict[str, Any]) -> str | None:
+    """What an agent's GET /state says is wrong with its node: a driver load error or a GPU fault
+    the health source holds; None when nothing."""
+    if doc.get("driver_error"):
+        return str(doc["driver_error"])
+    held = [f"GPU {g.get('index')}: {g['fault'].get('fault_id')}" for g in doc.get("gpus", [])
+            if isinstance(g.get("fault"), dict)]
+    return "fault held by the health source: " + ", ".join(held) if held else None
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -129,6 +144,7 @@ class SandboxDriver:
         token_file = self.state.agent_token_file
         self.token = Path(token_file).read_text().strip() if token_file else ""
         self.record = CordonRecord.load(record_path(stack, root))
+        self._silent: dict[str, int] = {}  # node -> health reads in a row its agent did not answer
 
     # ------------------------------------------------------------------ observing
 
@@ -171,16 +187,20 @@ class SandboxDriver:
         reason), the jobs holding it. A node whose agent does not answer, or reports a load error,
         or holds a GPU fault, is unhealthy (left out: remediation owns it)."""
         sinfo, jobs = self.sinfo(), self.jobs()
-        faulty = self.health(self.upgradable_nodes())
         nodes = []
         for name in self.upgradable_nodes():
             doc = self.agent_state(name)
+            for _ in range(AGENT_SILENT_READS - 1):  # silent: asked again before it is called so
+                if doc is not None:
+                    break
+                time.sleep(SILENT_RETRY_S)
+                doc = self.agent_state(name)
             version = doc.get(STATE_KEY[self.component]) if doc else None
             nodes.append(NodeObservation(
                 name=name, pool=pool_of.get(name, "sandbox"),
                 version=str(version) if version is not None else None,
                 cordoned_by=cordoned_by(sinfo.get(name), own_marks),
-                healthy=doc is not None and name not in faulty,
+                healthy=doc is not None and agent_fault(doc) is None,
                 jobs=jobs.get(name, []),
             ))
         return FleetSnapshot(source="live", component=self.component, nodes=nodes)
@@ -353,21 +373,21 @@ class SandboxDriver:
         return {pool: dict(r) for pool, r in refs.items()}
 
     def health(self, nodes: Sequence[str]) -> dict[str, str]:
-        """Nodes whose agent shows a fault (a held GPU fault, a driver load error) or does not answer:
-        node -> what. The rollout reads it for nodes it has not taken and for the current wave's."""
+        """Nodes whose agent shows a fault (a held GPU fault, a driver load error) or did not answer
+        AGENT_SILENT_READS reads in a row: node -> what. The rollout reads it for nodes it has not
+        taken and for the current wave's."""
         out: dict[str, str] = {}
         for node in nodes:
             doc = self.agent_state(node)
             if doc is None:
-                out[node] = "the node agent does not answer"
+                self._silent[node] = self._silent.get(node, 0) + 1
+                if self._silent[node] >= AGENT_SILENT_READS:
+                    out[node] = f"the node agent does not answer ({self._silent[node]} reads in a row)"
                 continue
-            if doc.get("driver_error"):
-                out[node] = str(doc["driver_error"])
-                continue
-            held = [f"GPU {g.get('index')}: {g['fault'].get('fault_id')}" for g in doc.get("gpus", [])
-                    if isinstance(g.get("fault"), dict)]
-            if held:
-                out[node] = "fault held by the health source: " + ", ".join(held)
+            self._silent.pop(node, None)
+            fault = agent_fault(doc)
+            if fault is not None:
+                out[node] = fault
         return out
 
     def restart_missing_daemons(self, node: str) -> list[str]:

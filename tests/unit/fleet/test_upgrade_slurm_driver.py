@@ -289,3 +289,21 @@ def test_cleanup_lets_a_reboot_under_way_finish_before_starting_daemons(
     monkeypatch.setattr(SandboxDriver, "restart_missing_daemons", restart)
     d.restart_missing_daemons("gpu-4")
     assert started == [2]  # only once Slurm showed the reboot over
+
+
+def test_a_silent_agent_is_unhealthy_only_after_reads_in_a_row(
+        up: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One failed read (a burst of readers, a loaded machine) does not take a node out of the
+    rollout; AGENT_SILENT_READS in a row do, and an answer in between starts the count again."""
+    from gpufleet.fleet.upgrade import sandbox_driver
+
+    d = _driver(up, ScriptedSlurm([("IDLE", OLD_BOOT, "")]))
+    answers: list[dict[str, object] | None] = [None, None, {"gpus": []}, None, None, None]
+    monkeypatch.setattr(d, "agent_state", lambda node: answers.pop(0))
+    seen = [d.health(["gpu-4"]) for _ in range(6)]
+    assert sandbox_driver.AGENT_SILENT_READS == 3
+    assert seen[:5] == [{}] * 5
+    assert seen[5] == {"gpu-4": "the node agent does not answer (3 reads in a row)"}
+    faulty = {"gpus": [{"index": 1, "fault": {"fault_id": "gpu-xid-79"}}]}
+    monkeypatch.setattr(d, "agent_state", lambda node: faulty)
+    assert d.health(["gpu-4"]) == {"gpu-4": "fault held by the health source: GPU 1: gpu-xid-79"}
