@@ -172,7 +172,16 @@ class TestJuiceFs:
         self, jstate: StorageSandboxState, jconfig: dict[str, str]
     ) -> None:
         rec = jstate.juicefs
-        assert rec is not None and jstate.prometheus_url is not None
+        assert rec is not None and jstate.prometheus_url is not None and jstate.backup_bucket is not None
+        # On its own (not after the tests above) the sandbox may be too young for a dump that holds a
+        # checkpoint: wait for a verified checkpoint, then for a verified dump taken after it.
+        wait_until("a checkpoint verified on the mount",
+                   lambda: probes.checkpoints_intact("checkpoint", configuration=jconfig)["verified"] >= 1,
+                   180, 2)
+        t_saved, client = time.time(), store_for(jstate, rec.bucket).client
+        wait_until("a verified metadata dump taken after it",
+                   lambda: any(e.verified and e.taken_at > t_saved
+                               for e in list_evidence(client, jstate.backup_bucket or "")), 120, 1)
         with PrometheusClient(jstate.prometheus_url, timeout=5) as prom:
             wait_until(
                 "the metadata engine probed up",
