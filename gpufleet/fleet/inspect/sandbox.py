@@ -77,8 +77,8 @@ def observation_from_agent(
                              speed_gbps=None if rate is None else float(rate) * 8 / 1e9,
                              carrier_changes=int(f.get("carrier_changes", 0))))
     not_observable = dict(NOT_OBSERVABLE)
-    # Versions: the agent reports them once it models a driver and firmware (issue 16's upgrade
-    # work); until then the sandbox has none to compare.
+    # Versions: the agent reports those it was started with (a rolling upgrade changes them); an
+    # agent started without one leaves that drift check skipped, with the reason.
     for what in ("driver", "firmware"):
         if doc.get(f"{what}_version") is None:
             not_observable[what] = f"the sandbox's node agent reports no {what} version"
