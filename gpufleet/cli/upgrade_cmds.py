@@ -137,6 +137,11 @@ def _stack(stack: str, stacks_dir: Path) -> tuple[StackSpec, str]:
     return load_named_stack(stack, stacks_dir), stack
 
 
+def _smoke_ranks(spec: StackSpec) -> int:
+    """The gate's smoke run uses the training job's ranks per node (one without a sandbox section)."""
+    return spec.sandbox.training.ranks_per_node if spec.sandbox is not None else 1
+
+
 def gate_setup(spec: StackSpec, component: Component) -> tuple[GateSetup, dict[str, PoolShape]]:
     """The stack's gate (`upgrade.gate`) with what inspect checks against: the catalog's XID policy
     with the stack's overrides, the thresholds, each pool's pins and shape."""
@@ -153,7 +158,8 @@ def gate_setup(spec: StackSpec, component: Component) -> tuple[GateSetup, dict[s
         level=gate.inspect_level, floor_percent=gate.performance_floor_percent, thresholds=load_thresholds(),
         xid_rules=rules, component=component,
         pins={p.name: Pins(p.software.driver, p.software.firmware) for p in spec.node_pools},
-        fault_actions={f.id: f.action for f in catalog})
+        fault_actions={f.id: f.action for f in catalog},
+        smoke_ranks=_smoke_ranks(spec) if gate.smoke_run else 0)
     shapes = {p.name: PoolShape(p.accelerator, p.gpus_per_node, float(spec.fabric.link_speed_gbps))
               for p in spec.node_pools}
     return setup, shapes
@@ -262,10 +268,8 @@ def run_cmd(
     floor = f" with the performance floor {gate.performance_floor_percent:g}%"
     checks = (f"gate: node-health + inspect {gate.inspect_level}"
               + (floor if gate.inspect_level == "full" else "") + " + version read back")
-    if not gate.smoke_run:
-        doc["gateNote"] = checks + " (gate.smokeRun is off)"
-    else:
-        doc["gateNote"] = checks + "; the smoke run is not built (not run)"
+    doc["gateNote"] = checks + (" + a one-step training smoke run on the node" if gate.smoke_run
+                                else " (gate.smokeRun is off)")
     out = report or driver.record.path.with_name(f"upgrade-{rollout_id}.json")
     out.write_text(json.dumps(doc, indent=2))
     cap = result.capacity()

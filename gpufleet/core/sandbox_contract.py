@@ -150,6 +150,7 @@ class SandboxState(_M):
     checkpoint_dir: str | None = None
     training_job_name: str | None = None
     training_events: str | None = None  # JSONL: {"t", "event", "step", "restart", "job_id", "node"}
+    training_hosts_file: str | None = None  # JSON node -> rendezvous addresses (the ranks' --hosts-file)
     # JSON status of the auto-resume controller (process "autoresume"): incarnation, job id,
     # restarts; SIGHUP to it resets its restart budget.
     training_controller: str | None = None

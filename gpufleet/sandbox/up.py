@@ -149,6 +149,7 @@ def _bring_up(
         agent_token_file=str(layout.token_file),
         checkpoint_dir=str(layout.checkpoint_dir),
         training_events=str(layout.events_file),
+        training_hosts_file=str(layout.hosts_file),
     )
     say(
         f"run {layout.run_id}: creating {len(layout.namespaces)} namespaces and {len(layout.bridges)} bridges"

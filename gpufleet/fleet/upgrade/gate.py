@@ -36,6 +36,8 @@ class GateSetup:
     pins: Mapping[str, Pins] = field(default_factory=dict)  # pool -> the stack's pins
     references: Mapping[str, Mapping[str, Reference]] = field(default_factory=dict)  # pool -> metric -> ref
     fault_actions: Mapping[str, LadderAction] = field(default_factory=dict)
+    # gate.smokeRun: the one-step training run on the node with the job's ranks per node (0: off).
+    smoke_ranks: int = 0
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ from gpufleet.fleet.upgrade.sandbox_ops import (
     resume_argv,
     show_node_argv,
     slurmd_start_time,
+    smoke_argv,
+    smoke_result,
     squeue_argv,
     upgraded_recipe,
 )
@@ -315,7 +317,11 @@ class SandboxDriver:
         if obs is None:
             return False, f"node {node} has no pool shape to inspect it against"
         verdict = inspect_gate(obs, self.gate_setup, version)
-        return verdict.passed, f"node-health ok; {verdict.detail}"
+        if not verdict.passed or self.gate_setup.smoke_ranks == 0:
+            return verdict.passed, f"node-health ok; {verdict.detail}"
+        smoke = self.run(smoke_argv(self.state, self.state.node(node), self.gate_setup.smoke_ranks))
+        passed, detail = smoke_result(smoke.returncode, smoke.stdout, smoke.stderr)
+        return passed, f"node-health ok; {verdict.detail}; {detail}"
 
     # ------------------------------------------------------------------ inspect's checks in the gate
 

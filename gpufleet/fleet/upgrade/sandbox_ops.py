@@ -8,6 +8,7 @@ recipes, the node agent answers GET /state on its control socket.
 
 from __future__ import annotations
 
+import json
 import sys
 
 from gpufleet.core.sandbox_contract import Launch, SandboxNode, SandboxState
@@ -118,6 +119,33 @@ def health_argv(state: SandboxState, node: SandboxNode, agent: Launch,
     if overrides is not None:
         argv += ["--xid-overrides", overrides]
     return argv
+
+
+# The smoke run's own deadline, below the driver's command timeout (sandbox_driver.COMMAND_TIMEOUT_S,
+# 30 s) so the run always answers: importing torch takes ~2-5 s a rank on these 2-core machines.
+SMOKE_DEADLINE_S = 25.0
+
+
+def smoke_argv(state: SandboxState, node: SandboxNode, ranks: int, python: str = sys.executable) -> list[str]:
+    """The gate's one-step training smoke run (gpufleet.sandbox.training.smoke) inside the node's
+    namespace, with the job's ranks per node each holding every GPU of the node."""
+    if state.training_hosts_file is None:
+        raise ValueError(f"sandbox {state.stack} has no training hosts file in its state (brought up "
+                         "by an older gpufleet): bring it up again for a smoke run")
+    return ["ip", "netns", "exec", node.netns, python, "-m", "gpufleet.sandbox.training.smoke",
+            "--node", node.name, "--ranks", str(ranks), "--gpus", str(node.gpus),
+            "--base-dir", state.base_dir, "--hosts-file", state.training_hosts_file,
+            "--deadline", f"{SMOKE_DEADLINE_S:g}"]
+
+
+def smoke_result(returncode: int, stdout: str, stderr: str) -> tuple[bool, str]:
+    """The smoke run's verdict from its exit code and its JSON line (pure)."""
+    try:
+        doc = json.loads(stdout.strip().splitlines()[-1])
+        passed, detail = doc["passed"] is True, str(doc["detail"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return False, f"smoke run rc {returncode}: {(stderr or stdout).strip()[-300:]}"
+    return passed and returncode == 0, f"{detail} in {doc.get('seconds', '?')} s"
 
 
 def cordoned_by(obs: NodeObs | None, own_marks: frozenset[str]) -> str | None:

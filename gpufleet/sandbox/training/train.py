@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument("--rendezvous-port", type=int, default=29500)
-    p.add_argument("--metrics-port", type=int, default=9410)
+    p.add_argument("--metrics-port", type=int, default=9410,
+                   help="rank 0's Prometheus port on the node's management address; 0: none (smoke.py)")
     p.add_argument("--job-name", default=os.environ.get("SLURM_JOB_NAME", "train"))
     return p
 
@@ -290,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if info.rank == 0:
             trainer.ckpt.claim(trainer.gen)  # fence every older incarnation before anything else
         trainer.init_group()
-        if info.rank == 0:
+        if info.rank == 0 and args.metrics_port:
             trainer.start_metrics()
         trainer.build()
         trainer.run()
