@@ -132,6 +132,12 @@ def test_every_node_upgraded_in_waves_of_one_under_training(box: Box, tmp_path: 
     doc = json.loads(report.read_text())
     assert doc["haltedBy"] is None and doc["counts"] == {"done": 5}
     assert doc["peakUnavailable"] == 1
+    # Each node's gate ended with the one-step training smoke run on it (ADR 0067).
+    gates = {e["node"]: e["detail"] for e in doc["log"] if e["action"] == "gate passed"}
+    assert sorted(gates) == [f"gpu-{i}" for i in range(5)]
+    assert all("smoke run ok: 1 rank(s), step 1 loss" in d and "checkpoint verified" in d
+               for d in gates.values()), gates
+    assert "smoke run" in doc["gateNote"]
     box.state = read_state(STACK, box.root)
     assert box.versions() == {f"gpu-{i}": NEW for i in range(5)}
     box.settled()
