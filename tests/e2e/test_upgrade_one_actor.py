@@ -169,3 +169,53 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
 
     # Clean up: the chaos ledger's rollback clears the GPUs and returns the drained nodes.
     print(clear_gpu_faults(configuration=CONFIG))
+
+
+def test_a_gpu_hang_on_the_node_under_upgrade_is_caught_by_the_smoke_run_alone(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung GPU reports nothing (no XID, no DCGM field: ADR 0055), so node-health and inspect pass
+    the node; the gate's one-step training smoke run blocks on the GPU and fails at its deadline
+    (ADR 0067). The rollout rolls the node back, halts at the canary and holds it."""
+    from gpufleet.chaos.gpu.actions import clear_gpu_faults, inject_gpu_fault
+    from gpufleet.fleet.upgrade.sandbox_ops import SMOKE_DEADLINE_S
+
+    monkeypatch.setenv("GPUFLEET_SANDBOX_ROOT", str(root))
+    monkeypatch.setenv("GPUFLEET_LEDGER", str(root / "ledger.jsonl"))
+    state = read_state(STACK, root)
+    wait_until("every node schedulable", lambda: all(
+        schedulable(state, n.name) for n in state.nodes if n.role in ("compute", "spare")), 120)
+    report = tmp_path / "rollout.json"
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
+    argv = [GPUFLEET, "upgrade", "run", "--stack", STACK, "--to", NEW, "--report", str(report)]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    rec = record_path(STACK, root)
+    try:
+        def rebooted_under_upgrade() -> str | None:
+            for n in CordonRecord.load(rec).open_nodes():
+                if agent_version(state, n) == NEW and node_reason(state, n).startswith(UPGRADE_MARK + " "):
+                    return n
+            return None
+
+        node = wait_until("a node rebooted into the new version, still under upgrade", rebooted_under_upgrade,
+                          600, 0.05)
+        print("injected:", inject_gpu_fault("gpu-hang", node, gpu=0, configuration=CONFIG))
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(out)
+    try:
+        assert proc.returncode == 1, out
+        doc = json.loads(report.read_text())
+        gates = [e for e in doc["log"] if e["node"] == node and e["action"].startswith("gate")]
+        assert gates and all(e["action"] == "gate FAILED" for e in gates), gates
+        # Everything before the smoke run passed the hung node; the smoke run failed at its deadline.
+        first = gates[0]["detail"]
+        assert "node-health ok; inspect full ok" in first, first
+        assert f"rank 0 did not finish within {SMOKE_DEADLINE_S:g} s" in first, first
+        assert [e["node"] for e in doc["log"] if e["action"] == "cordon"] == [node]  # halted at the canary
+        assert node_reason(state, node).startswith(f"{UPGRADE_MARK}-failed: ")
+        assert not list((Path(state.base_dir) / "nodes" / node / "procs").glob("gpu*.json"))  # GPUs released
+    finally:
+        print(clear_gpu_faults(configuration=CONFIG))

@@ -319,7 +319,10 @@ class SandboxDriver:
         verdict = inspect_gate(obs, self.gate_setup, version)
         if not verdict.passed or self.gate_setup.smoke_ranks == 0:
             return verdict.passed, f"node-health ok; {verdict.detail}"
-        smoke = self.run(smoke_argv(self.state, self.state.node(node), self.gate_setup.smoke_ranks))
+        try:
+            smoke = self.run(smoke_argv(self.state, self.state.node(node), self.gate_setup.smoke_ranks))
+        except subprocess.TimeoutExpired:
+            return False, f"node-health ok; {verdict.detail}; the smoke run did not answer in time"
         passed, detail = smoke_result(smoke.returncode, smoke.stdout, smoke.stderr)
         return passed, f"node-health ok; {verdict.detail}; {detail}"
 

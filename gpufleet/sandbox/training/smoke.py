@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, required=True, help="the node's GPUs (every rank holds all)")
     p.add_argument("--base-dir", type=Path, required=True, help="the sandbox's run folder")
     p.add_argument("--hosts-file", type=Path, required=True)
-    p.add_argument("--deadline", type=float, default=25.0, help="seconds for the whole run")
+    p.add_argument("--deadline", type=float, default=20.0, help="seconds for the ranks to finish")
     p.add_argument("--rendezvous-port", type=int, default=RENDEZVOUS_PORT)
     args = p.parse_args(argv)
     problems = []
