@@ -78,6 +78,8 @@ def judge_smoke(exits: Sequence[int | None], events: Sequence[TrainingEvent],
                             "completes a step)")
         elif rc != 0:
             problems.append(f"rank {rank} exited {rc}" + (f": {errors[rank]}" if rank in errors else ""))
+    if problems:  # the missing step and checkpoint follow from a rank that failed or hung
+        return SmokeVerdict(False, "smoke run failed: " + "; ".join(problems))
     steps = [e for e in events if e.event == "step" and e.rank == 0 and e.step == STEPS]
     loss = steps[-1].loss if steps else None
     if not steps:

@@ -48,6 +48,12 @@ def test_each_missing_part_fails_and_says_which(exits: list[int | None], events:
     assert why in v.detail
 
 
+def test_a_rank_that_failed_or_hung_is_the_whole_reason() -> None:
+    v = smoke.judge_smoke([None], [ev("start")], (None, ""), 20)
+    assert v.detail == ("smoke run failed: rank 0 did not finish within 20 s "
+                        "(a hung GPU never completes a step)")
+
+
 def test_the_task_environment_is_what_rank_info_reads_as_a_one_node_step() -> None:
     info = rank_info(smoke.task_env("gpu-3", 1, 2, 4))
     assert (info.rank, info.world_size, info.local_rank) == (1, 2, 1)
