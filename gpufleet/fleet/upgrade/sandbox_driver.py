@@ -323,6 +323,8 @@ class SandboxDriver:
             smoke = self.run(smoke_argv(self.state, self.state.node(node), self.gate_setup.smoke_ranks))
         except subprocess.TimeoutExpired:
             return False, f"node-health ok; {verdict.detail}; the smoke run did not answer in time"
+        except ValueError as e:  # a state file without the hosts file: the gate cannot pass
+            return False, f"node-health ok; {verdict.detail}; no smoke run: {e}"
         passed, detail = smoke_result(smoke.returncode, smoke.stdout, smoke.stderr)
         return passed, f"node-health ok; {verdict.detail}; {detail}"
 

@@ -142,6 +142,14 @@ def test_a_smoke_run_past_the_command_timeout_fails_the_gate(state: SandboxState
     assert not passed and detail.endswith("the smoke run did not answer in time")
 
 
+def test_a_state_without_the_hosts_file_fails_the_gate_saying_so(state: SandboxState,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    d = driver(state, Runner(answer(True, "smoke run ok")), monkeypatch, SETUP, observation())
+    d.state = d.state.model_copy(update={"training_hosts_file": None})
+    passed, detail = d.gate("gpu-2", NEW)
+    assert not passed and "no smoke run: sandbox sandbox has no training hosts file" in detail
+
+
 def test_no_smoke_run_after_a_failed_inspect_or_when_it_is_off(state: SandboxState,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     r = Runner(answer(True, "smoke run ok"))
