@@ -92,6 +92,39 @@ def slurm_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
 
 
+def upgrade_with_a_fault_before_the_gate(root: Path, state: SandboxState, report: Path, fault_id: str,
+                                         gpu: int) -> tuple[int, str, str]:
+    """Run `gpufleet upgrade run` and inject the catalog fault `fault_id` on the canary (the idlest
+    node: no drain to wait for) once it is back at the new version and still under upgrade (the
+    rollout's mark is its reason): the fault lands between the reboot and the gate. (A fault injected
+    before the reboot is the agent's to keep, but under load the drain of a busy node can outlast
+    drainTimeoutSeconds, and the node is then handed back.) Returns the rollout's exit code, its
+    output and the node."""
+    from gpufleet.chaos.gpu.actions import inject_gpu_fault
+
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
+    argv = [GPUFLEET, "upgrade", "run", "--stack", STACK, "--to", NEW, "--report", str(report)]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    rec = record_path(STACK, root)
+    try:
+        def rebooted_under_upgrade() -> str | None:
+            for n in CordonRecord.load(rec).open_nodes():
+                if agent_version(state, n) == NEW and node_reason(state, n).startswith(UPGRADE_MARK + " "):
+                    return n
+            return None
+
+        node = wait_until("a node rebooted into the new version, still under upgrade", rebooted_under_upgrade,
+                          600, 0.05)
+        print("injected:", inject_gpu_fault(fault_id, node, gpu=gpu, configuration=CONFIG))
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(out)
+    return proc.returncode, out, node
+
+
 def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
         root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpufleet.chaos.gpu.actions import clear_gpu_faults, inject_gpu_fault
@@ -101,35 +134,11 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
     state = read_state(STACK, root)
     report = tmp_path / "rollout.json"
     since = slurm_now()
-    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
-    argv = [GPUFLEET, "upgrade", "run", "--stack", STACK, "--to", NEW, "--report", str(report)]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        # The canary (the idlest node: no drain to wait for) once it is back at the new version and
-        # still under upgrade (the rollout's mark is its reason): the fault lands between the reboot
-        # and the gate. (A fault injected before the reboot is the agent's to keep, but under load the
-        # drain of a busy node can outlast drainTimeoutSeconds, and the node is then handed back.)
-        rec = record_path(STACK, root)
-
-        def rebooted_under_upgrade() -> str | None:
-            for n in CordonRecord.load(rec).open_nodes():
-                if agent_version(state, n) == NEW and node_reason(state, n).startswith(UPGRADE_MARK + " "):
-                    return n
-            return None
-
-        node = wait_until("a node rebooted into the new version, still under upgrade", rebooted_under_upgrade,
-                          600, 0.05)
-        injected = inject_gpu_fault("gpu-xid-79", node, gpu=3, configuration=CONFIG)
-        print("injected:", injected)
-        out, _ = proc.communicate(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    print(out)
+    rec = record_path(STACK, root)
+    rc, out, node = upgrade_with_a_fault_before_the_gate(root, state, report, "gpu-xid-79", 3)
     # The rollout handled it: the gate failed on the XID, the node was rolled back and, its gate
     # failing again on the same held fault, held drained for people; the rollout halted at the canary.
-    assert proc.returncode == 1, out
+    assert rc == 1, out
     doc = json.loads(report.read_text())
     gates = [e for e in doc["log"] if e["node"] == node and e["action"].startswith("gate")]
     assert gates and all(e["action"] == "gate FAILED" for e in gates), gates
@@ -176,7 +185,7 @@ def test_a_gpu_hang_on_the_node_under_upgrade_is_caught_by_the_smoke_run_alone(
     """A hung GPU reports nothing (no XID, no DCGM field: ADR 0055), so node-health and inspect pass
     the node; the gate's one-step training smoke run blocks on the GPU and fails at its deadline
     (ADR 0067). The rollout rolls the node back, halts at the canary and holds it."""
-    from gpufleet.chaos.gpu.actions import clear_gpu_faults, inject_gpu_fault
+    from gpufleet.chaos.gpu.actions import clear_gpu_faults
     from gpufleet.fleet.upgrade.sandbox_ops import SMOKE_DEADLINE_S
 
     monkeypatch.setenv("GPUFLEET_SANDBOX_ROOT", str(root))
@@ -185,28 +194,9 @@ def test_a_gpu_hang_on_the_node_under_upgrade_is_caught_by_the_smoke_run_alone(
     wait_until("every node schedulable", lambda: all(
         schedulable(state, n.name) for n in state.nodes if n.role in ("compute", "spare")), 120)
     report = tmp_path / "rollout.json"
-    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
-    argv = [GPUFLEET, "upgrade", "run", "--stack", STACK, "--to", NEW, "--report", str(report)]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    rec = record_path(STACK, root)
+    rc, out, node = upgrade_with_a_fault_before_the_gate(root, state, report, "gpu-hang", 0)
     try:
-        def rebooted_under_upgrade() -> str | None:
-            for n in CordonRecord.load(rec).open_nodes():
-                if agent_version(state, n) == NEW and node_reason(state, n).startswith(UPGRADE_MARK + " "):
-                    return n
-            return None
-
-        node = wait_until("a node rebooted into the new version, still under upgrade", rebooted_under_upgrade,
-                          600, 0.05)
-        print("injected:", inject_gpu_fault("gpu-hang", node, gpu=0, configuration=CONFIG))
-        out, _ = proc.communicate(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    print(out)
-    try:
-        assert proc.returncode == 1, out
+        assert rc == 1, out
         doc = json.loads(report.read_text())
         gates = [e for e in doc["log"] if e["node"] == node and e["action"].startswith("gate")]
         assert gates and all(e["action"] == "gate FAILED" for e in gates), gates
