@@ -116,6 +116,9 @@ class Layout:
     # remediation.xidOverrides as the agents take it (--xid-overrides): the stack's XID policy
     # decides which XIDs kill the job on the sandbox too.
     xid_overrides_json: str = "{}"
+    # Where the training job checkpoints when not in the run folder: a folder of the stack's JuiceFS
+    # volume (sandbox.storage.juicefs.training_checkpoint_dir).
+    checkpoint_root: Path | None = None
 
     # ---- names
     @property
@@ -165,6 +168,9 @@ class Layout:
     def node_dir(self, node: str) -> Path:
         return self.path("nodes", node)
 
+    def spool_dir(self, node: str) -> Path:
+        return self.path("spool", node)  # slurm.conf.j2's SlurmdSpoolDir, %n the node
+
     def agent_socket(self, node: str) -> Path:
         return self.node_dir(node) / "agent.sock"
 
@@ -197,7 +203,7 @@ class Layout:
 
     @property
     def checkpoint_dir(self) -> Path:
-        return self.path("checkpoints")
+        return self.checkpoint_root or self.path("checkpoints")
 
     @property
     def events_file(self) -> Path:
@@ -294,7 +300,7 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
         mgmt_peer=mgmt_peer(run_id, None),
         mgmt_ip=_host_ip(base, 0, 1),
     )
-    return Layout(
+    layout = Layout(
         stack=stack_name,
         run_id=run_id,
         base_dir=base_dir,
@@ -313,3 +319,33 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
             sort_keys=True,
         ),
     )
+    too_long = socket_path_problems(layout)
+    if too_long:
+        raise InputError(f"stack {stack_name}", too_long)
+    return layout
+
+
+# A Unix socket's path fits in sun_path's 108 bytes with its NUL (unix(7)). slurmstepd makes the
+# longest the sandbox has: <SlurmdSpoolDir>/<node>_<job id>.<step id>, the step id up to 10 digits
+# (the batch step is 4294967291). A sandbox's slurmctld numbers jobs from 1 and a run submits far
+# fewer than 10,000, so 4 digits are allowed for the job id. Past the limit slurmstepd cannot start
+# and every job is cancelled at launch ("Unix socket path ... is too long", seen with a pytest folder
+# and the stack sandbox-storage-juicefs).
+SUN_PATH_MAX = 107
+_STEPD_SOCKET_SUFFIX = len("_1234.4294967291")
+
+
+def socket_path_problems(layout: Layout) -> list[Problem]:
+    """The run folder too deep for the Unix sockets its daemons make, said with the way out."""
+    longest = max((n.name for n in layout.nodes), key=len, default="")
+    need = len(str(layout.spool_dir(longest))) + 1 + len(longest) + _STEPD_SOCKET_SUFFIX
+    if need <= SUN_PATH_MAX:
+        return []
+    return [
+        Problem(
+            "sandbox",
+            f"the run folder {layout.base_dir} is too deep: slurmstepd's sockets under it would take up "
+            f"to {need} bytes, over the {SUN_PATH_MAX} a Unix socket path holds (unix(7)); use a "
+            "shorter GPUFLEET_SANDBOX_ROOT or stack name",
+        )
+    ]

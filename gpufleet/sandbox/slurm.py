@@ -33,7 +33,7 @@ def write_configs(layout: Layout, gpufleet_bin: Path) -> None:
     reboot.write_text(configs.reboot_script(layout, gpufleet_bin))
     reboot.chmod(0o755)
     for n in layout.nodes:
-        (layout.node_dir(n.name) / "spool").mkdir(parents=True, exist_ok=True)
+        layout.spool_dir(n.name).mkdir(parents=True, exist_ok=True)
         make_gpu_devices(layout.node_dir(n.name) / "dev", n.gpus)
 
 

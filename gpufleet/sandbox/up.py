@@ -14,13 +14,15 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpufleet.config.model import StackSpec
+from gpufleet.core import juicefs as jfs
 from gpufleet.core.haproxy_stats import server_states
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, state_path
+from gpufleet.core.storage_contract import read_storage_state, storage_state_path
 from gpufleet.sandbox import agents, network, prometheus, slurm, slurm_state_backup, workload
 from gpufleet.sandbox.configs import hosts_json
 from gpufleet.sandbox.layout import AGENT_PORT, MGMT_IFNAME, Layout, new_run_id, plan_layout
@@ -28,6 +30,7 @@ from gpufleet.sandbox.processes import Started, Timings
 from gpufleet.sandbox.readiness import wait_for
 from gpufleet.sandbox.serving import start as serving_start
 from gpufleet.sandbox.state import Recorder, existing, new_state
+from gpufleet.sandbox.storage import juicefs
 
 
 class SandboxError(RuntimeError):
@@ -108,6 +111,7 @@ def up(
     run_id = new_run_id()
     base = state_path(stack, root).parent / f"run-{run_id}"
     layout = plan_layout(stack, spec, run_id, base)  # InputError before anything is made
+    layout = replace(layout, checkpoint_root=_checkpoints_on_storage(stack, spec, root, run_id))
     timings = Timings()
     base.mkdir(parents=True, mode=0o755)
     rec = Recorder(new_state(stack, run_id, base), root)
@@ -119,6 +123,18 @@ def up(
     rec.update(phase="up")
     timings.mark("up")
     return rec, timings
+
+
+def _checkpoints_on_storage(stack: str, spec: StackSpec, root: Path | None, run_id: str) -> Path | None:
+    """The training job's folder on the stack's JuiceFS volume, when the stack checkpoints there."""
+    if juicefs.checkpoint_folder(spec) is None:
+        return None
+    path = storage_state_path(stack, root)
+    try:
+        storage = read_storage_state(stack, root) if path.exists() else None
+    except (OSError, ValueError) as e:
+        raise SandboxError(f"the storage sandbox's state file {path} is unreadable: {e}") from None
+    return juicefs.training_checkpoint_dir(stack, spec, storage, jfs.mounted, run_id)
 
 
 def _record(rec: Recorder, started: Started) -> Started:
@@ -234,7 +250,11 @@ def _bring_up(
             training_job_name=workload.job_name(layout),
             training_controller=str(workload.controller_status_file(layout)),
         )
-        say("auto-resume controller started; it submits the training job")
+        on_volume = f" (checkpoints on the JuiceFS volume: {layout.checkpoint_dir})"
+        say(
+            "auto-resume controller started; it submits the training job"
+            + (on_volume if layout.checkpoint_root else "")
+        )
 
         def training_progressing() -> bool:
             _check_alive(started)

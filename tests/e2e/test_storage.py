@@ -6,8 +6,9 @@ an RPO/RTO verdict, an OSD killed under the checkpoint writer's load with its ro
 First, on a cluster of its own (stack sandbox-storage-juicefs, up and down before the module's):
 JuiceFS with a real Redis metadata engine on radosgw, the checkpoint writer on the mount, metadata
 dumps proven restorable in a scratch Redis, the client killed ("Transport endpoint is not
-connected") and remounted, the metadata engine lost with its alert and restore, and drill
-metadata-engine-lost through `gpufleet drill run`."""
+connected") and remounted, the metadata engine lost with its alert and restore, drill
+metadata-engine-lost through `gpufleet drill run`, and last the Slurm sandbox's PyTorch training job
+checkpointing on the volume through a killed client and the same drill (ADR 0068)."""
 
 from __future__ import annotations
 
@@ -22,18 +23,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import gpufleet, wait_until
+from e2e_support import gpufleet, sandbox_up, wait_until
 
 from gpufleet.chaos import engine
 from gpufleet.chaos.ledger import Ledger
 from gpufleet.chaos.storage import actions, probes
 from gpufleet.core import juicefs as jfs
+from gpufleet.core import mounts
 from gpufleet.core.ceph_admin import ceph_json
+from gpufleet.core.job_checkpoints import JobCheckpoints
 from gpufleet.core.jsonl import read_objects
 from gpufleet.core.juicefs_backups import list_evidence
 from gpufleet.core.procs import alive
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.s3_checkpoints import store_for
+from gpufleet.core.sandbox_contract import read_state
 from gpufleet.core.storage_contract import StorageSandboxState, read_storage_state, storage_state_path
 
 pytestmark = [
@@ -70,7 +74,8 @@ def _up_and_down(root: Path, stack: str) -> Iterator[Path]:
 class TestJuiceFs:
     @pytest.fixture(scope="class")
     def jroot(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-        yield from _up_and_down(tmp_path_factory.mktemp("juicefs-root"), JUICEFS_STACK)
+        # A short folder: the last test's Slurm sandbox makes sockets under it (layout.SUN_PATH_MAX).
+        yield from _up_and_down(tmp_path_factory.mktemp("jfs"), JUICEFS_STACK)
 
     @pytest.fixture
     def jstate(self, jroot: Path) -> StorageSandboxState:
@@ -273,6 +278,93 @@ class TestJuiceFs:
         if [e for e in saves if taken_at + 1.0 < float(e["t"]) < fault.at]:
             assert gc["leaked_found"] >= 1, gc
         assert "metadata-engine-lost: PASS" in out
+
+
+    def test_the_training_job_checkpoints_on_the_volume_through_a_client_kill_and_the_drill(
+        self, jroot: Path, jstate: StorageSandboxState, jconfig: dict[str, str], tmp_path: Path
+    ) -> None:
+        """The Slurm sandbox of the same stack, brought up after the storage sandbox, runs the
+        PyTorch training job with its checkpoints in a folder of the JuiceFS volume (ADR 0068): seen
+        from a rank's own mount namespace, through a killed client mounted again, and judged by
+        drill metadata-engine-lost. Its `down` also takes the storage sandbox down."""
+        rec = jstate.juicefs
+        assert rec is not None and rec.checkpoint_dir is not None
+        with sandbox_up(jroot, JUICEFS_STACK):
+            sandbox = read_state(JUICEFS_STACK, jroot)
+            assert sandbox.checkpoint_dir is not None and sandbox.training_events is not None
+            folder = Path(sandbox.checkpoint_dir)
+            assert folder == Path(rec.checkpoint_dir) / f"job-{sandbox.run_id}"
+            events = Path(sandbox.training_events)
+            first = wait_until("a checkpoint of the job that verifies on the volume",
+                               lambda: JobCheckpoints(folder).newest_valid()[0], 90, 1)
+            rank = _training_rank(folder)
+            # The rank's own mount namespace (ip netns exec) holds the volume, from the shared folder.
+            seen = mounts.mounts_at(rec.mountpoint, mounts.read_mountinfo(rank))
+            assert seen and seen[-1].fs_type == "fuse.juicefs", seen
+
+            t_kill = time.time()
+            actions.juicefs_client_kill(configuration=jconfig)
+            wait_until("the job's save failing on the dead client", lambda: [
+                e for e in read_objects(events)
+                if e.get("event") == "checkpoint_failed" and e["t"] > t_kill and e.get("errno") == "ENOTCONN"
+            ], 30)
+            t_back = time.time()
+            actions.restore_storage(configuration=jconfig)
+            saved = wait_until("the job saving on the new mount", lambda: [
+                e for e in read_objects(events) if e.get("event") == "checkpoint" and e["t"] > t_back
+            ], 60)
+            # The new mount reached the rank's namespace (the dead one gave ENOTCONN to every call):
+            # one JuiceFS mount there, and the save made through it verifies.
+            seen = mounts.mounts_at(rec.mountpoint, mounts.read_mountinfo(rank))
+            assert [m.fs_type for m in seen] == ["fuse.juicefs"], seen
+            newest, _ = JobCheckpoints(folder).newest_valid()
+            assert newest is not None and newest.key.step >= int(saved[0]["step"]) > first.key.step
+            assert _training_rank(folder) == rank, "the job's rank did not live through the client's kill"
+            print(f"training job: saves failed with ENOTCONN after the kill, saved again "
+                  f"{saved[0]['t'] - t_back:.1f} s after the remount (step {saved[0]['step']})")
+
+            # The drill restores the newest verified dump: wait for one that holds the job's saves
+            # (a dump taken before the job's first save would rightly fail the drill: no checkpoint
+            # of the job could come back).
+            t_saved = float(saved[0]["t"])
+            client = store_for(jstate, rec.bucket).client
+            wait_until("a verified metadata dump taken after the job's save",
+                       lambda: any(e.verified and e.taken_at > t_saved
+                                   for e in list_evidence(client, jstate.backup_bucket or "")), 60, 1)
+            journal = tmp_path / "drill.json"
+            run = gpufleet(jroot, "drill", "run", "metadata-engine-lost", "--stack", JUICEFS_STACK,
+                           "--journal", str(journal), timeout=300)
+            out = run.stdout + run.stderr
+            assert run.returncode == 0, out
+            from gpufleet.cli.drill_cmds import verdict_from_journal
+
+            verdict = verdict_from_journal(json.loads(journal.read_text()))
+            assert verdict is not None and verdict.outcome.value == "PASS", out
+            integrity = {c.name: c for c in verdict.checks}["integrity"]
+            assert f"of the training job ({folder.name})" in integrity.detail, integrity
+            assert verdict.rto_seconds is not None and verdict.resumed_after_seconds == verdict.rto_seconds
+            assert JobCheckpoints(folder).newest_valid()[0] is not None
+            print(f"metadata-engine-lost on the training job: RPO {verdict.rpo_seconds} s, RTO "
+                  f"{verdict.rto_seconds} s (its first step after the restore), {verdict.steps_lost} "
+                  f"steps lost; {integrity.detail}")
+        # `down` without --storage took the storage sandbox with it: no mount, no shared folder left.
+        assert not storage_state_path(JUICEFS_STACK, jroot).exists()
+        info = mounts.read_mountinfo()
+        assert not [m for m in mounts.parse_mountinfo(info) if m.mount_point.startswith(jstate.base_dir)]
+
+
+def _training_rank(folder: Path) -> int:
+    """The pid of a training rank that checkpoints in `folder`."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"gpufleet.sandbox.training.train" in argv and str(folder).encode() in argv:
+            return int(proc.name)
+    raise AssertionError(f"no training rank checkpoints in {folder}")
 
 
 def _saved_since(state: StorageSandboxState, t0: float, count: int = 1) -> bool:

@@ -28,6 +28,7 @@ from gpufleet.core import juicefs as jfs
 from gpufleet.core.ceph_admin import CephCommandError, ceph_run
 from gpufleet.core.checkpoint_manifest import stem
 from gpufleet.core.fs_checkpoints import FsCheckpointStore
+from gpufleet.core.job_checkpoints import job_folders, verify_folder
 from gpufleet.core.jsonl import append_objects
 from gpufleet.core.juicefs_backups import restore_newest
 from gpufleet.core.procs import alive, children, launch, start_time
@@ -306,6 +307,7 @@ def rb_restore_metadata(args: dict[str, Any]) -> None:
     loaded_at = time.time()
     _remount(state, Launch.model_validate(args["mount"]), args)
     verified, corrupt = _verify_mount(state)
+    job_verified, job_corrupt = _verify_jobs(state)
     done = time.time()  # restored and verified: what the drill's RTO ends at; the gc below is cleanup
     event = {
         "t": done,
@@ -315,12 +317,15 @@ def rb_restore_metadata(args: dict[str, Any]) -> None:
         "loaded_at": loaded_at,
         "verified": verified,
         "corrupt": corrupt,
+        "job_verified": job_verified,
+        "job_corrupt": job_corrupt,
         "gc": _collect_leaks(rec, started) if loaded is not None else None,
     }
     append_objects(state.events_file(METADATA_RESTORE_EVENTS), [event])
-    if corrupt:
+    if corrupt or job_corrupt:
         raise ActivityFailed(
-            f"{len(corrupt)} checkpoint(s) on the mount do not verify after the restore: {corrupt}"
+            f"{len(corrupt) + len(job_corrupt)} checkpoint(s) on the mount do not verify after the "
+            f"restore: {corrupt + job_corrupt}"
         )
 
 
@@ -352,6 +357,23 @@ def _collect_leaks(rec: JuiceFsRecord, restore_started: float) -> dict[str, Any]
         "skip_newer_than_s": skip,
         "seconds": round(time.time() - t0, 2),
     }
+
+
+def _verify_jobs(state: StorageSandboxState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every complete checkpoint of the training jobs that checkpoint on the volume (the Slurm
+    sandbox's, core.job_checkpoints), checked by sha256 against its manifest."""
+    assert state.juicefs is not None
+    if state.juicefs.checkpoint_dir is None:
+        return [], []
+    verified: list[dict[str, Any]] = []
+    corrupt: list[dict[str, Any]] = []
+    for folder in job_folders(Path(state.juicefs.checkpoint_dir)):
+        good, bad = verify_folder(folder)
+        verified += [{"folder": folder.name, "checkpoint": g.key.stem, "key": [g.key.job, g.key.restart,
+                      g.key.step], "step": g.key.step, "written_at": g.manifest.written_at} for g in good]
+        corrupt += [{"folder": folder.name, "checkpoint": k.stem, "step": k.step, "problems": [why]}
+                    for k, why in bad]
+    return verified, corrupt
 
 
 def _verify_mount(state: StorageSandboxState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -16,6 +16,7 @@ from chaoslib.exceptions import ActivityFailed
 from chaoslib.types import Configuration, Secrets
 
 from gpufleet.chaos import engine
+from gpufleet.chaos.storage import job_drill
 from gpufleet.core.ceph_admin import CephCommandError, ceph_json, pg_counts
 from gpufleet.core.checkpoint_manifest import CheckpointManifest, stem
 from gpufleet.core.fs_checkpoints import FsCheckpointStore, checkpoint_store_of
@@ -60,6 +61,14 @@ def checkpoint_store_writable(configuration: Configuration = None, secrets: Secr
         os.close(fd)
         os.unlink(probe)
     return True
+
+
+def _state_root(ctx: engine.Context) -> Path | None:
+    from gpufleet.chaos.backends.storage import StorageBackend
+
+    b = ctx.backend()
+    assert isinstance(b, StorageBackend)
+    return b.state_root
 
 
 def _storage(configuration: Configuration) -> StorageSandboxState:
@@ -306,6 +315,17 @@ def _metadata_lost(
     rec = state.juicefs
     if rec is None or rec.checkpoint_dir is None:
         raise ActivityFailed(f"the storage sandbox of {state.stack} has no checkpoints on JuiceFS")
+    sandbox = job_drill.job_on_volume(state, _state_root(ctx))
+    if sandbox is not None:
+        # The real training job checkpoints on the volume: it is what the drill judges.
+        writer_at = _writer_resumed(state, failed_at, 0.0) if restore is not None else None
+        problems.append("the checkpoint writer beside it: " + (
+            "no save since the failure" if writer_at is None
+            else f"saved again {writer_at - failed_at:.1f} s after the failure"))
+        inputs = job_drill.judge_job(drill, _targets(ctx), sandbox, failed_at, restore, timeout_s, problems)
+        doc = judge_drill(inputs).to_doc()
+        logger.info("gpufleet drill verdict: %s", json.dumps(doc, default=str))
+        return doc
     store = FsCheckpointStore(Path(rec.checkpoint_dir))
     came_back = [r for r in (restore or {}).get("verified", []) if float(r["written_at"]) <= failed_at]
     corrupt = len((restore or {}).get("corrupt", []))

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from gpufleet.config.model import StackSpec, duration_seconds
-from gpufleet.core import ceph_admin, procs, s3
+from gpufleet.core import ceph_admin, mounts, procs, s3
 from gpufleet.core import juicefs as jfs
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import Launch, SandboxProcess
@@ -657,6 +657,10 @@ def _unmount_first(state: StorageSandboxState, grace_s: float) -> None:
             if connection is not None:
                 jfs.abort_fuse(connection)
             subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
+    try:
+        mounts.unbind(mountpoint.parent)  # juicefs.bring_up made it a shared mount
+    except (mounts.MountError, subprocess.TimeoutExpired) as e:
+        raise StorageSandboxError(f"{e}; unmount {mountpoint.parent} by hand") from None
 
 
 # ----------------------------------------------------------------------------- status

@@ -26,13 +26,16 @@ from urllib.parse import urlsplit
 
 from gpufleet.config.model import StackSpec
 from gpufleet.core import juicefs as jfs
+from gpufleet.core import mounts
 from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.job_checkpoints import JOB_FOLDER_PREFIX
 from gpufleet.core.storage_contract import (
     JUICEFS_MOUNT,
     JUICEFS_REDIS,
     JUICEFS_SCRATCH,
     JuiceFsRecord,
     S3Credentials,
+    StorageSandboxState,
 )
 
 REDIS, REDIS_SCRATCH, MOUNT = JUICEFS_REDIS, JUICEFS_SCRATCH, JUICEFS_MOUNT
@@ -72,6 +75,40 @@ def checkpoint_folder(spec: StackSpec) -> str | None:
             "stack", [Problem("storage.checkpoint.location", f"{loc!r}: no folder under the volume")]
         )
     return folder
+
+
+def training_checkpoint_dir(
+    stack_name: str,
+    spec: StackSpec,
+    storage: StorageSandboxState | None,
+    is_mounted: Callable[[Path], bool],
+    run_id: str,
+) -> Path | None:
+    """Where the Slurm sandbox's training job checkpoints: a folder of its own on the stack's JuiceFS
+    volume when `storage.checkpoint.location` is `juicefs://` (beside the checkpoint writer's
+    checkpoints, which FsCheckpointStore tells apart by name), else None (the run folder's).
+
+    The storage sandbox must be up and mounted first: its mount reaches a node's processes only when
+    its shared folder was there before the node's namespace (core.mounts). InputError otherwise,
+    never a silent fallback to a local folder."""
+    folder = checkpoint_folder(spec)
+    if folder is None:
+        return None
+    rec = storage.juicefs if storage is not None and storage.phase == "up" else None
+    if rec is None or rec.checkpoint_dir is None or not is_mounted(Path(rec.mountpoint)):
+        where = "not up" if rec is None else f"not mounted at {rec.mountpoint}"
+        raise InputError(
+            f"stack {stack_name}",
+            [
+                Problem(
+                    "storage.checkpoint.location",
+                    f"{spec.storage.checkpoint.location!r}: the training job checkpoints on the storage "
+                    f"sandbox's JuiceFS volume, which is {where}: run `gpufleet sandbox up --storage "
+                    f"--stack {stack_name}` first",
+                )
+            ],
+        )
+    return Path(rec.checkpoint_dir) / f"{JOB_FOLDER_PREFIX}{run_id}"
 
 
 def plan_juicefs(stack_name: str, spec: StackSpec) -> JuiceFsPlan | None:
@@ -179,6 +216,10 @@ def bring_up(
         jfs.format_argv(rec.meta_url, rec.name, f"{s3_endpoint}/{rec.bucket}"),
         env=jfs.s3_env(creds.access_key, creds.secret_key),
     )
+    # The mount's folder a shared mount before anything is mounted in it: the Slurm sandbox's
+    # training job, started later in node namespaces, then sees the volume, and sees it again
+    # after a rollback or a restore mounts it anew (core.mounts says why; ADR 0068).
+    mounts.make_shared(d)
     start_mount(run, rec)
     if rec.checkpoint_dir is not None:
         Path(rec.checkpoint_dir).mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ never replaces an existing file: a stale rank (the old copy of a requeued job st
 cut-off node, sandbox-notes.md item 11) can neither overwrite a checkpoint nor leave one that a
 newer generation would resume from. Resume takes the newest VALID checkpoint by (generation, step);
 a checkpoint whose manifest is missing (a save cut off) or whose files do not match their sha256
-is skipped.
+is skipped. The read side (names, checks, newest valid) is gpufleet.core.job_checkpoints, which the
+drills verify the job's checkpoints with.
 """
 
 from __future__ import annotations
@@ -27,38 +28,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.core.checkpoint_manifest import (
-    CheckpointManifest,
-    HashOf,
-    build_manifest,
-    manifest_matches,
-    metadata_doc,
-    parse_manifest,
-    parse_stem,
-    sha256_bytes,
-    stem,
-    verify,
-)
+from gpufleet.core.checkpoint_manifest import CheckpointManifest, build_manifest, metadata_doc
 from gpufleet.core.durable_files import create_no_replace, fsync_dir
+from gpufleet.core.job_checkpoints import (
+    CkptKey,
+    Gen,
+    JobCheckpoints,
+    Loaded,
+    check_manifest,
+    metadata_name,
+    parse_manifest_name,
+    shard_name,
+)
 
-Gen = tuple[int, int]  # (job id, restart count)
-_NAME = re.compile(r"^ckpt-(\d{10})-(\d{6})-(\d{9})\.json$")
+# Names the training job and its tests take from here, as before the read side moved to core.
+__all__ = [
+    "CheckpointDir",
+    "CkptKey",
+    "Decision",
+    "Gen",
+    "Loaded",
+    "StaleGeneration",
+    "check_manifest",
+    "fence_name",
+    "make_manifest",
+    "may_write",
+    "newest",
+    "parse_fence_name",
+    "parse_manifest_name",
+    "to_prune",
+]
+
 _FENCE = re.compile(r"^gen-(\d{10})-(\d{6})$")
-
-
-@dataclass(frozen=True, order=True)
-class CkptKey:
-    job: int
-    restart: int
-    step: int
-
-    @property
-    def gen(self) -> Gen:
-        return (self.job, self.restart)
-
-    @property
-    def stem(self) -> str:
-        return stem((self.job, self.restart, self.step))
 
 
 class StaleGeneration(Exception):
@@ -72,11 +73,6 @@ class Decision:
 
 
 # --------------------------------------------------------------------------- pure decisions
-
-
-def parse_manifest_name(name: str) -> CkptKey | None:
-    m = _NAME.match(name)
-    return CkptKey(int(m[1]), int(m[2]), int(m[3])) if m else None
 
 
 def fence_name(gen: Gen) -> str:
@@ -113,14 +109,6 @@ def to_prune(valid: Sequence[CkptKey], keep: int) -> list[CkptKey]:
     return sorted(ordered[max(keep, 1):])
 
 
-def shard_name(key: CkptKey) -> str:
-    return key.stem + ".pt"
-
-
-def metadata_name(key: CkptKey) -> str:
-    return key.stem + ".meta.json"
-
-
 def make_manifest(key: CkptKey, payload: bytes, meta: dict[str, Any], written_at: float) -> tuple[
         bytes, CheckpointManifest]:
     """The metadata bytes and the manifest of checkpoint `key` with one shard, `payload`."""
@@ -130,33 +118,14 @@ def make_manifest(key: CkptKey, payload: bytes, meta: dict[str, Any], written_at
     return meta_bytes, manifest
 
 
-def check_manifest(key: CkptKey, raw: bytes, hash_of: HashOf) -> CheckpointManifest | str:
-    """The checkpoint's manifest when every file it names verifies by sha256, else why not."""
-    got = parse_manifest(raw)
-    if isinstance(got, str):
-        return got
-    why = manifest_matches(got, (key.job, key.restart, key.step))
-    if why is not None:
-        return why
-    if shard_name(key) not in {f.name for f in got.shards}:
-        return f"manifest does not name the shard {shard_name(key)}"
-    problems = verify(got, hash_of)
-    return "; ".join(problems) if problems else got
-
-
 # --------------------------------------------------------------------------- I/O
 
 
-@dataclass(frozen=True)
-class Loaded:
-    key: CkptKey
-    payload: bytes
-    manifest: CheckpointManifest
+class CheckpointDir(JobCheckpoints):
+    """The folder as the training job writes it: fenced, no-replace writes, pruning."""
 
-
-class CheckpointDir:
     def __init__(self, root: Path) -> None:
-        self.root = root
+        super().__init__(root)
         self.fence_dir = root / "fence"
         self.fence_dir.mkdir(parents=True, exist_ok=True)
 
@@ -176,56 +145,6 @@ class CheckpointDir:
         current = self.fence()
         if current is not None and current > gen:
             raise StaleGeneration(f"generation {gen} is stale: generation {current} has started")
-
-    # listing and validation
-    def keys(self) -> list[CkptKey]:
-        return sorted(k for k in (parse_manifest_name(p.name) for p in self.root.iterdir()) if k is not None)
-
-    def load(self, key: CkptKey) -> Loaded | str:
-        """The checkpoint, or why it is invalid (no manifest: the save was cut off; a file missing
-        or with another sha256: corrupt)."""
-        try:
-            raw = (self.root / f"{key.stem}.json").read_bytes()
-        except OSError as e:
-            return f"manifest unreadable: {e}"
-        files: dict[str, bytes] = {}
-
-        def hash_of(name: str) -> str | None:
-            try:
-                files[name] = (self.root / name).read_bytes()
-            except OSError:
-                return None
-            return sha256_bytes(files[name])
-
-        got = check_manifest(key, raw, hash_of)
-        if isinstance(got, str):
-            return got
-        return Loaded(key, files[shard_name(key)], got)
-
-    def stems(self) -> list[CkptKey]:
-        """Every checkpoint with any file here, complete or not (a save cut off leaves a shard or
-        metadata and no manifest)."""
-        out = set()
-        for p in self.root.iterdir():
-            parsed = parse_stem(p.name.split(".", 1)[0])
-            if parsed is not None:
-                out.add(CkptKey(*parsed))
-        return sorted(out)
-
-    def newest_valid(self) -> tuple[Loaded | None, list[tuple[CkptKey, str]]]:
-        """The newest valid checkpoint, and the newer ones skipped with the reason (incomplete:
-        no manifest; corrupt: a file missing or not matching its sha256)."""
-        skipped: list[tuple[CkptKey, str]] = []
-        complete = set(self.keys())
-        for key in sorted(set(self.stems()) | complete, reverse=True):
-            if key not in complete:
-                skipped.append((key, "incomplete: no manifest (the save was cut off)"))
-                continue
-            got = self.load(key)
-            if isinstance(got, Loaded):
-                return got, skipped
-            skipped.append((key, got))
-        return None, skipped
 
     # writing
     def write(self, gen: Gen, step: int, payload: bytes, meta: dict[str, Any]) -> CkptKey:

@@ -99,3 +99,52 @@ def test_paths_live_under_the_run_directory(spec: StackSpec) -> None:
         assert str(p).startswith("/r/run-abcdef/")
     # AF_UNIX paths hold at most 107 bytes (unix(7), sun_path).
     assert len(str(lay.agent_socket("gpu-0"))) < 108
+
+
+def test_the_training_job_checkpoints_on_the_juicefs_volume_when_the_stack_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from gpufleet.core.storage_contract import StorageSandboxState, write_storage_state
+    from gpufleet.sandbox import up, workload
+
+    stack = "sandbox-storage-juicefs"
+    jspec = load_named_stack(stack, REPO / "stacks")
+    # Without the storage sandbox, bring-up is refused before anything is made (exit 2's InputError).
+    with pytest.raises(InputError, match=r"storage\.checkpoint\.location.*which is not up"):
+        up._checkpoints_on_storage(stack, jspec, tmp_path, "a1b2c3")
+    mnt = tmp_path / "run-s" / "juicefs" / "mnt"
+    state = StorageSandboxState.model_validate(
+        {"stack": stack, "run_id": "s", "phase": "up", "base_dir": str(tmp_path / "run-s"), "created_at": 0.0,
+         "juicefs": {"name": "jfs", "meta_url": "redis://127.0.0.1:7001/1", "meta_port": 7001, "meta_db": 1,
+                     "meta_dir": str(mnt.parent / "redis"), "scratch_port": 7002, "bucket": "jfs-data",
+                     "mountpoint": str(mnt), "cache_dir": str(mnt.parent / "cache"), "cache_mib": 512,
+                     "metrics": "127.0.0.1:7003", "checkpoint_dir": str(mnt / "checkpoints")}}
+    )
+    write_storage_state(state, tmp_path)
+    monkeypatch.setattr(up.jfs, "mounted", lambda p: p == mnt)
+    root = up._checkpoints_on_storage(stack, jspec, tmp_path, "a1b2c3")
+    assert root == mnt / "checkpoints" / "job-a1b2c3"
+    lay = replace(L.plan_layout(stack, jspec, "a1b2c3", tmp_path / "run-a1b2c3"), checkpoint_root=root)
+    assert lay.checkpoint_dir == root
+    assert f"--checkpoint-dir {root}" in workload.job_script(lay, "/usr/bin/python3")
+    # A stack that checkpoints on S3 keeps the job's checkpoints in its run folder.
+    s3 = load_named_stack("sandbox-storage", REPO / "stacks")
+    assert up._checkpoints_on_storage("sandbox-storage", s3, tmp_path, "a1b2c3") is None
+    assert L.plan_layout("sandbox", s3, "a1b2c3", Path("/r")).checkpoint_dir == Path("/r/checkpoints")
+
+
+def test_a_run_folder_too_deep_for_slurmstepds_sockets_is_refused_before_anything_is_made() -> None:
+    stack = "sandbox-storage-juicefs"
+    jspec = load_named_stack(stack, REPO / "stacks")
+    # The folder pytest gave the JuiceFS tests: slurmstepd could not make its socket and every job
+    # was cancelled at launch ("Unix socket path ... is too long. (116 > 108)").
+    deep = Path(f"/tmp/pytest-of-root/pytest-34/juicefs-root0/{stack}/run-e7656c")
+    with pytest.raises(InputError, match=r"too deep: slurmstepd's sockets under it would take up to 112 b"):
+        L.plan_layout(stack, jspec, "e7656c", deep)
+    ok = L.plan_layout(stack, jspec, "e7656c", Path(f"/run/gpufleet/sandboxes/{stack}/run-e7656c"))
+    assert L.socket_path_problems(ok) == []
+    # The longest socket allowed for: node gpu-4, a 4-digit job id, the batch step.
+    longest = f"{ok.spool_dir('gpu-4')}/gpu-4_9999.4294967291"
+    assert len(longest) <= L.SUN_PATH_MAX

@@ -19,12 +19,18 @@ from gpufleet.chaos.backends.storage import StorageBackend
 from gpufleet.config.load import load_named_stack
 from gpufleet.config.model import JuiceFsSpec, Secret
 from gpufleet.core import juicefs as jfs
-from gpufleet.core.checkpoint_manifest import stem
+from gpufleet.core.checkpoint_manifest import parse_stem, stem
 from gpufleet.core.errors import InputError
 from gpufleet.core.fs_checkpoints import FsCheckpointStore
+from gpufleet.core.storage_contract import StorageSandboxState
 from gpufleet.sandbox.storage import monitoring
 from gpufleet.sandbox.storage.doctor import juicefs_check
-from gpufleet.sandbox.storage.juicefs import checkpoint_folder, plan_juicefs, record_for
+from gpufleet.sandbox.storage.juicefs import (
+    checkpoint_folder,
+    plan_juicefs,
+    record_for,
+    training_checkpoint_dir,
+)
 from gpufleet.sandbox.storage.metadata_backup import prune
 
 STACKS = Path(__file__).parents[3] / "stacks"
@@ -51,6 +57,55 @@ def test_the_ceph_only_stack_has_no_juicefs_and_checkpoints_on_s3() -> None:
     spec = load_named_stack("sandbox-storage", STACKS)
     assert plan_juicefs("sandbox-storage", spec) is None
     assert checkpoint_folder(spec) is None
+
+
+def _storage_state(phase: str = "up") -> StorageSandboxState:
+    spec = load_named_stack(STACK, STACKS)
+    plan = plan_juicefs(STACK, spec)
+    assert plan is not None
+    rec = record_for(plan, Path("/r/run-1"), {"redis": 7001, "redis-scratch": 7002, "juicefs-metrics": 7003})
+    return StorageSandboxState.model_validate(
+        {"stack": STACK, "run_id": "1", "phase": phase, "base_dir": "/r/run-1", "created_at": 0.0,
+         "juicefs": rec.model_dump()}
+    )
+
+
+def test_the_training_job_checkpoints_in_a_folder_of_its_own_on_the_mounted_volume() -> None:
+    spec = load_named_stack(STACK, STACKS)
+    seen: list[Path] = []
+
+    def is_mounted(p: Path) -> bool:
+        seen.append(p)
+        return True
+
+    got = training_checkpoint_dir(STACK, spec, _storage_state(), is_mounted, "abc123")
+    assert got == Path("/r/run-1/juicefs/mnt/checkpoints/job-abc123")
+    assert seen == [Path("/r/run-1/juicefs/mnt")]
+    # The writer's store tells the job's folder apart from its own checkpoints: not a checkpoint stem.
+    assert parse_stem(got.name) is None
+    # A stack that checkpoints on S3 keeps the job's checkpoints in the run folder.
+    s3 = load_named_stack("sandbox-storage", STACKS)
+    assert training_checkpoint_dir("sandbox-storage", s3, None, is_mounted, "abc123") is None
+
+
+@pytest.mark.parametrize(
+    ("storage", "mounted", "why"),
+    [
+        (None, True, "which is not up"),
+        ("deleting", True, "which is not up"),
+        ("up", False, "which is not mounted at /r/run-1/juicefs/mnt"),
+    ],
+)
+def test_the_training_job_never_falls_back_to_a_local_folder(
+    storage: str | None, mounted: bool, why: str
+) -> None:
+    spec = load_named_stack(STACK, STACKS)
+    state = _storage_state(storage) if storage else None
+    with pytest.raises(InputError) as e:
+        training_checkpoint_dir(STACK, spec, state, lambda _p: mounted, "abc123")
+    text = str(e.value)
+    assert "storage.checkpoint.location" in text and why in text, text
+    assert f"gpufleet sandbox up --storage --stack {STACK}" in text, text
 
 
 def _with_juicefs(**fields: Any) -> Any:
