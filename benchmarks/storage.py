@@ -11,6 +11,12 @@ writes and errors (accounted for or not), checkpoints lost or corrupt.
     .venv/bin/python benchmarks/storage.py --runs 1 --no-drill --thrash-minutes 3 \
         --out benchmarks/results/storage-thrash.json
     .venv/bin/python benchmarks/storage.py --stack sandbox-storage-juicefs
+    .venv/bin/python benchmarks/storage.py --stack sandbox-storage-juicefs --training-job \
+        --out benchmarks/results/sandbox-storage-juicefs-training-job.json
+
+With `--training-job` (a stack that checkpoints on JuiceFS), the Slurm sandbox comes up after the
+storage sandbox with its PyTorch training job checkpointing on the volume (ADR 0068), and the drill
+judges that job: it starts once a verified metadata dump holds one of the job's checkpoints.
 
 Each run gets its own state root (a temporary folder under /var/tmp: BlueStore needs a file system
 with O_DIRECT, which tmpfs lacks) and fault ledger, so it never meets a sandbox someone else runs.
@@ -93,12 +99,42 @@ def drill(root: Path, stack: str, name: str) -> dict[str, Any]:
         return {"outcome": None, "exit": proc.returncode, "output": proc.stdout[-2000:] + proc.stderr[-2000:]}
     return {
         "outcome": verdict.outcome.value,
+        "integrity": {c.name: c.detail for c in verdict.checks}.get("integrity"),
+        "notes": list(verdict.notes),
         "rpo_s": verdict.rpo_seconds,
         "rto_s": verdict.rto_seconds,
         "steps_lost": verdict.steps_lost,
         "resumed_after_s": verdict.resumed_after_seconds,
         "exit": proc.returncode,
     }
+
+
+def training_job_up(root: Path, stack: str) -> tuple[float, str]:
+    """`gpufleet sandbox up` (the Slurm sandbox and its training job on the volume) under `root`, then
+    a wait for a verified metadata dump taken after the job's first checkpoint. Returns the bring-up
+    seconds and the job's checkpoint folder."""
+    from gpufleet.core.jsonl import read_objects
+    from gpufleet.core.sandbox_contract import read_state
+    from gpufleet.core.storage_contract import read_storage_state
+
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
+    t0 = time.monotonic()
+    proc = subprocess.run([str(Path(sys.executable).parent / "gpufleet"), "sandbox", "up", "--stack", stack],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sandbox up failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+    up_s = time.monotonic() - t0
+    sandbox = read_state(stack, root)
+    assert sandbox.training_events is not None and sandbox.checkpoint_dir is not None
+    storage = read_storage_state(stack, root)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        saves = [e for e in read_objects(Path(sandbox.training_events)) if e.get("event") == "checkpoint"]
+        dumps = [e for e in read_objects(storage.events_file("metadata-backup")) if e.get("verified")]
+        if saves and any(float(d["taken_at"]) > float(saves[0]["t"]) for d in dumps):
+            return round(up_s, 2), sandbox.checkpoint_dir
+        time.sleep(1)
+    raise RuntimeError("no verified metadata dump holds a checkpoint of the training job within 180 s")
 
 
 def thrash(root: Path, stack: str, minutes: float, seed: int) -> dict[str, Any]:
@@ -126,7 +162,12 @@ def thrash(root: Path, stack: str, minutes: float, seed: int) -> dict[str, Any]:
 
 
 def one(
-    stack: str, settle_s: float, with_drill: bool, thrash_minutes: float = 0.0, seed: int = 0
+    stack: str,
+    settle_s: float,
+    with_drill: bool,
+    thrash_minutes: float = 0.0,
+    seed: int = 0,
+    training_job: bool = False,
 ) -> dict[str, Any]:
     spec = load_named_stack(stack, REPO / "stacks")
     load_before = round(os.getloadavg()[0], 2)
@@ -144,11 +185,19 @@ def one(
             if state.juicefs is not None:
                 speed.update({f"jfs_{k}": v for k, v in throughput(state, on_juicefs=True).items()})
             names = JUICEFS_DRILLS if state.juicefs is not None else DRILLS
+            job: dict[str, Any] | None = None
+            if training_job:
+                job_up_s, job_folder = training_job_up(root, stack)
+                job = {"up_s": job_up_s, "folder": job_folder}
             drills = {name: drill(root, stack, name) for name in names} if with_drill else {}
             thrashed = None
             if thrash_minutes > 0 and state.juicefs is None:
                 thrashed = thrash(root, stack, thrash_minutes, seed)
         finally:
+            if training_job:
+                from gpufleet.sandbox.down import down
+
+                down(stack, root)  # the Slurm sandbox alone: the storage's down is timed below
             t1 = time.monotonic()
             report = storage_down(stack, root)
             down_s = time.monotonic() - t1
@@ -166,6 +215,7 @@ def one(
             if "juicefs" in timings.marks
             else None,
             **speed,
+            "training_job": job,
             "drills": drills,
             "thrash": thrashed,
             "down_s": round(down_s, 2),
@@ -213,10 +263,15 @@ def main() -> None:
     p.add_argument("--thrash-minutes", type=float, default=0.0, help="run the OSD thrasher this long")
     p.add_argument("--seed", type=int, default=20261205, help="the thrasher's seed (run i uses seed + i)")
     p.add_argument("--out", type=Path, default=None, help="the JSON (default: results/<stack>.json)")
+    p.add_argument("--training-job", action="store_true",
+                   help="the Slurm sandbox's training job on the JuiceFS volume, judged by the drill")
     args = p.parse_args()
+    if args.training_job and load_named_stack(args.stack, REPO / "stacks").storage.juicefs is None:
+        p.error(f"--training-job: stack {args.stack} has no storage.juicefs for the job to checkpoint on")
     runs = []
     for i in range(args.runs):
-        r = one(args.stack, args.settle, not args.no_drill, args.thrash_minutes, args.seed + i)
+        r = one(args.stack, args.settle, not args.no_drill, args.thrash_minutes, args.seed + i,
+                args.training_job)
         runs.append(r)
         said = "; ".join(
             f"{n} {d.get('outcome')} RPO {d.get('rpo_s')} s RTO {d.get('rto_s')} s"
@@ -231,7 +286,9 @@ def main() -> None:
         print(
             f"run {i + 1}: up {r['up_s']} s (HEALTH_OK at {r['marks_s'].get('health_ok')} s), {jfs}"
             f"RSS {r['rss_total_mib']} MiB (Ceph {r['rss_ceph_mib']}), write {r['write_mib_s']} MiB/s, "
-            f"read+verify {r['read_verify_mib_s']} MiB/s, {said}, down {r['down_s']} s, "
+            f"read+verify {r['read_verify_mib_s']} MiB/s, "
+            + (f"training job up {r['training_job']['up_s']} s, " if r.get("training_job") else "")
+            + f"{said}, down {r['down_s']} s, "
             f"load {r['load_before']}",
             flush=True,
         )
@@ -258,11 +315,13 @@ def main() -> None:
             n: {
                 "rpo_s": median(ds, "rpo_s"),
                 "rto_s": median(ds, "rto_s"),
+                "steps_lost": median(ds, "steps_lost"),
                 "outcomes": [d.get("outcome") for d in ds],
             }
             for n, ds in per_drill.items()
             if ds
         },
+        "training_job_up_s": median([r["training_job"] for r in runs if r.get("training_job")], "up_s"),
         "down_s": median(runs, "down_s"),
         "thrash": thrash_summary([r["thrash"] for r in runs if r.get("thrash")]),
     }

@@ -230,7 +230,7 @@ class TestJuiceFs:
         gc = restore["gc"]
         print(f"juicefs gc after the restore: {gc}")
         assert gc.get("error") is None, gc
-        assert gc["leaked_found"] >= 2 and gc["deleted"] == gc["leaked_found"] and gc["leaked_after"] == 0, gc
+        assert gc["leaked_found"] >= 2 and gc["deleted"] >= gc["leaked_found"] and gc["leaked_after"] == 0, gc
         assert not (Path(rec.mountpoint) / "e2e-after-the-dump.bin").exists()
         print(f"restored from {restore['loaded']}: checkpoints verified "
               f"{[c['checkpoint'] for c in restore['verified']]}")
@@ -271,7 +271,7 @@ class TestJuiceFs:
         (restore,) = [e for e in read_objects(state.events_file("metadata-restore")) if e["t"] >= fault.at]
         gc = restore["gc"]
         print(f"metadata-engine-lost: juicefs gc {gc}")
-        assert gc.get("error") is None and gc["deleted"] == gc["leaked_found"] and gc["leaked_after"] == 0, gc
+        assert gc.get("error") is None and gc["deleted"] >= gc["leaked_found"] and gc["leaked_after"] == 0, gc
         taken_at = float(restore["loaded"]["taken_at"])
         events = read_objects(state.events_file("checkpoint-writer"))
         saves = [e for e in events if e.get("event") == "checkpoint"]

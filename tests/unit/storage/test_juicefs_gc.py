@@ -128,3 +128,26 @@ def test_a_failing_gc_is_recorded_not_hidden(tmp_path: Path, monkeypatch: pytest
     doc = storage_undo._collect_leaks(_rec(tmp_path), time.time())
     assert "no such bucket" in doc["error"]
     assert "failed" in _gc_note(doc) and _gc_note(None).endswith("not run")
+
+
+def test_the_delete_pass_never_cuts_later_nor_the_last_pass_earlier_than_the_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A clock where each gc pass takes 0.7 s: the skip windows (whole seconds back from each pass's
+    # start) are chosen so the delete pass sees at least what the count saw and the last count only
+    # what the delete pass saw.
+    now = [1000.0]
+    calls: list[tuple[float, int]] = []
+
+    def slow_gc(meta_url: str, delete: bool, skip_newer_than_s: int, timeout_s: float) -> jfs.GcCounts:
+        calls.append((now[0], skip_newer_than_s))
+        now[0] += 0.7
+        return jfs.GcCounts(10, 10, 0, 0, 0)
+
+    monkeypatch.setattr(jfs, "gc", slow_gc)
+    monkeypatch.setattr(storage_undo.time, "time", lambda: now[0])
+    storage_undo._collect_leaks(_rec(tmp_path), 1000.0 - 2.3)  # the restore started 2.3 s before
+    cut_offs = [t - skip for t, skip in calls]  # objects modified after the cut-off are skipped
+    assert calls[0][1] == 4  # ceil(2.3) + 1: nothing from the restored mount is touched
+    assert cut_offs[0] <= cut_offs[1] < 1000.0 - 2.3  # the delete: no earlier, still before the restore
+    assert cut_offs[2] <= cut_offs[0]  # the last count: no later than the first
