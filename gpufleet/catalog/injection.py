@@ -241,6 +241,10 @@ class SlurmStateLoss(InjectionModel):
 
     needs_node: ClassVar[bool] = False
     method: Literal["slurm-state-loss"] = "slurm-state-loss"
+    # state-dir: the state directory alone is lost, and the backups on the controller's host remain.
+    # controller-host: the host is lost with its disk, so the state directory and the backups kept on
+    # it go too. Only the off-host copies in the backup bucket remain (ADR 0069).
+    scope: Literal["state-dir", "controller-host"] = "state-dir"
 
 
 class KillRank(InjectionModel):

@@ -32,6 +32,7 @@ from gpufleet.core.jsonl import append_objects, read_objects
 from gpufleet.core.sandbox_contract import SandboxState
 from gpufleet.core.slurm_backup_checks import JobEntry, StateBackupEvidence, jobs_back
 from gpufleet.core.slurm_state_backups import backup_dir, list_evidence, live_jobs
+from gpufleet.core.slurm_state_offsite import list_offsite, offsite_for
 from gpufleet.core.training_events import TrainingEvent, read_events
 from gpufleet.slo.dr import DrillInputs, DrTargets, RestoredCheckpoint, judge_drill
 
@@ -81,27 +82,45 @@ def submit_queued_jobs(
 
 
 def wait_for_backup(
-    timeout_seconds: float = 60.0, configuration: Configuration = None, secrets: Secrets = None
+    timeout_seconds: float = 60.0,
+    offsite: bool = False,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
 ) -> dict[str, Any]:
     """Wait for a verified state backup holding every job the controller lists now (the training
-    job and the queued ones): the backup the restore will load."""
+    job and the queued ones): the backup the restore will load. With `offsite`, its copy in the
+    storage sandbox's backup bucket (core.slurm_state_offsite), which a lost controller host leaves."""
     state = _state(configuration)
     want = {j.id for j in live_jobs(state) or [] if j.state in ACTIVE}
     since = time.time()
+    target = None
+    if offsite:
+        backend = engine.context(configuration).backend()
+        assert isinstance(backend, SandboxBackend)
+        target = offsite_for(state.stack, backend.state_root)
+        if target is None:
+            raise ActivityFailed("offsite: the stack's storage sandbox (its backup bucket) is not up")
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
-        for e in reversed(list_evidence(backup_dir(state))):
+        found = list_offsite(*target) if target is not None else list_evidence(backup_dir(state))
+        for e in reversed(found):
             if e.verified and e.taken_at >= since and want <= e.job_ids():
-                return {"backup": e.archive, "jobs": sorted(e.job_ids()), "load_seconds": e.load_seconds}
+                return {"backup": e.archive, "jobs": sorted(e.job_ids()), "load_seconds": e.load_seconds,
+                        "where": "backup bucket" if offsite else "host"}
         time.sleep(0.5)
-    raise ActivityFailed(f"no verified state backup holding jobs {sorted(want)} within {timeout_seconds:g} s "
-                         f"(see {backup_dir(state)} and {_slurm_dir(state) / 'state-backup.jsonl'})")
+    where = "in the backup bucket" if offsite else f"in {backup_dir(state)}"
+    raise ActivityFailed(f"no verified state backup holding jobs {sorted(want)} {where} within "
+                         f"{timeout_seconds:g} s (see {_slurm_dir(state) / 'state-backup.jsonl'})")
 
 
 def slurm_state_loss(
-    fault_id: str = "scheduler-state-loss", configuration: Configuration = None, secrets: Secrets = None
+    fault_id: str = "scheduler-state-loss",
+    scope: str = "state-dir",
+    configuration: Configuration = None,
+    secrets: Secrets = None,
 ) -> dict[str, Any]:
-    return engine.inject(configuration, SlurmStateLoss(), fault_id)
+    """`scope`: state-dir (the state directory lost) or controller-host (with the host's backups)."""
+    return engine.inject(configuration, SlurmStateLoss.model_validate({"scope": scope}), fault_id)
 
 
 def restore_scheduler_state(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
@@ -147,6 +166,9 @@ def drill_inputs(drill: str, targets: DrTargets | None, o: Observed) -> DrillInp
         problems.append("no restore of slurmctld's state was recorded after the fault")
     elif o.restore.get("backup") is None:
         problems.append("the restore loaded no backup (the state moved aside was put back)")
+    elif o.restore.get("from") == "backup bucket":
+        problems.append(f"restored from the off-host copy of {o.restore['backup']} in the backup bucket "
+                        "(the host's own backups were lost with it)")
     in_backup = o.backup.job_ids() if o.backup else set()
     expected = [j.id for j in active_before if j.id in in_backup]
     lost_by_rpo = [j.id for j in active_before if j.id not in in_backup]

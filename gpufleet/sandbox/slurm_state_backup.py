@@ -3,7 +3,9 @@
 paused, archived with its sha256 into `<run>/slurm/state-backups/`, and proven restorable in a
 scratch slurmctld before it counts (core.slurm_state_backups.take_backup). Each round is a line of
 `<run>/slurm/state-backup.jsonl` ("slurm_state_backup" or "slurm_state_backup_failed", with the
-evidence), the same evidence being kept beside the archive.
+evidence), the same evidence being kept beside the archive. When the stack's storage sandbox is up,
+each verified backup is also copied to its backup bucket and read back (core.slurm_state_offsite);
+the line's `offsite` says how that went.
 
 The sandbox state file is read every round: a chaos rollback that restarts slurmctld records its
 new process there.
@@ -16,11 +18,13 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from gpufleet.core.jsonl import append_objects
 from gpufleet.core.sandbox_contract import SandboxState
 from gpufleet.core.slurm_backup_checks import StateBackupEvidence, newest_verified
 from gpufleet.core.slurm_state_backups import backup_dir, list_evidence, take_backup
+from gpufleet.core.slurm_state_offsite import S3_ERRORS, offsite_for, prune_offsite, ship
 from gpufleet.sandbox.layout import Layout
 from gpufleet.sandbox.processes import Started, spawn
 
@@ -51,9 +55,26 @@ def backup_round(state_file: Path, previous: StateBackupEvidence | None) -> Stat
                                              "error": f"{type(e).__name__}: {e}"[:400]}])
         return None
     event = "slurm_state_backup" if evidence.verified else "slurm_state_backup_failed"
-    line = {"t": time.time(), "event": event, **evidence.model_dump(mode="json")}
+    line: dict[str, Any] = {"t": time.time(), "event": event, **evidence.model_dump(mode="json")}
+    if evidence.verified:
+        line["offsite"] = _ship(state, state_file.parent.parent, evidence)
     append_objects(events_file(state), [line])
     return evidence
+
+
+def _ship(state: SandboxState, root: Path, evidence: StateBackupEvidence) -> dict[str, Any] | None:
+    """The verified backup copied off the host when the stack's storage sandbox is up (None when it
+    is not); a failed copy is said in the events, and the next round ships its own backup."""
+    target = offsite_for(state.stack, root)
+    if target is None:
+        return None
+    client, bucket = target
+    try:
+        shipped = ship(client, bucket, backup_dir(state), evidence)
+        prune_offsite(client, bucket)
+    except S3_ERRORS as e:
+        return {"bucket": bucket, "verified": False, "problem": f"{type(e).__name__}: {e}"[:400]}
+    return shipped
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -120,3 +120,46 @@ def test_drill_scheduler_state_lost_brings_the_jobs_back(env: dict[str, str], tm
     now = {j.id: j for j in live_jobs(after) or []}
     assert now[train[0]].state == "RUNNING"
     assert not [j for j in now.values() if j.name.startswith(QUEUED_PREFIX) and j.state == "PENDING"]
+
+
+def test_drill_scheduler_host_lost_restores_from_the_off_host_copy(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """With the stack's storage sandbox up beside it, the backup job ships each verified backup to
+    the backup bucket; the controller's host is lost with its state and its own backups, and the
+    restore fetches the newest verified copy from the bucket (ADR 0069)."""
+    gpufleet = [str(BIN / "gpufleet"), "sandbox"]
+    up = subprocess.run([*gpufleet, "up", "--storage", "--stack", STACK], env=env, cwd=REPO,
+                        capture_output=True, text=True, timeout=400)
+    try:
+        assert up.returncode == 0, f"storage up failed:\n{up.stdout}\n{up.stderr}"
+        state = _state(env)
+        events = Path(state.base_dir) / "slurm" / "state-backup.jsonl"
+        shipped = wait_until("a state backup copied off the host and read back", lambda: [
+            e for e in read_objects(events) if (e.get("offsite") or {}).get("verified")], 90)
+        assert shipped[-1]["offsite"]["key"] == f"slurm-state/{shipped[-1]['archive']}"
+        journal = tmp_path / "journal.json"
+        run = subprocess.run([str(BIN / "gpufleet"), "drill", "run", "scheduler-host-lost", "--stack", STACK,
+                              "--journal", str(journal)], env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=400)
+        print(run.stdout[-3000:])
+        assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
+        assert "scheduler-host-lost: PASS" in run.stdout
+        records = read_objects(Path(state.base_dir) / "slurm" / RECORD)
+        lost = [r for r in records if r["event"] == "state_lost"][-1]
+        restored = [r for r in records if r["event"] == "state_restored"][-1]
+        assert lost["scope"] == "controller-host" and Path(lost["backups_aside"]).is_dir()
+        assert restored["from"] == "backup bucket" and restored["backup"], restored
+        # The copy it fetched is back on the host, and the training job runs on under the new controller.
+        assert (backup_dir(_state(env)) / restored["backup"]).is_file()
+        doc = json.loads(journal.read_text())
+        verdict = next(p["output"] for p in doc["steady_states"]["after"]["probes"]
+                       if p["activity"]["name"] == "drill-within-targets")
+        assert verdict["outcome"] == "PASS", verdict
+        assert any("off-host copy" in n for n in verdict["notes"]), verdict["notes"]
+        print(f"scheduler-host-lost: RPO {verdict['rpo_seconds']} s, RTO {verdict['rto_seconds']} s, "
+              f"restored {restored['backup']} from the backup bucket")
+        train = next(j for j in live_jobs(_state(env)) or [] if j.name == state.training_job_name)
+        assert train.state == "RUNNING"
+    finally:
+        subprocess.run([*gpufleet, "down", "--storage", "--stack", STACK], env=env, cwd=REPO, timeout=300)

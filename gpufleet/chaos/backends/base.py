@@ -226,7 +226,7 @@ class Backend:
             case JuicefsClientKill():
                 return self.plan_juicefs_client_kill()
             case SlurmStateLoss():
-                return self.plan_slurm_state_loss()
+                return self.plan_slurm_state_loss(injection)
             case _:
                 assert_never(injection)
 
@@ -311,7 +311,7 @@ class Backend:
     def plan_juicefs_client_kill(self) -> Plan:
         raise self._unsupported("juicefs-client-kill")
 
-    def plan_slurm_state_loss(self) -> Plan:
+    def plan_slurm_state_loss(self, inj: SlurmStateLoss) -> Plan:
         raise self._unsupported("slurm-state-loss")
 
 

@@ -590,8 +590,8 @@ class SandboxBackend(Backend):
         )
 
     # ------------------------------------------------------------ scheduler
-    def plan_slurm_state_loss(self) -> Plan:
-        return slurm_state_fault.plan(self.state, self.stack, self.state_root)
+    def plan_slurm_state_loss(self, inj: SlurmStateLoss) -> Plan:
+        return slurm_state_fault.plan(self.state, self.stack, self.state_root, inj.scope)
 
     # ------------------------------------------------------------ storage
     def plan_storage_outage(self) -> Plan:
