@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e_support import wait_until
@@ -58,6 +59,22 @@ def _state(env: dict[str, str]) -> SandboxState:
     return read_state(STACK, Path(env["GPUFLEET_SANDBOX_ROOT"]))
 
 
+def _drill(env: dict[str, str], tmp_path: Path, name: str) -> dict[str, Any]:
+    """`gpufleet drill run <name>`, asserted to PASS; its verdict from the journal."""
+    journal = tmp_path / "journal.json"
+    run = subprocess.run([str(BIN / "gpufleet"), "drill", "run", name, "--stack", STACK,
+                          "--journal", str(journal)], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=400)
+    print(run.stdout[-3000:])
+    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
+    assert f"{name}: PASS" in run.stdout
+    doc = json.loads(journal.read_text())
+    verdict: dict[str, Any] = next(p["output"] for p in doc["steady_states"]["after"]["probes"]
+                                   if p["activity"]["name"] == "drill-within-targets")
+    assert verdict["outcome"] == "PASS", verdict
+    return verdict
+
+
 def test_state_backups_are_proven_in_a_scratch_slurmctld_and_a_corrupt_one_is_refused(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -81,17 +98,8 @@ def test_state_backups_are_proven_in_a_scratch_slurmctld_and_a_corrupt_one_is_re
 def test_drill_scheduler_state_lost_brings_the_jobs_back(env: dict[str, str], tmp_path: Path) -> None:
     before = _state(env)
     ctld_before = next(p for p in before.processes if p.name == "slurmctld")
-    journal = tmp_path / "journal.json"
-    run = subprocess.run([str(BIN / "gpufleet"), "drill", "run", "scheduler-state-lost", "--stack", STACK,
-                          "--journal", str(journal)], env=env, cwd=REPO, capture_output=True, text=True,
-                         timeout=400)
-    print(run.stdout[-3000:])
-    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
-    assert "scheduler-state-lost: PASS" in run.stdout
-    doc = json.loads(journal.read_text())
-    verdict = next(p["output"] for p in doc["steady_states"]["after"]["probes"]
-                   if p["activity"]["name"] == "drill-within-targets")
-    assert verdict["outcome"] == "PASS" and verdict["rpo_seconds"] <= 30 and verdict["rto_seconds"] <= 60
+    verdict = _drill(env, tmp_path, "scheduler-state-lost")
+    assert verdict["rpo_seconds"] <= 30 and verdict["rto_seconds"] <= 60
     after = _state(env)
     ctld_after = next(p for p in after.processes if p.name == "slurmctld")
     assert ctld_after.pid != ctld_before.pid  # a new controller, from the restored state
@@ -138,13 +146,7 @@ def test_drill_scheduler_host_lost_restores_from_the_off_host_copy(
         shipped = wait_until("a state backup copied off the host and read back", lambda: [
             e for e in read_objects(events) if (e.get("offsite") or {}).get("verified")], 90)
         assert shipped[-1]["offsite"]["key"] == f"slurm-state/{shipped[-1]['archive']}"
-        journal = tmp_path / "journal.json"
-        run = subprocess.run([str(BIN / "gpufleet"), "drill", "run", "scheduler-host-lost", "--stack", STACK,
-                              "--journal", str(journal)], env=env, cwd=REPO, capture_output=True, text=True,
-                             timeout=400)
-        print(run.stdout[-3000:])
-        assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
-        assert "scheduler-host-lost: PASS" in run.stdout
+        verdict = _drill(env, tmp_path, "scheduler-host-lost")
         records = read_objects(Path(state.base_dir) / "slurm" / RECORD)
         lost = [r for r in records if r["event"] == "state_lost"][-1]
         restored = [r for r in records if r["event"] == "state_restored"][-1]
@@ -152,10 +154,6 @@ def test_drill_scheduler_host_lost_restores_from_the_off_host_copy(
         assert restored["from"] == "backup bucket" and restored["backup"], restored
         # The copy it fetched is back on the host, and the training job runs on under the new controller.
         assert (backup_dir(_state(env)) / restored["backup"]).is_file()
-        doc = json.loads(journal.read_text())
-        verdict = next(p["output"] for p in doc["steady_states"]["after"]["probes"]
-                       if p["activity"]["name"] == "drill-within-targets")
-        assert verdict["outcome"] == "PASS", verdict
         assert any("off-host copy" in n for n in verdict["notes"]), verdict["notes"]
         print(f"scheduler-host-lost: RPO {verdict['rpo_seconds']} s, RTO {verdict['rto_seconds']} s, "
               f"restored {restored['backup']} from the backup bucket")
