@@ -111,7 +111,8 @@ def up(
     run_id = new_run_id()
     base = state_path(stack, root).parent / f"run-{run_id}"
     layout = plan_layout(stack, spec, run_id, base)  # InputError before anything is made
-    layout = replace(layout, checkpoint_root=_checkpoints_on_storage(stack, spec, root, run_id))
+    if opts.training:  # without the job nothing checkpoints: no storage sandbox needed
+        layout = replace(layout, checkpoint_root=_checkpoints_on_storage(stack, spec, root, run_id))
     timings = Timings()
     base.mkdir(parents=True, mode=0o755)
     rec = Recorder(new_state(stack, run_id, base), root)
