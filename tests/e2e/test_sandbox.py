@@ -295,19 +295,25 @@ def test_down_leaves_nothing_behind(sandbox: Sandbox) -> None:
     assert res.returncode == 0 and "nothing to do" in res.stdout
 
 
-def test_down_after_kill_9_of_up_half_way(tmp_path: Path) -> None:
-    root = tmp_path / "root"
+def test_down_after_kill_9_of_up_half_way(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # A short folder: slurmd's spool sockets live under it (layout.SUN_PATH_MAX; `up` refuses a
+    # deeper one, and the test's own long name would make it too deep).
+    root = tmp_path_factory.mktemp("k9") / "root"
     env_root = str(root)
-    up = subprocess.Popen(
-        [GPUFLEET, "sandbox", "up", "--stack", STACK, "--no-training"],
-        env={**os.environ, "GPUFLEET_SANDBOX_ROOT": env_root},
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = root.parent / "up.log"
+    with log.open("wb") as out:
+        up = subprocess.Popen(
+            [GPUFLEET, "sandbox", "up", "--stack", STACK, "--no-training"],
+            env={**os.environ, "GPUFLEET_SANDBOX_ROOT": env_root},
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     state_file = root / STACK / "state.json"
 
     def half_way() -> SandboxState | None:
+        if up.poll() is not None:  # `up` ended before it was killed: say why instead of timing out
+            raise pytest.fail.Exception(f"`up` exited {up.returncode} early:\n{log.read_text()[-2000:]}")
         if not state_file.exists():
             return None
         st = read_state(STACK, root)
