@@ -82,46 +82,49 @@ class Loaded:
     manifest: CheckpointManifest
 
 
-class JobCheckpoints:
-    """The checkpoints of one folder, read only."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
+class CheckpointReader:
+    """The read side common to every store of the job's checkpoints: a store gives its complete
+    checkpoints (`keys`), every checkpoint with any file (`stems`), and the bytes of one file."""
 
     def keys(self) -> list[CkptKey]:
         """Every complete checkpoint (its manifest exists)."""
-        return sorted(k for k in (parse_manifest_name(p.name) for p in self.root.iterdir()) if k is not None)
+        raise NotImplementedError
+
+    def stems(self) -> list[CkptKey]:
+        """Every checkpoint with any file, complete or not (a save cut off leaves a shard or
+        metadata and no manifest)."""
+        raise NotImplementedError
+
+    def manifest_bytes(self, key: CkptKey) -> bytes | str:
+        """The manifest's bytes, or why they cannot be read."""
+        raise NotImplementedError
+
+    def read(self, key: CkptKey, name: str) -> bytes | None:
+        """One file of the checkpoint, None when it is missing."""
+        raise NotImplementedError
+
+    def has_manifest(self, key: CkptKey) -> bool:
+        return not isinstance(self.manifest_bytes(key), str)
 
     def load(self, key: CkptKey) -> Loaded | str:
         """The checkpoint, or why it is invalid (no manifest: the save was cut off; a file missing
         or with another sha256: corrupt)."""
-        try:
-            raw = (self.root / f"{key.stem}.json").read_bytes()
-        except OSError as e:
-            return f"manifest unreadable: {e}"
+        raw = self.manifest_bytes(key)
+        if isinstance(raw, str):
+            return f"manifest unreadable: {raw}"
         files: dict[str, bytes] = {}
 
         def hash_of(name: str) -> str | None:
-            try:
-                files[name] = (self.root / name).read_bytes()
-            except OSError:
+            data = self.read(key, name)
+            if data is None:
                 return None
-            return sha256_bytes(files[name])
+            files[name] = data
+            return sha256_bytes(data)
 
         got = check_manifest(key, raw, hash_of)
         if isinstance(got, str):
             return got
         return Loaded(key, files[shard_name(key)], got)
-
-    def stems(self) -> list[CkptKey]:
-        """Every checkpoint with any file here, complete or not (a save cut off leaves a shard or
-        metadata and no manifest)."""
-        out = set()
-        for p in self.root.iterdir():
-            parsed = parse_stem(p.name.split(".", 1)[0])
-            if parsed is not None:
-                out.add(CkptKey(*parsed))
-        return sorted(out)
 
     def newest_valid(self) -> tuple[Loaded | None, list[tuple[CkptKey, str]]]:
         """The newest valid checkpoint, and the newer ones skipped with the reason (incomplete:
@@ -138,6 +141,60 @@ class JobCheckpoints:
             skipped.append((key, got))
         return None, skipped
 
+    def verify_all(self) -> tuple[list[Loaded], list[tuple[CkptKey, str]]]:
+        """Every complete checkpoint checked by sha256: the ones that verify, and the ones that do
+        not with why. A checkpoint whose manifest went away while it was checked was pruned by its
+        job (retention, not corruption) and is in neither list."""
+        good: list[Loaded] = []
+        bad: list[tuple[CkptKey, str]] = []
+        for key in self.keys():
+            got = self.load(key)
+            if isinstance(got, Loaded):
+                good.append(got)
+            elif self.has_manifest(key):
+                bad.append((key, got))
+        return good, bad
+
+    def recheck(self, key: CkptKey) -> dict[str, str | None]:
+        """One checkpoint as the store holds it now: {stem: None} when it verifies, {stem: why} when
+        it does not, {} when its job pruned it (its manifest is gone, before or during the check)."""
+        if not self.has_manifest(key):
+            return {}
+        got = self.load(key)
+        if isinstance(got, Loaded):
+            return {key.stem: None}
+        return {key.stem: got} if self.has_manifest(key) else {}
+
+
+class JobCheckpoints(CheckpointReader):
+    """The checkpoints of one folder, read only."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def keys(self) -> list[CkptKey]:
+        return sorted(k for k in (parse_manifest_name(p.name) for p in self.root.iterdir()) if k is not None)
+
+    def stems(self) -> list[CkptKey]:
+        out = set()
+        for p in self.root.iterdir():
+            parsed = parse_stem(p.name.split(".", 1)[0])
+            if parsed is not None:
+                out.add(CkptKey(*parsed))
+        return sorted(out)
+
+    def manifest_bytes(self, key: CkptKey) -> bytes | str:
+        try:
+            return (self.root / f"{key.stem}.json").read_bytes()
+        except OSError as e:
+            return str(e)
+
+    def read(self, key: CkptKey, name: str) -> bytes | None:
+        try:
+            return (self.root / name).read_bytes()
+        except OSError:
+            return None
+
 
 # A Slurm sandbox's training job checkpoints on a JuiceFS volume in a folder of this prefix (under
 # the stack's checkpoint folder, gpufleet.sandbox.storage.juicefs.training_checkpoint_dir).
@@ -150,17 +207,5 @@ def job_folders(checkpoint_dir: Path) -> list[Path]:
 
 
 def verify_folder(root: Path) -> tuple[list[Loaded], list[tuple[CkptKey, str]]]:
-    """Every complete checkpoint of a folder checked by sha256: the ones that verify, and the ones
-    that do not with why. A checkpoint whose manifest went away while it was checked was pruned by
-    its job (retention, not corruption) and is in neither list."""
-    good: list[Loaded] = []
-    bad: list[tuple[CkptKey, str]] = []
-    folder = JobCheckpoints(root)
-    complete = folder.keys()
-    for key in complete:
-        got = folder.load(key)
-        if isinstance(got, Loaded):
-            good.append(got)
-        elif (root / f"{key.stem}.json").exists():
-            bad.append((key, got))
-    return good, bad
+    """Every complete checkpoint of a folder checked by sha256 (CheckpointReader.verify_all)."""
+    return JobCheckpoints(root).verify_all()

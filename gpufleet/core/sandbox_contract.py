@@ -148,6 +148,9 @@ class SandboxState(_M):
     alertmanager_url: str | None = None
     agent_token_file: str | None = None  # bearer token for the agent control sockets
     checkpoint_dir: str | None = None
+    # When the job checkpoints straight to S3: its location file (core.s3_job_checkpoints.S3Location,
+    # mode 0600; the endpoint in it is the nodes' loopback relay, not the root namespace's radosgw).
+    checkpoint_s3: str | None = None
     training_job_name: str | None = None
     training_events: str | None = None  # JSONL: {"t", "event", "step", "restart", "job_id", "node"}
     training_hosts_file: str | None = None  # JSON node -> rendezvous addresses (the ranks' --hosts-file)

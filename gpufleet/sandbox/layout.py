@@ -119,6 +119,9 @@ class Layout:
     # Where the training job checkpoints when not in the run folder: a folder of the stack's JuiceFS
     # volume (sandbox.storage.juicefs.training_checkpoint_dir).
     checkpoint_root: Path | None = None
+    # Or a bucket prefix of the storage sandbox's object store, named by this location file
+    # (core.s3_job_checkpoints.S3Location; sandbox.storage.s3_job, ADR 0070).
+    checkpoint_s3: Path | None = None
 
     # ---- names
     @property

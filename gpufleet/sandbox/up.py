@@ -22,7 +22,7 @@ from gpufleet.core import juicefs as jfs
 from gpufleet.core.haproxy_stats import server_states
 from gpufleet.core.promapi import PrometheusClient
 from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, state_path
-from gpufleet.core.storage_contract import read_storage_state, storage_state_path
+from gpufleet.core.storage_contract import StorageSandboxState, read_storage_state, storage_state_path
 from gpufleet.sandbox import agents, network, prometheus, slurm, slurm_state_backup, workload
 from gpufleet.sandbox.configs import hosts_json
 from gpufleet.sandbox.layout import AGENT_PORT, MGMT_IFNAME, Layout, new_run_id, plan_layout
@@ -30,7 +30,7 @@ from gpufleet.sandbox.processes import Started, Timings
 from gpufleet.sandbox.readiness import wait_for
 from gpufleet.sandbox.serving import start as serving_start
 from gpufleet.sandbox.state import Recorder, existing, new_state
-from gpufleet.sandbox.storage import juicefs
+from gpufleet.sandbox.storage import juicefs, s3_job
 
 
 class SandboxError(RuntimeError):
@@ -111,13 +111,17 @@ def up(
     run_id = new_run_id()
     base = state_path(stack, root).parent / f"run-{run_id}"
     layout = plan_layout(stack, spec, run_id, base)  # InputError before anything is made
+    s3_target = None
     if opts.training:  # without the job nothing checkpoints: no storage sandbox needed
         layout = replace(layout, checkpoint_root=_checkpoints_on_storage(stack, spec, root, run_id))
+        s3_target = _checkpoints_on_s3(stack, spec, root, run_id)
+        if s3_target is not None:
+            layout = replace(layout, checkpoint_s3=base / "training" / "s3-location.json")
     timings = Timings()
     base.mkdir(parents=True, mode=0o755)
     rec = Recorder(new_state(stack, run_id, base), root)
     try:
-        _bring_up(layout, spec, opts, rec, timings, say)
+        _bring_up(layout, spec, opts, rec, timings, say, s3_target)
     except BaseException:
         rec.update(phase="failed")
         raise
@@ -126,16 +130,27 @@ def up(
     return rec, timings
 
 
+def _storage_state(stack: str, root: Path | None) -> StorageSandboxState | None:
+    path = storage_state_path(stack, root)
+    try:
+        return read_storage_state(stack, root) if path.exists() else None
+    except (OSError, ValueError) as e:
+        raise SandboxError(f"the storage sandbox's state file {path} is unreadable: {e}") from None
+
+
 def _checkpoints_on_storage(stack: str, spec: StackSpec, root: Path | None, run_id: str) -> Path | None:
     """The training job's folder on the stack's JuiceFS volume, when the stack checkpoints there."""
     if juicefs.checkpoint_folder(spec) is None:
         return None
-    path = storage_state_path(stack, root)
-    try:
-        storage = read_storage_state(stack, root) if path.exists() else None
-    except (OSError, ValueError) as e:
-        raise SandboxError(f"the storage sandbox's state file {path} is unreadable: {e}") from None
-    return juicefs.training_checkpoint_dir(stack, spec, storage, jfs.mounted, run_id)
+    return juicefs.training_checkpoint_dir(stack, spec, _storage_state(stack, root), jfs.mounted, run_id)
+
+
+def _checkpoints_on_s3(stack: str, spec: StackSpec, root: Path | None, run_id: str) -> s3_job.S3Target | None:
+    """The training job's bucket prefix on the storage sandbox's object store, when the stack
+    checkpoints straight to S3."""
+    if not spec.storage.checkpoint.location.startswith("s3://"):
+        return None
+    return s3_job.job_target(stack, spec, _storage_state(stack, root), run_id)
 
 
 def _record(rec: Recorder, started: Started) -> Started:
@@ -157,6 +172,7 @@ def _bring_up(
     rec: Recorder,
     timings: Timings,
     say: Callable[[str], None],
+    s3_target: s3_job.S3Target | None = None,
 ) -> None:
     rec.update(
         nodes=contract_nodes(layout),
@@ -165,6 +181,7 @@ def _bring_up(
         slurm_conf=str(layout.slurm_conf),
         agent_token_file=str(layout.token_file),
         checkpoint_dir=str(layout.checkpoint_dir),
+        checkpoint_s3=None if layout.checkpoint_s3 is None else str(layout.checkpoint_s3),
         training_events=str(layout.events_file),
         training_hosts_file=str(layout.hosts_file),
     )
@@ -185,6 +202,13 @@ def _bring_up(
     started.append(_record(rec, prometheus.start(layout, prom_conf, spec.monitoring.retention)))
     fwd, port_file = prometheus.start_forwarder(layout)
     started.append(_record(rec, fwd))
+    relay_port_file = None
+    if s3_target is not None and layout.checkpoint_s3 is not None:
+        s3_job.write_location(layout.checkpoint_s3, s3_target.location)
+        relay_port_file = layout.path("training", "s3-relay.port")
+        started.append(_record(rec, s3_job.start_relay(
+            [n.netns for n in layout.slurm_nodes], s3_target.radosgw_port, relay_port_file,
+            layout.path("training", "s3-relay.log"), opts.python)))
     if opts.agents:
         for n in layout.nodes:
             started.append(_record(rec, agents.start_agent(layout, n.name)))
@@ -246,16 +270,20 @@ def _bring_up(
     timings.mark("prometheus")
 
     if opts.training:
+        if relay_port_file is not None:
+            wait_for("the S3 relay into the nodes' namespaces", lambda: relay_port_file.exists(),
+                     deadline - time.monotonic(), 0.1)
         started.append(_record(rec, workload.start_controller(layout, opts.python)))
         rec.update(
             training_job_name=workload.job_name(layout),
             training_controller=str(workload.controller_status_file(layout)),
         )
-        on_volume = f" (checkpoints on the JuiceFS volume: {layout.checkpoint_dir})"
-        say(
-            "auto-resume controller started; it submits the training job"
-            + (on_volume if layout.checkpoint_root else "")
-        )
+        where = ""
+        if layout.checkpoint_root:
+            where = f" (checkpoints on the JuiceFS volume: {layout.checkpoint_dir})"
+        elif s3_target is not None:
+            where = f" (checkpoints straight to S3: {s3_target.location.url})"
+        say("auto-resume controller started; it submits the training job" + where)
 
         def training_progressing() -> bool:
             _check_alive(started)

@@ -25,6 +25,7 @@ def job_script(layout: Layout, python: str = sys.executable) -> str:
         python=python,
         base_dir=str(layout.base_dir),
         checkpoint_dir=str(layout.checkpoint_dir),
+        checkpoint_s3=None if layout.checkpoint_s3 is None else str(layout.checkpoint_s3),
         events_file=str(layout.events_file),
         file_sd_dir=str(layout.file_sd_dir),
         hosts_file=str(layout.hosts_file),

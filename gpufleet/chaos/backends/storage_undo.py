@@ -32,7 +32,8 @@ from gpufleet.core.job_checkpoints import job_folders, verify_folder
 from gpufleet.core.jsonl import append_objects
 from gpufleet.core.juicefs_backups import restore_newest
 from gpufleet.core.procs import alive, children, launch, start_time
-from gpufleet.core.s3_checkpoints import store_for
+from gpufleet.core.s3_checkpoints import S3CheckpointStore, store_for
+from gpufleet.core.s3_job_checkpoints import copy_fence, job_prefixes
 from gpufleet.core.sandbox_contract import Launch
 from gpufleet.core.storage_contract import (
     BACKUP_PREFIX,
@@ -155,10 +156,42 @@ def rb_restore_bucket(args: dict[str, Any]) -> None:
     except ClientError:
         primary.client.create_bucket(Bucket=state.checkpoint_bucket)
     backup = store_for(state, state.backup_bucket, BACKUP_PREFIX)
+    restored, failed = _restore_store(backup, primary)
+    # Training jobs that checkpoint straight to the bucket (ADR 0070): each job's prefix as well,
+    # recorded as the drills read a job's restored checkpoints (job_verified / job_corrupt).
+    job_verified: list[dict[str, Any]] = []
+    job_corrupt: list[dict[str, Any]] = []
+    for prefix in job_prefixes(backup.client, state.backup_bucket, BACKUP_PREFIX):
+        target = prefix[len(BACKUP_PREFIX):]
+        src = store_for(state, state.backup_bucket, prefix)
+        dst = store_for(state, state.checkpoint_bucket, target)
+        copy_fence(src, dst)  # the fence first: the job prunes, and a stale generation is refused
+        good, bad = _restore_store(src, dst)
+        folder = target.rstrip("/").rsplit("/", 1)[-1]
+        job_verified += [{**r, "folder": folder} for r in good]
+        job_corrupt += [{**r, "folder": folder} for r in bad]
+    event = {
+        "t": time.time(),
+        "event": "restore",
+        "started_at": started,
+        "restored": restored,
+        "failed": failed,
+        "job_verified": job_verified,
+        "job_corrupt": job_corrupt,
+    }
+    append_objects(state.events_file(RESTORE_EVENTS), [event])
+    if failed or job_corrupt:
+        raise ActivityFailed(f"{len(failed) + len(job_corrupt)} backed-up checkpoint(s) did not restore "
+                             f"verified: {failed + job_corrupt}")
+
+
+def _restore_store(backup: S3CheckpointStore, primary: S3CheckpointStore) -> tuple[
+        list[dict[str, Any]], list[dict[str, Any]]]:
+    """Copy back, newest first, at most RESTORE_NEWEST verified checkpoints the primary lacks (what
+    a job resumes from, and the RTO's cost): the ones restored verified, and the ones that did not."""
     have = {(m.job, m.restart, m.step) for m in primary.complete()}
     restored: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
-    # Newest first, at most RESTORE_NEWEST verified: what a job resumes from, and the RTO's cost.
     for m in sorted(backup.complete(), key=lambda m: (m.job, m.restart, m.step), reverse=True):
         if len(restored) >= RESTORE_NEWEST:
             break
@@ -175,16 +208,7 @@ def rb_restore_bucket(args: dict[str, Any]) -> None:
                 "problems": problems,
             }
         )
-    event = {
-        "t": time.time(),
-        "event": "restore",
-        "started_at": started,
-        "restored": restored,
-        "failed": failed,
-    }
-    append_objects(state.events_file(RESTORE_EVENTS), [event])
-    if failed:
-        raise ActivityFailed(f"{len(failed)} backed-up checkpoint(s) did not restore verified: {failed}")
+    return restored, failed
 
 
 # ----------------------------------------------------------------------------- JuiceFS

@@ -227,13 +227,31 @@ def _osd_lost(
         elif found is not None:
             verified.append(c)
     done_at = time.time() if clean else None
-    before = [c for c in verified if c.manifest is not None and c.manifest.written_at <= failed_at]
-    newest = max(before, key=lambda c: c.key, default=None)
+    before = [(c.key, c.manifest.written_at) for c in verified
+              if c.manifest is not None and c.manifest.written_at <= failed_at]
+    checked = len(verified)
+    job = job_drill.job_on_bucket(state, _state_root(ctx))
+    if job is not None:
+        # The training job checkpoints straight to the bucket (ADR 0070): its checkpoints are
+        # verified with the writer's. It keeps only its newest few, so by the time the PGs are clean
+        # it has usually pruned every one written before the failure (retention, not loss): the
+        # RPO is the newest checkpoint of either written before the failure that verifies now.
+        good, bad = job.reader.verify_all()
+        corrupt += len(bad)
+        checked += len(good)
+        problems += [f"{k.stem} of the training job does not verify: {why}" for k, why in bad]
+        job_before = [((g.key.job, g.key.restart, g.key.step), g.manifest.written_at) for g in good
+                      if g.manifest.written_at <= failed_at]
+        before += job_before
+        problems.append(f"{len(good)} checkpoint(s) of the training job ({job.folder}) and {len(verified)} "
+                        f"of the checkpoint writer verified after the recovery; {len(job_before)} of the "
+                        "job's written before the failure (it prunes to its newest few)")
+    newest = max(before, key=lambda b: b[1], default=None)
     if newest is None:
         problems.append("no checkpoint written before the failure is left to verify")
     restored = None
-    if newest is not None and newest.manifest is not None:
-        restored = RestoredCheckpoint(stem(newest.key), newest.key[2], newest.manifest.written_at, True)
+    if newest is not None:
+        restored = RestoredCheckpoint(stem(newest[0]), newest[0][2], newest[1], True)
     verdict = judge_drill(
         DrillInputs(
             drill=drill,
@@ -241,7 +259,7 @@ def _osd_lost(
             failed_at=failed_at,
             restore_verified_at=done_at,
             restored=restored,
-            checkpoints_restored=len(verified),
+            checkpoints_restored=checked,
             checkpoints_corrupt=corrupt,
             problems=tuple(problems),
         )
@@ -290,6 +308,28 @@ def _gc_note(gc: dict[str, Any] | None) -> str:
     )
 
 
+def _judge_job(
+    drill: str,
+    ctx: engine.Context,
+    state: StorageSandboxState,
+    job: job_drill.JobStore,
+    failed_at: float,
+    restore: dict[str, Any] | None,
+    timeout_s: float,
+    problems: list[str],
+    writer: tuple[int, int],
+) -> dict[str, Any]:
+    """The verdict on the training job; the checkpoint writer beside it is only reported."""
+    writer_at = _writer_resumed(state, failed_at, 0.0) if restore is not None else None
+    problems.append("the checkpoint writer beside it: " + (
+        "no save since the failure" if writer_at is None
+        else f"saved again {writer_at - failed_at:.1f} s after the failure"))
+    inputs = job_drill.judge_job(drill, _targets(ctx), job, failed_at, restore, timeout_s, problems, writer)
+    doc = judge_drill(inputs).to_doc()
+    logger.info("gpufleet drill verdict: %s", json.dumps(doc, default=str))
+    return doc
+
+
 def _metadata_lost(
     drill: str, ctx: engine.Context, state: StorageSandboxState, failed_at: float, timeout_s: float
 ) -> dict[str, Any]:
@@ -315,17 +355,11 @@ def _metadata_lost(
     rec = state.juicefs
     if rec is None or rec.checkpoint_dir is None:
         raise ActivityFailed(f"the storage sandbox of {state.stack} has no checkpoints on JuiceFS")
-    sandbox = job_drill.job_on_volume(state, _state_root(ctx))
-    if sandbox is not None:
+    job = job_drill.job_on_volume(state, _state_root(ctx))
+    if job is not None:
         # The real training job checkpoints on the volume: it is what the drill judges.
-        writer_at = _writer_resumed(state, failed_at, 0.0) if restore is not None else None
-        problems.append("the checkpoint writer beside it: " + (
-            "no save since the failure" if writer_at is None
-            else f"saved again {writer_at - failed_at:.1f} s after the failure"))
-        inputs = job_drill.judge_job(drill, _targets(ctx), sandbox, failed_at, restore, timeout_s, problems)
-        doc = judge_drill(inputs).to_doc()
-        logger.info("gpufleet drill verdict: %s", json.dumps(doc, default=str))
-        return doc
+        writer = (len((restore or {}).get("verified", [])), len((restore or {}).get("corrupt", [])))
+        return _judge_job(drill, ctx, state, job, failed_at, restore, timeout_s, problems, writer)
     store = FsCheckpointStore(Path(rec.checkpoint_dir))
     came_back = [r for r in (restore or {}).get("verified", []) if float(r["written_at"]) <= failed_at]
     corrupt = len((restore or {}).get("corrupt", []))
@@ -386,6 +420,12 @@ def drill_within_targets(
     restore = restores[-1] if restores else None
     if restore is None:
         problems.append("no restore was recorded after the fault")
+    job = job_drill.job_on_bucket(state, _state_root(ctx))
+    if job is not None:
+        # The real training job checkpoints straight to the bucket (ADR 0070): the drill judges it.
+        counts = (len((restore or {}).get("restored", [])), len((restore or {}).get("failed", [])))
+        timeout = resume_timeout_seconds
+        return _judge_job(drill, ctx, state, job, failed_at, restore, timeout, problems, counts)
     writer = state.events_file("checkpoint-writer")
     deadline = time.monotonic() + resume_timeout_seconds
     resumed_at = None

@@ -17,19 +17,33 @@ import time
 from pathlib import Path
 
 from gpufleet.core.checkpoint_manifest import stem
-from gpufleet.core.fs_checkpoints import checkpoint_store_of
-from gpufleet.core.s3_checkpoints import store_for
+from gpufleet.core.fs_checkpoints import FsCheckpointStore, checkpoint_store_of
+from gpufleet.core.s3_checkpoints import S3CheckpointStore, store_for
+from gpufleet.core.s3_job_checkpoints import copy_fence, job_prefixes
 from gpufleet.core.storage_contract import BACKUP_PREFIX, EVIDENCE_PREFIX, StorageSandboxState
 from gpufleet.sandbox.storage.writer import Events
 
 
 def backup_once(state: StorageSandboxState, events: Events, keep: int = 20) -> int:
-    """Copy what is not backed up yet; the number of checkpoints copied and verified. Only the newest
-    `keep` backups stay current (older ones are deleted, and stay restorable as noncurrent versions
-    in the versioned bucket)."""
+    """Copy what is not backed up yet: the checkpoint writer's checkpoints and, when training jobs
+    checkpoint straight to the bucket (ADR 0070), each job's prefix (its fence markers first) to
+    the same prefix under the backup's; the number of checkpoints copied and verified. Only the
+    newest `keep` backups of each stay current (older ones are deleted, and stay restorable as
+    noncurrent versions in the versioned bucket)."""
     assert state.backup_bucket is not None
     src = checkpoint_store_of(state)
-    dst = store_for(state, state.backup_bucket, BACKUP_PREFIX)
+    pairs = [(src, store_for(state, state.backup_bucket, BACKUP_PREFIX), "")]
+    if isinstance(src, S3CheckpointStore):
+        for prefix in job_prefixes(src.client, src.bucket):
+            job = S3CheckpointStore(src.client, src.bucket, prefix)
+            dst = store_for(state, state.backup_bucket, BACKUP_PREFIX + prefix)
+            copy_fence(job, dst)
+            pairs.append((job, dst, prefix))
+    return sum(_backup_store(s, d, evidence_under, events, keep) for s, d, evidence_under in pairs)
+
+
+def _backup_store(src: FsCheckpointStore | S3CheckpointStore, dst: S3CheckpointStore, evidence_under: str,
+                  events: Events, keep: int) -> int:
     have = {(m.job, m.restart, m.step) for m in dst.complete()}
     copied = 0
     for m in src.complete():
@@ -48,11 +62,12 @@ def backup_once(state: StorageSandboxState, events: Events, keep: int = 20) -> i
             "bytes": m.total_bytes(),
             "verified": not problems,
             "problems": problems,
+            **({"job_prefix": evidence_under} if evidence_under else {}),
         }
         if not problems:
             dst.client.put_object(
                 Bucket=dst.bucket,
-                Key=f"{EVIDENCE_PREFIX}{stem(key)}.json",
+                Key=f"{EVIDENCE_PREFIX}{evidence_under}{stem(key)}.json",
                 Body=json.dumps(evidence, sort_keys=True).encode(),
             )
             copied += 1

@@ -20,6 +20,7 @@ class JobParams(BaseModel):
     python: str  # the venv's interpreter (sys.executable of the submitter)
     base_dir: str  # sandbox run directory; ranks read <base_dir>/nodes/<node>/gpu-health.json
     checkpoint_dir: str
+    checkpoint_s3: str | None = None  # the S3 location file: checkpoints to its bucket prefix instead
     events_file: str
     file_sd_dir: str  # Prometheus file_sd directory: rank 0 writes its own target there
     hosts_file: str  # JSON: node -> {"mgmt_ip", "fabric_ip", "fabric_ifname"}
@@ -36,11 +37,11 @@ class JobParams(BaseModel):
     metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9410
     srun: str = "/usr/bin/srun"
 
-    @field_validator("python", "base_dir", "checkpoint_dir", "events_file", "file_sd_dir", "hosts_file",
-                     "srun")
+    @field_validator("python", "base_dir", "checkpoint_dir", "checkpoint_s3", "events_file", "file_sd_dir",
+                     "hosts_file", "srun")
     @classmethod
-    def _absolute(cls, v: str) -> str:
-        if not Path(v).is_absolute():
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).is_absolute():
             raise ValueError(f"must be an absolute path (jobs get no PATH or cwd): {v!r}")
         return v
 
@@ -62,7 +63,7 @@ def train_args(p: JobParams) -> list[str]:
         "--keep-checkpoints", str(p.keep_checkpoints),
         "--rendezvous-port", str(p.rendezvous_port),
         "--metrics-port", str(p.metrics_port),
-    ]
+    ] + (["--checkpoint-s3", p.checkpoint_s3] if p.checkpoint_s3 else [])
 
 
 def render_job_script(params: JobParams) -> str:

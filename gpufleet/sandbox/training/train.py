@@ -24,8 +24,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from gpufleet.sandbox.gpu_health import GpuHealth
-from gpufleet.sandbox.training.checkpoint import CheckpointDir, CkptKey, StaleGeneration
+from gpufleet.sandbox.training.checkpoint import CkptKey, StaleGeneration, open_store
 from gpufleet.sandbox.training.progress import (
     EventContext,
     EventLog,
@@ -43,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpufleet.sandbox.training.train", description=__doc__)
     p.add_argument("--base-dir", type=Path, required=True)
     p.add_argument("--checkpoint-dir", type=Path, required=True)
+    p.add_argument("--checkpoint-s3", type=Path, default=None,
+                   help="the job's S3 location file (core.s3_job_checkpoints.S3Location): checkpoints "
+                   "go to that bucket prefix instead of --checkpoint-dir")
     p.add_argument("--events-file", type=Path, required=True)
     p.add_argument("--file-sd-dir", type=Path, required=True)
     p.add_argument("--hosts-file", type=Path, required=True)
@@ -58,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rank 0's Prometheus port on the node's management address; 0: none (smoke.py)")
     p.add_argument("--job-name", default=os.environ.get("SLURM_JOB_NAME", "train"))
     return p
+
+
+def _error_code(e: Exception) -> str:
+    """errno's name for an OSError, S3's error code for a ClientError, the class otherwise."""
+    if isinstance(e, OSError):
+        return errno.errorcode.get(e.errno or 0, "?")
+    if isinstance(e, ClientError):
+        return str(e.response.get("Error", {}).get("Code", "?"))
+    return type(e).__name__
 
 
 def rendezvous_port(base: int, restart: int) -> int:
@@ -85,7 +99,7 @@ class Trainer:
         self.args, self.info, self.hosts, self.events = args, info, hosts, events
         self.torch = torch
         self.gen = (info.job_id, info.restart)
-        self.ckpt = CheckpointDir(args.checkpoint_dir)
+        self.ckpt = open_store(args.checkpoint_dir, args.checkpoint_s3)
         node_dir = args.base_dir / "nodes" / info.node
         # Faults that kill only the running process (XID 94) apply to processes started before them.
         self.health = GpuHealth(node_dir / "gpu-health.json", info.gpus or (info.local_rank,),
@@ -205,14 +219,14 @@ class Trainer:
                                    "node": self.info.node})
             dt = time.monotonic() - t0
             self.ckpt.prune(self.gen, self.args.keep_checkpoints)
-        except OSError as e:
-            # The checkpoint store failed (read-only, I/O error, full, gone): the model in memory is
-            # fine, so a failed checkpoint is not a crash. Count it (the alert's signal), say so, and
-            # try again at the next interval; a failure meanwhile loses more work, which is the risk
-            # the alert reports. StaleGeneration (fencing) is not an OSError and still stops the rank.
+        except (OSError, BotoCoreError, ClientError) as e:
+            # The checkpoint store failed (read-only, I/O error, full, gone; on S3: the bucket gone,
+            # radosgw down or timing out): the model in memory is fine, so a failed checkpoint is
+            # not a crash. Count it (the alert's signal), say so, and try again at the next
+            # interval; a failure meanwhile loses more work, which is the risk the alert reports.
+            # StaleGeneration (fencing) is none of these and still stops the rank.
             self.progress.update(checkpoint_failures=self.progress.checkpoint_failures + 1)
-            self.events.emit("checkpoint_failed", self.step, errno=errno.errorcode.get(e.errno or 0, "?"),
-                             message=str(e))
+            self.events.emit("checkpoint_failed", self.step, errno=_error_code(e), message=str(e)[:300])
             return
         self.progress.update(last_checkpoint_step=self.step)
         self.events.emit("checkpoint", self.step, checkpoint=key.stem, bytes=len(buf.getvalue()),

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.chaos.storage import job_drill
-from gpufleet.core.job_checkpoints import CkptKey, job_folders, verify_folder
+from gpufleet.core.job_checkpoints import CkptKey, JobCheckpoints, job_folders, verify_folder
 from gpufleet.core.sandbox_contract import SandboxState, write_state
 from gpufleet.core.storage_contract import StorageSandboxState
 from gpufleet.sandbox.training.checkpoint import CheckpointDir
@@ -28,8 +28,6 @@ def _ckpt(step: int, written_at: float, folder: str = FOLDER) -> dict[str, Any]:
 def _restore(**more: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "t": 1006.0,  # restored and verified 6 s after the failure
-        "verified": [{"checkpoint": "w"}] * 4,  # the checkpoint writer's, beside the job
-        "corrupt": [],
         # 980 and 990 came back from the dump; 1008 was written after the restore; another job's
         # folder is not this job's.
         "job_verified": [_ckpt(980, 980.5), _ckpt(990, 990.5), _ckpt(1008, 1008.2),
@@ -52,7 +50,7 @@ EVENTS = [
 def test_the_job_is_judged_rpo_to_its_newest_restored_save_rto_to_its_first_step_after_the_restore() -> None:
     recheck = {CkptKey(1, 0, 990).stem: None}
     v = judge_drill(job_drill.job_inputs("metadata-engine-lost", TARGETS, FAILED, _restore(), FOLDER, EVENTS,
-                                         recheck))
+                                         recheck, writer=(4, 0)))
     assert v.outcome is Outcome.PASS, v
     assert v.rpo_seconds == 9.5  # 1000 - 990.5: step 990's save, the newest written before the failure
     assert v.rto_seconds == 7.5 and v.resumed_after_seconds == 7.5  # step 1001 at 1007.5
@@ -60,7 +58,7 @@ def test_the_job_is_judged_rpo_to_its_newest_restored_save_rto_to_its_first_step
     integrity = {c.name: c for c in v.checks}["integrity"]
     assert integrity.detail == (f"3 checkpoint(s) of the training job ({FOLDER}) and 4 of the checkpoint "
                                 "writer restored, every file verified by sha256")
-    assert "the training job kept running: its saves failed or waited while the engine was gone" in v.notes
+    assert "the training job kept running: its saves failed or waited while the store was gone" in v.notes
 
 
 def test_a_restored_save_pruned_since_is_said_and_one_that_no_longer_verifies_fails() -> None:
@@ -137,4 +135,5 @@ def test_the_drill_finds_the_job_only_when_it_checkpoints_on_this_volume(tmp_pat
     on_volume = sandbox.model_copy(update={"checkpoint_dir": str(mnt / "checkpoints" / FOLDER)})
     write_state(on_volume, tmp_path)
     found = job_drill.job_on_volume(storage, tmp_path)
-    assert found is not None and found.checkpoint_dir == str(mnt / "checkpoints" / FOLDER)
+    assert found is not None and found.folder == FOLDER
+    assert isinstance(found.reader, JobCheckpoints) and found.reader.root == mnt / "checkpoints" / FOLDER
