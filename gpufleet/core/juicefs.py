@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gpufleet.core import backup_checks
+from gpufleet.core import backup_checks, mounts
 from gpufleet.core.backup_checks import SHRINK_FLOOR as SHRINK_FLOOR  # re-exported: the dumps' floor
 
 # Dumps and their evidence in the backup bucket: `<prefix>dump-<ms>.json` and `...json.evidence.json`.
@@ -224,15 +224,11 @@ def gc(meta_url: str, delete: bool, skip_newer_than_s: int, timeout_s: float = C
     return parse_gc(res.stderr + res.stdout)  # its summary is a log line, on stderr
 
 
-def mounted(mountpoint: Path, mounts: str | None = None) -> bool:
-    """Whether /proc/mounts lists a JuiceFS (fuse.juicefs) mount at `mountpoint`."""
-    text = mounts if mounts is not None else Path("/proc/mounts").read_text()
-    want = str(mountpoint)
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[1] == want and parts[2] == "fuse.juicefs":
-            return True
-    return False
+def mounted(mountpoint: Path, mountinfo: str | None = None) -> bool:
+    """Whether the mount visible at `mountpoint` is JuiceFS's (fuse.juicefs), from this process's
+    mountinfo (core.mounts)."""
+    seen = mounts.mounts_at(str(mountpoint), mountinfo if mountinfo is not None else mounts.read_mountinfo())
+    return bool(seen) and seen[-1].fs_type == "fuse.juicefs"
 
 
 FUSECTL = Path("/sys/fs/fuse/connections")
@@ -242,12 +238,9 @@ def fuse_connection(mountpoint: Path, mountinfo: str | None = None) -> int | Non
     """The FUSE connection of the mount at `mountpoint`: its device's minor number (field 3 of
     /proc/self/mountinfo, `0:<minor>`), which names its folder in the fusectl file system. Read from
     mountinfo, never by stat(2), which blocks on a hung mount."""
-    text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) > 4 and parts[4] == str(mountpoint) and parts[2].startswith("0:"):
-            return int(parts[2].split(":")[1])
-    return None
+    text = mountinfo if mountinfo is not None else mounts.read_mountinfo()
+    fuse = [m for m in mounts.mounts_at(str(mountpoint), text) if m.device.startswith("0:")]
+    return int(fuse[-1].device.split(":")[1]) if fuse else None
 
 
 def abort_fuse(connection: int) -> bool:

@@ -32,6 +32,7 @@ class MountEntry:
     mount_point: str
     fs_type: str
     shared: bool  # in a peer group (`shared:N`): mounts under it propagate to its slaves
+    device: str = ""  # st_dev as `major:minor` (field 3); a FUSE mount's minor names its connection
 
 
 def _unescape(field: str) -> str:
@@ -59,7 +60,7 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
         if len(parts) <= sep + 1:
             continue
         shared = any(o.startswith("shared:") for o in parts[6:sep])
-        out.append(MountEntry(_unescape(parts[4]), parts[sep + 1], shared))
+        out.append(MountEntry(_unescape(parts[4]), parts[sep + 1], shared, parts[2]))
     return out
 
 

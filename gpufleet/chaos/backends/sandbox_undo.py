@@ -20,6 +20,7 @@ from chaoslib.exceptions import ActivityFailed
 
 from gpufleet.chaos import sysops
 from gpufleet.chaos.backends.base import nft_delete_argv
+from gpufleet.core import mounts
 from gpufleet.core.haproxy_runtime import set_server_state
 from gpufleet.core.procs import launch, start_time
 from gpufleet.core.sandbox_contract import Launch, read_state, write_state
@@ -256,9 +257,9 @@ def run_in_mount_namespace(pids: list[int], argv: list[str]) -> bool:
 
 
 def mounted(pid: int | None, path: str) -> int:
-    info = Path(f"/proc/{pid or 'self'}/mountinfo")
+    """How many mounts are stacked at `path` in the mount namespace of `pid` (None: this process's)."""
     try:
-        return sum(1 for line in info.read_text().splitlines() if line.split()[4] == path)
+        return len(mounts.mounts_at(path, mounts.read_mountinfo(pid)))
     except OSError:
         return 0
 

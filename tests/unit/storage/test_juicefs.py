@@ -165,11 +165,15 @@ def test_commands_keep_keys_off_the_format_and_mount_command_lines() -> None:
     assert jfs.redis_cli(5, "PING", db=2) == ["redis-cli", "-h", "127.0.0.1", "-p", "5", "-n", "2", "PING"]
 
 
-def test_mounted_reads_proc_mounts() -> None:
-    mounts = "JuiceFS:jfs /r/mnt fuse.juicefs rw,nosuid,nodev,relatime 0 0\ntmpfs /r/other tmpfs rw 0 0\n"
-    assert jfs.mounted(Path("/r/mnt"), mounts)
-    assert not jfs.mounted(Path("/r/other"), mounts)
-    assert not jfs.mounted(Path("/r"), mounts)
+def test_mounted_reads_the_mount_visible_last_in_mountinfo() -> None:
+    info = ("36 25 0:32 / /r rw shared:12 - tmpfs tmpfs rw\n"
+            "612 36 0:48 / /r/mnt rw,relatime shared:300 - fuse.juicefs JuiceFS:jfs rw,user_id=0\n"
+            "613 36 0:49 / /r/other rw - tmpfs tmpfs rw\n")
+    assert jfs.mounted(Path("/r/mnt"), info)
+    assert not jfs.mounted(Path("/r/other"), info)
+    assert not jfs.mounted(Path("/r"), info)
+    # A tmpfs stacked over the volume hides it: what a process sees there is not JuiceFS.
+    assert not jfs.mounted(Path("/r/mnt"), info + "700 612 0:50 / /r/mnt rw - tmpfs tmpfs rw\n")
 
 
 def test_the_fuse_connection_is_read_from_mountinfo() -> None:
