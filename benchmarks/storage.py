@@ -13,10 +13,13 @@ writes and errors (accounted for or not), checkpoints lost or corrupt.
     .venv/bin/python benchmarks/storage.py --stack sandbox-storage-juicefs
     .venv/bin/python benchmarks/storage.py --stack sandbox-storage-juicefs --training-job \
         --out benchmarks/results/sandbox-storage-juicefs-training-job.json
+    .venv/bin/python benchmarks/storage.py --stack sandbox-storage-s3 --training-job \
+        --out benchmarks/results/sandbox-storage-s3-training-job.json
 
-With `--training-job` (a stack that checkpoints on JuiceFS), the Slurm sandbox comes up after the
-storage sandbox with its PyTorch training job checkpointing on the volume (ADR 0068), and the drill
-judges that job: it starts once a verified metadata dump holds one of the job's checkpoints.
+With `--training-job` (a stack that checkpoints on JuiceFS or straight to S3), the Slurm sandbox
+comes up after the storage sandbox with its PyTorch training job checkpointing on the volume
+(ADR 0068) or in the checkpoint bucket (ADR 0070), and the drills judge that job: they start once a
+verified backup (a metadata dump, or a copy in the backup bucket) holds one of its checkpoints.
 
 Each run gets its own state root (a temporary folder under /var/tmp: BlueStore needs a file system
 with O_DIRECT, which tmpfs lacks) and fault ledger, so it never meets a sandbox someone else runs.
@@ -110,10 +113,12 @@ def drill(root: Path, stack: str, name: str) -> dict[str, Any]:
 
 
 def training_job_up(root: Path, stack: str) -> tuple[float, str]:
-    """`gpufleet sandbox up` (the Slurm sandbox and its training job on the volume) under `root`, then
-    a wait for a verified metadata dump taken after the job's first checkpoint. Returns the bring-up
-    seconds and the job's checkpoint folder."""
+    """`gpufleet sandbox up` (the Slurm sandbox and its training job on the JuiceFS volume or straight
+    on S3) under `root`, then a wait for a verified backup that holds the job's checkpoint: a
+    metadata dump taken after its first save (JuiceFS), or a verified copy of one of its checkpoints
+    in the backup bucket (S3). Returns the bring-up seconds and where the job checkpoints."""
     from gpufleet.core.jsonl import read_objects
+    from gpufleet.core.s3_job_checkpoints import read_location
     from gpufleet.core.sandbox_contract import read_state
     from gpufleet.core.storage_contract import read_storage_state
 
@@ -127,14 +132,24 @@ def training_job_up(root: Path, stack: str) -> tuple[float, str]:
     sandbox = read_state(stack, root)
     assert sandbox.training_events is not None and sandbox.checkpoint_dir is not None
     storage = read_storage_state(stack, root)
+    where = sandbox.checkpoint_dir
+    if sandbox.checkpoint_s3 is not None:
+        loc = read_location(Path(sandbox.checkpoint_s3))
+        where = loc.url
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         saves = [e for e in read_objects(Path(sandbox.training_events)) if e.get("event") == "checkpoint"]
-        dumps = [e for e in read_objects(storage.events_file("metadata-backup")) if e.get("verified")]
-        if saves and any(float(d["taken_at"]) > float(saves[0]["t"]) for d in dumps):
-            return round(up_s, 2), sandbox.checkpoint_dir
+        if sandbox.checkpoint_s3 is not None:
+            copies = [e for e in read_objects(storage.events_file("backup"))
+                      if e.get("event") == "backup" and e.get("job_prefix") == loc.prefix]
+            if saves and copies:
+                return round(up_s, 2), where
+        else:
+            dumps = [e for e in read_objects(storage.events_file("metadata-backup")) if e.get("verified")]
+            if saves and any(float(d["taken_at"]) > float(saves[0]["t"]) for d in dumps):
+                return round(up_s, 2), where
         time.sleep(1)
-    raise RuntimeError("no verified metadata dump holds a checkpoint of the training job within 180 s")
+    raise RuntimeError("no verified backup holds a checkpoint of the training job within 180 s")
 
 
 def thrash(root: Path, stack: str, minutes: float, seed: int) -> dict[str, Any]:
@@ -264,10 +279,12 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=20261205, help="the thrasher's seed (run i uses seed + i)")
     p.add_argument("--out", type=Path, default=None, help="the JSON (default: results/<stack>.json)")
     p.add_argument("--training-job", action="store_true",
-                   help="the Slurm sandbox's training job on the JuiceFS volume, judged by the drill")
+                   help="the Slurm sandbox's training job on the JuiceFS volume or straight on S3, judged "
+                   "by the drills")
     args = p.parse_args()
-    if args.training_job and load_named_stack(args.stack, REPO / "stacks").storage.juicefs is None:
-        p.error(f"--training-job: stack {args.stack} has no storage.juicefs for the job to checkpoint on")
+    location = load_named_stack(args.stack, REPO / "stacks").storage.checkpoint.location
+    if args.training_job and not location.startswith(("juicefs://", "s3://")):
+        p.error(f"--training-job: stack {args.stack} checkpoints to {location!r}, neither on JuiceFS nor S3")
     runs = []
     for i in range(args.runs):
         r = one(args.stack, args.settle, not args.no_drill, args.thrash_minutes, args.seed + i,

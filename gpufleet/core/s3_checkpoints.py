@@ -40,7 +40,8 @@ from gpufleet.core.storage_contract import StorageSandboxState
 MANIFEST = "MANIFEST.json"
 
 
-def _missing(e: ClientError) -> bool:
+def missing_key(e: ClientError) -> bool:
+    """Whether S3 answered that the key is not there (radosgw: NoSuchKey on GET, 404 on HEAD)."""
     return str(e.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404", "NotFound")
 
 
@@ -87,7 +88,7 @@ class S3CheckpointStore:
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=self.key(stem(ckpt), MANIFEST))["Body"]
         except ClientError as e:
-            if _missing(e):
+            if missing_key(e):
                 return None
             raise
         got = parse_manifest(body.read())
@@ -113,7 +114,7 @@ class S3CheckpointStore:
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=self.key(ckpt_stem, name))["Body"]
         except ClientError as e:
-            if _missing(e):
+            if missing_key(e):
                 return None
             raise
         digest, _ = sha256_stream(body)
@@ -135,7 +136,7 @@ class S3CheckpointStore:
             try:
                 data = self.client.get_object(Bucket=self.bucket, Key=self.key(name, f.name))["Body"].read()
             except ClientError as e:
-                return [f"{f.name}: {'missing' if _missing(e) else e} at the source"]
+                return [f"{f.name}: {'missing' if missing_key(e) else e} at the source"]
             got, _ = sha256_stream(io.BytesIO(data))
             if got != f.sha256:
                 return [f"{f.name}: the source does not match its manifest (sha256 {got[:12]}...)"]

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from gpufleet.core import s3
 from gpufleet.core.checkpoint_manifest import parse_stem
 from gpufleet.core.job_checkpoints import JOB_FOLDER_PREFIX, CheckpointReader, CkptKey
-from gpufleet.core.s3_checkpoints import MANIFEST, S3CheckpointStore
+from gpufleet.core.s3_checkpoints import MANIFEST, S3CheckpointStore, missing_key
 
 FENCE_FOLDER = "fence/"
 # The port radosgw answers on by default (Ceph docs, "Ceph Object Gateway Config Reference":
@@ -63,10 +63,6 @@ def parse_s3_url(url: str) -> tuple[str, str] | None:
 
 def job_prefix(folder: str, run_id: str) -> str:
     return f"{folder.strip('/')}/{JOB_FOLDER_PREFIX}{run_id}/"
-
-
-def _missing(e: ClientError) -> bool:
-    return str(e.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404", "NotFound")
 
 
 def list_keys(client: Any, bucket: str, prefix: str) -> list[str]:
@@ -115,7 +111,7 @@ class S3JobCheckpoints(CheckpointReader):
         try:
             return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
         except ClientError as e:
-            if _missing(e):
+            if missing_key(e):
                 return None
             raise
 
@@ -137,7 +133,6 @@ def reader_for(location: S3Location, endpoint: str | None = None, attempts: int 
     client = s3.client(endpoint or location.endpoint, location.access_key, location.secret_key,
                        attempts=attempts, read_timeout_s=10.0)
     return S3JobCheckpoints(client, location.bucket, location.prefix)
-
 
 
 def copy_fence(src: S3CheckpointStore, dst: S3CheckpointStore) -> list[str]:

@@ -271,7 +271,13 @@ def _bring_up(
 
     if opts.training:
         if relay_port_file is not None:
-            wait_for("the S3 relay into the nodes' namespaces", lambda: relay_port_file.exists(),
+            port_file_written = relay_port_file
+
+            def relay_listening() -> bool:
+                _check_alive(started)
+                return port_file_written.exists()
+
+            wait_for("the S3 relay into the nodes' namespaces", relay_listening,
                      deadline - time.monotonic(), 0.1)
         started.append(_record(rec, workload.start_controller(layout, opts.python)))
         rec.update(

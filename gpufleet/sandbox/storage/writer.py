@@ -6,8 +6,9 @@ mount, core.fs_checkpoints: shards of seeded random bytes, metadata, manifest la
 newest `--keep` complete ones, and when a save fails (bucket gone, radosgw down, OSDs full, the
 mount broken) it stops counting, as a job whose store is gone does, and resumes from the
 newest checkpoint that verifies once the store answers again. Every save, failure and resume is a
-line of its events file (JSON), which drills read. It is not PyTorch: the Slurm sandbox's training
-job checkpoints to its own directory (docs/storage.md says what is and is not connected).
+line of its events file (JSON), which drills read. It is not PyTorch. When the stack's Slurm sandbox
+runs its PyTorch training job on the same store (on the volume, ADR 0068, or in the bucket, ADR
+0070), the drills judge that job and report the writer beside it.
 """
 
 from __future__ import annotations
