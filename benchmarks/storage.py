@@ -118,7 +118,7 @@ def training_job_up(root: Path, stack: str) -> tuple[float, str]:
     metadata dump taken after its first save (JuiceFS), or a verified copy of one of its checkpoints
     in the backup bucket (S3). Returns the bring-up seconds and where the job checkpoints."""
     from gpufleet.core.jsonl import read_objects
-    from gpufleet.core.s3_job_checkpoints import read_location
+    from gpufleet.core.s3 import read_location
     from gpufleet.core.sandbox_contract import read_state
     from gpufleet.core.storage_contract import read_storage_state
 

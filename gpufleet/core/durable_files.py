@@ -41,3 +41,12 @@ def replace_durably(final: Path, data: bytes) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, final)
+
+
+def write_private(path: Path, text: str) -> None:
+    """A file only its owner may read (mode 0600 from its creation, never widened in between): keys,
+    tokens. The folder is made if missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)

@@ -15,11 +15,13 @@ Settings, each explicit:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
+from pydantic import BaseModel, ConfigDict
 
 MULTIPART_THRESHOLD = 16 * 1024 * 1024
 MULTIPART_CHUNK = 16 * 1024 * 1024
@@ -63,3 +65,25 @@ def transfer_config() -> TransferConfig:
     return TransferConfig(
         multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_CHUNK, use_threads=False
     )
+
+
+class S3Location(BaseModel):
+    """A place in a bucket and the keys to reach it, as one file of mode 0600
+    (core.durable_files.write_private) handed to a process that must write there: a training job's
+    checkpoints straight to S3 (ADR 0070), a node's diagnostic bundles shipped off it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str  # as the reader of the file reaches S3 (a node's loopback relay on the sandbox)
+    bucket: str
+    prefix: str  # ends with "/"
+    access_key: str
+    secret_key: str
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+def read_location(path: Path) -> S3Location:
+    return S3Location.model_validate_json(path.read_text())

@@ -12,44 +12,22 @@ sandbox).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict
 
 from gpufleet.core import s3
 from gpufleet.core.checkpoint_manifest import parse_stem
 from gpufleet.core.job_checkpoints import JOB_FOLDER_PREFIX, CheckpointReader, CkptKey
+from gpufleet.core.s3 import S3Location
 from gpufleet.core.s3_checkpoints import MANIFEST, S3CheckpointStore, missing_key
 
 FENCE_FOLDER = "fence/"
 # The port radosgw answers on by default (Ceph docs, "Ceph Object Gateway Config Reference":
 # rgw_frontends "beast port=7480"). Inside a sandbox node's namespace the job reaches the storage
-# sandbox's radosgw on this port of the namespace's own loopback (gpufleet.sandbox.s3_bridge).
+# sandbox's radosgw on this port of the namespace's own loopback (the relay of sandbox.storage.s3_job).
 NODE_S3_PORT = 7480
-
-
-class S3Location(BaseModel):
-    """What the job needs to reach its checkpoints: written by `sandbox up` (mode 0600) and given
-    to every rank as `--checkpoint-s3 FILE`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    endpoint: str  # as a rank sees it: http://127.0.0.1:<NODE_S3_PORT> in its namespace
-    bucket: str
-    prefix: str  # "<folder>/job-<run id>/"
-    access_key: str
-    secret_key: str
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}"
-
-
-def read_location(path: Path) -> S3Location:
-    return S3Location.model_validate_json(path.read_text())
 
 
 def parse_s3_url(url: str) -> tuple[str, str] | None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gpufleet.core.offsite import put_verified
 from gpufleet.core.s3_checkpoints import store_for
 from gpufleet.core.slurm_backup_checks import (
     ARCHIVE_PREFIX,
@@ -53,15 +54,12 @@ def ship(client: Any, bucket: str, folder: Path, evidence: StateBackupEvidence) 
     """Copy one verified backup off the host; what happened, for the backup job's events."""
     t0 = time.monotonic()
     key = PREFIX + evidence.archive
-    client.upload_file(str(folder / evidence.archive), bucket, key)
-    body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    read_back = hashlib.sha256(body).hexdigest()
-    ok = read_back == evidence.sha256
-    if ok:
+    problem = put_verified(client, bucket, key, folder / evidence.archive, evidence.sha256)
+    if problem is None:
         client.put_object(Bucket=bucket, Key=PREFIX + evidence_name(evidence.archive),
                           Body=evidence.model_dump_json(indent=1).encode())
-    return {"bucket": bucket, "key": key, "verified": ok, "seconds": round(time.monotonic() - t0, 3),
-            **({} if ok else {"problem": f"read back with sha256 {read_back}, not {evidence.sha256}"})}
+    return {"bucket": bucket, "key": key, "verified": problem is None,
+            "seconds": round(time.monotonic() - t0, 3), **({} if problem is None else {"problem": problem})}
 
 
 def list_offsite(client: Any, bucket: str) -> list[StateBackupEvidence]:

@@ -51,6 +51,7 @@ def _context(layout: Layout, gpufleet_bin: Path) -> dict[str, Any]:
         "state_root": str(layout.base_dir.parent.parent),
         "slurm_conf": str(layout.slurm_conf),
         "token_file": str(layout.token_file),
+        "bundle_ship": "" if layout.bundle_ship is None else str(layout.bundle_ship),
         "mgmt_ifname": MGMT_IFNAME,
         "xid_overrides": shlex.quote(layout.xid_overrides_json),
         "gpufleet": str(gpufleet_bin),

@@ -122,6 +122,9 @@ class Layout:
     # Or a bucket prefix of the storage sandbox's object store, named by this location file
     # (core.s3_job_checkpoints.S3Location; sandbox.storage.s3_job, ADR 0070).
     checkpoint_s3: Path | None = None
+    # The nodes' bundle hook ships each bundle to the S3 place this file names (fleet.bundle.ship),
+    # when the stack's storage sandbox is up.
+    bundle_ship: Path | None = None
 
     # ---- names
     @property

@@ -21,6 +21,7 @@ from gpufleet.config.model import StackSpec
 from gpufleet.core import juicefs as jfs
 from gpufleet.core.haproxy_stats import server_states
 from gpufleet.core.promapi import PrometheusClient
+from gpufleet.core.s3 import S3Location
 from gpufleet.core.sandbox_contract import FabricLink, SandboxNode, state_path
 from gpufleet.core.storage_contract import StorageSandboxState, read_storage_state, storage_state_path
 from gpufleet.sandbox import agents, network, prometheus, slurm, slurm_state_backup, workload
@@ -111,17 +112,18 @@ def up(
     run_id = new_run_id()
     base = state_path(stack, root).parent / f"run-{run_id}"
     layout = plan_layout(stack, spec, run_id, base)  # InputError before anything is made
-    s3_target = None
+    link = _storage_link(stack, spec, root, run_id, opts.training)
     if opts.training:  # without the job nothing checkpoints: no storage sandbox needed
         layout = replace(layout, checkpoint_root=_checkpoints_on_storage(stack, spec, root, run_id))
-        s3_target = _checkpoints_on_s3(stack, spec, root, run_id)
-        if s3_target is not None:
-            layout = replace(layout, checkpoint_s3=base / "training" / "s3-location.json")
+    if link.job is not None:
+        layout = replace(layout, checkpoint_s3=base / "training" / "s3-location.json")
+    if link.bundles is not None:
+        layout = replace(layout, bundle_ship=base / "bundles" / "ship.json")
     timings = Timings()
     base.mkdir(parents=True, mode=0o755)
     rec = Recorder(new_state(stack, run_id, base), root)
     try:
-        _bring_up(layout, spec, opts, rec, timings, say, s3_target)
+        _bring_up(layout, spec, opts, rec, timings, say, link)
     except BaseException:
         rec.update(phase="failed")
         raise
@@ -145,12 +147,23 @@ def _checkpoints_on_storage(stack: str, spec: StackSpec, root: Path | None, run_
     return juicefs.training_checkpoint_dir(stack, spec, _storage_state(stack, root), jfs.mounted, run_id)
 
 
-def _checkpoints_on_s3(stack: str, spec: StackSpec, root: Path | None, run_id: str) -> s3_job.S3Target | None:
-    """The training job's bucket prefix on the storage sandbox's object store, when the stack
-    checkpoints straight to S3."""
-    if not spec.storage.checkpoint.location.startswith("s3://"):
-        return None
-    return s3_job.job_target(stack, spec, _storage_state(stack, root), run_id)
+@dataclass(frozen=True)
+class StorageLink:
+    """What the nodes reach of the stack's storage sandbox through the relay on their loopback."""
+
+    radosgw_port: int | None = None  # None: no storage sandbox up, no relay
+    job: S3Location | None = None  # the training job's checkpoints, straight to S3 (ADR 0070)
+    bundles: S3Location | None = None  # where the nodes ship their diagnostic bundles
+
+
+def _storage_link(stack: str, spec: StackSpec, root: Path | None, run_id: str, training: bool) -> StorageLink:
+    if not storage_state_path(stack, root).exists() and not spec.storage.checkpoint.location.startswith("s3://"):
+        return StorageLink()
+    storage = _storage_state(stack, root)
+    # InputError when the stack checkpoints to S3 and the storage sandbox cannot take it.
+    job = s3_job.job_target(stack, spec, storage, run_id) if training else None
+    port = s3_job.radosgw_port(storage)
+    return StorageLink(port, job, s3_job.bundle_target(storage)) if port is not None else StorageLink()
 
 
 def _record(rec: Recorder, started: Started) -> Started:
@@ -172,8 +185,9 @@ def _bring_up(
     rec: Recorder,
     timings: Timings,
     say: Callable[[str], None],
-    s3_target: s3_job.S3Target | None = None,
+    link: StorageLink | None = None,
 ) -> None:
+    link = link or StorageLink()
     rec.update(
         nodes=contract_nodes(layout),
         head_netns=layout.head.netns,
@@ -203,12 +217,15 @@ def _bring_up(
     fwd, port_file = prometheus.start_forwarder(layout)
     started.append(_record(rec, fwd))
     relay_port_file = None
-    if s3_target is not None and layout.checkpoint_s3 is not None:
-        s3_job.write_location(layout.checkpoint_s3, s3_target.location)
-        relay_port_file = layout.path("training", "s3-relay.port")
+    if link.radosgw_port is not None:
+        if link.job is not None and layout.checkpoint_s3 is not None:
+            s3_job.write_location(layout.checkpoint_s3, link.job)
+        if link.bundles is not None and layout.bundle_ship is not None:
+            s3_job.write_location(layout.bundle_ship, link.bundles)
+        relay_port_file = layout.path("s3-relay", "port")
         started.append(_record(rec, s3_job.start_relay(
-            [n.netns for n in layout.slurm_nodes], s3_target.radosgw_port, relay_port_file,
-            layout.path("training", "s3-relay.log"), opts.python)))
+            [n.netns for n in layout.slurm_nodes], link.radosgw_port, relay_port_file,
+            layout.path("s3-relay", "relay.log"), opts.python)))
     if opts.agents:
         for n in layout.nodes:
             started.append(_record(rec, agents.start_agent(layout, n.name)))
@@ -269,16 +286,15 @@ def _bring_up(
     rec.update(prometheus_url=url)
     timings.mark("prometheus")
 
+    if relay_port_file is not None:
+        port_file_written = relay_port_file
+
+        def relay_listening() -> bool:
+            _check_alive(started)
+            return port_file_written.exists()
+
+        wait_for("the S3 relay into the nodes' namespaces", relay_listening, deadline - time.monotonic(), 0.1)
     if opts.training:
-        if relay_port_file is not None:
-            port_file_written = relay_port_file
-
-            def relay_listening() -> bool:
-                _check_alive(started)
-                return port_file_written.exists()
-
-            wait_for("the S3 relay into the nodes' namespaces", relay_listening,
-                     deadline - time.monotonic(), 0.1)
         started.append(_record(rec, workload.start_controller(layout, opts.python)))
         rec.update(
             training_job_name=workload.job_name(layout),
@@ -287,8 +303,8 @@ def _bring_up(
         where = ""
         if layout.checkpoint_root:
             where = f" (checkpoints on the JuiceFS volume: {layout.checkpoint_dir})"
-        elif s3_target is not None:
-            where = f" (checkpoints straight to S3: {s3_target.location.url})"
+        elif link.job is not None:
+            where = f" (checkpoints straight to S3: {link.job.url})"
         say("auto-resume controller started; it submits the training job" + where)
 
         def training_progressing() -> bool:

@@ -7,11 +7,13 @@ loopback. Checked: the checkpoints verify by sha256 from the root namespace; a n
 reaches radosgw only through the relay's port; a killed rank's next incarnation resumes from S3;
 drill checkpoint-bucket-lost judges the job (its saves fail with NoSuchBucket, its prefix and fence
 come back from the backup bucket, and it prunes again); drill osd-lost verifies the job's
-checkpoints after re-replication."""
+checkpoints after re-replication; last, a node's diagnostic bundle is shipped off it through the same
+relay, into the backup bucket."""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -29,7 +31,8 @@ from e2e_support import gpufleet, sandbox_up, wait_until
 from gpufleet.cli.drill_cmds import verdict_from_journal
 from gpufleet.core import netns, s3
 from gpufleet.core.jsonl import read_objects
-from gpufleet.core.s3_job_checkpoints import NODE_S3_PORT, S3JobCheckpoints, read_location, reader_for
+from gpufleet.core.s3 import read_location
+from gpufleet.core.s3_job_checkpoints import NODE_S3_PORT, S3JobCheckpoints, reader_for
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.core.storage_contract import StorageSandboxState, read_storage_state
 
@@ -184,3 +187,31 @@ def test_drill_osd_lost_verifies_the_jobs_checkpoints(
     good, bad = _job(storage, sandbox).verify_all()
     assert good and bad == []
     print(f"osd-lost with the training job on S3: RPO {verdict.rpo_seconds} s, RTO {verdict.rto_seconds} s")
+
+
+def test_a_nodes_bundle_is_shipped_off_it_before_the_drain(
+    root: Path, storage: StorageSandboxState, sandbox: SandboxState
+) -> None:
+    """XID 79 on the spare node (no rank runs there): the node-health check's hook collects the
+    node's bundle and ships it, from the node's namespace through the relay, to `bundles/<node>/`
+    of the storage sandbox's backup bucket; the copy matches the bundle on the node by sha256."""
+    from gpufleet.core.agent_client import agent_request
+    from gpufleet.core.s3_checkpoints import store_for
+
+    assert sandbox.spare_nodes and storage.backup_bucket is not None
+    node = sandbox.spare_nodes[0]
+    token = Path(sandbox.agent_token_file or "").read_text().strip()
+    sock = Path(sandbox.node(node).agent_socket or "")
+    agent_request(sock, token, "POST", "/inject", {"gpu": 1, "field_id": 230, "value": 79, "kmsg": True})
+    bundles = Path(sandbox.base_dir) / "bundles"
+    pattern = f"bundle-{node}-*-node-health.tar.gz"
+    local = wait_until(f"{node}'s bundle", lambda: sorted(bundles.glob(pattern)), 120, 1)[0]
+    client = store_for(storage, storage.backup_bucket).client
+    key = f"bundles/{node}/{local.name}"
+    evidence = wait_until("the shipped bundle's evidence", lambda: json.loads(
+        client.get_object(Bucket=storage.backup_bucket, Key=key + ".json")["Body"].read()), 60, 1)
+    copy = client.get_object(Bucket=storage.backup_bucket, Key=key)["Body"].read()
+    assert copy == local.read_bytes()
+    assert evidence["sha256"] == hashlib.sha256(copy).hexdigest()
+    assert evidence["manifest"]["node"] == node and "79" in (evidence["manifest"]["reason"] or "")
+    print(f"bundle of {node} shipped: s3://{storage.backup_bucket}/{key} ({len(copy)} bytes)")

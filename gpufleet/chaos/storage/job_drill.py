@@ -26,7 +26,8 @@ from typing import Any
 
 from gpufleet.core.job_checkpoints import CheckpointReader, CkptKey, JobCheckpoints
 from gpufleet.core.jsonl import read_objects
-from gpufleet.core.s3_job_checkpoints import read_location, reader_for
+from gpufleet.core.s3 import read_location
+from gpufleet.core.s3_job_checkpoints import reader_for
 from gpufleet.core.sandbox_contract import SandboxState, read_state, state_path
 from gpufleet.core.storage_contract import StorageSandboxState
 from gpufleet.slo.dr import DrillInputs, DrTargets, RestoredCheckpoint

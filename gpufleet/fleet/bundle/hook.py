@@ -25,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default=None, help="the fault (the drain reason)")
     p.add_argument("--detected-at", default=None, help="unix seconds the fault was detected")
     p.add_argument("--deadline", type=float, default=None, help="seconds for the whole collection")
+    p.add_argument("--ship-to", type=Path, default=None,
+                   help="an S3 location file (core.s3.S3Location, mode 0600): copy the bundle off the node "
+                   "into that bucket, verified")
     return p
 
 
@@ -52,6 +55,16 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout, err: IO[st
     except ValueError:
         err.write(f"--detected-at {args.detected_at!r}: not unix seconds\n")
         return 2
+    target = None
+    if args.ship_to is not None:
+        # Imported only when shipping: boto3's import is part of the delay the hook adds before a drain.
+        from gpufleet.fleet.bundle import ship as shipping
+
+        try:
+            target = shipping.read_target(args.ship_to)
+        except shipping.ShipError as e:
+            err.write(f"bundle: --ship-to {e}\n")
+            return 2
     try:
         state = load_sandbox("", args.state_file)
         deadline = args.deadline if args.deadline is not None else deadline_within(
@@ -65,4 +78,12 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout, err: IO[st
     bad = [f"{m.collector}={m.status}" for m in manifest.members if m.status != "ok"]
     out.write(f"{path} ({manifest.total_bytes} bytes, {manifest.finished_at - manifest.started_at:.2f} s"
               + (f"; not ok: {', '.join(bad)}" if bad else "") + ")\n")
+    if target is None:
+        return 0
+    shipped = shipping.ship(shipping.client_for(target), target, path, manifest)
+    if not shipped["verified"]:
+        # The bundle is on the node still; the node-health check logs this and drains all the same.
+        err.write(f"bundle: not shipped to {shipped['url']}: {shipped['problem']}\n")
+        return 1
+    out.write(f"shipped to {shipped['url']} ({shipped['seconds']:.2f} s, sha256 verified)\n")
     return 0

@@ -10,29 +10,46 @@ reaches S3 at http://127.0.0.1:7480 and nothing else of the root namespace.
 
 from __future__ import annotations
 
-import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from gpufleet.config.model import StackSpec
+from gpufleet.core.durable_files import write_private
 from gpufleet.core.errors import InputError, Problem
-from gpufleet.core.s3_job_checkpoints import NODE_S3_PORT, S3Location, job_prefix, parse_s3_url
+from gpufleet.core.s3 import S3Location
+from gpufleet.core.s3_job_checkpoints import NODE_S3_PORT, job_prefix, parse_s3_url
 from gpufleet.core.storage_contract import StorageSandboxState
 from gpufleet.sandbox.processes import Started, spawn
 
+# Where the nodes' diagnostic bundles are shipped in the storage sandbox's backup bucket
+# (fleet.bundle.ship).
+BUNDLE_PREFIX = "bundles/"
 
-@dataclass(frozen=True)
-class S3Target:
-    location: S3Location  # as the ranks see it (their loopback's relay port)
-    radosgw_port: int  # the root namespace's radosgw, where the relay connects
+
+def radosgw_port(storage: StorageSandboxState | None) -> int | None:
+    """The storage sandbox's radosgw port on the root namespace's loopback, when it is up."""
+    if storage is None or storage.phase != "up" or storage.s3_endpoint is None:
+        return None
+    return urlsplit(storage.s3_endpoint).port
+
+
+def bundle_target(storage: StorageSandboxState | None) -> S3Location | None:
+    """Where the nodes ship their diagnostic bundles: `bundles/` of the storage sandbox's backup
+    bucket through the relay, when the storage sandbox is up; None otherwise (bundles stay on the
+    node, in the run folder)."""
+    if radosgw_port(storage) is None or storage is None or storage.backup_bucket is None:
+        return None
+    creds = storage.credentials()
+    return S3Location(endpoint=f"http://127.0.0.1:{NODE_S3_PORT}", bucket=storage.backup_bucket,
+                      prefix=BUNDLE_PREFIX, access_key=creds.access_key, secret_key=creds.secret_key)
 
 
 def job_target(
     stack_name: str, spec: StackSpec, storage: StorageSandboxState | None, run_id: str
-) -> S3Target | None:
-    """Where the job checkpoints when the stack's location is `s3://`, else None. InputError when the
+) -> S3Location | None:
+    """Where the job checkpoints when the stack's location is `s3://`, as the ranks reach it (their
+    loopback's relay), else None. InputError when the
     location is malformed, names another bucket than the storage sandbox's, or the storage sandbox
     is not up: never a silent fallback to a local folder."""
     loc = spec.storage.checkpoint.location
@@ -43,7 +60,7 @@ def job_target(
         raise InputError(f"stack {stack_name}", [
             Problem("storage.checkpoint.location", f"{loc!r}: expected s3://<bucket>/<folder>")])
     bucket, folder = parsed
-    if storage is None or storage.phase != "up" or storage.s3_endpoint is None:
+    if storage is None or radosgw_port(storage) is None:
         raise InputError(f"stack {stack_name}", [
             Problem("storage.checkpoint.location",
                     f"{loc!r}: the training job checkpoints on the storage sandbox's object store, which "
@@ -53,28 +70,22 @@ def job_target(
             Problem("storage.checkpoint.location",
                     f"{loc!r} names bucket {bucket!r}; the storage sandbox's checkpoint bucket is "
                     f"{storage.checkpoint_bucket!r} (storage.ceph.objectStore)")])
-    port = urlsplit(storage.s3_endpoint).port
-    if port is None:
-        raise InputError(f"stack {stack_name}", [
-            Problem("storage", f"the storage sandbox's S3 endpoint {storage.s3_endpoint!r} names no port")])
     creds = storage.credentials()
-    location = S3Location(endpoint=f"http://127.0.0.1:{NODE_S3_PORT}", bucket=bucket,
-                          prefix=job_prefix(folder, run_id), access_key=creds.access_key,
-                          secret_key=creds.secret_key)
-    return S3Target(location, port)
+    return S3Location(endpoint=f"http://127.0.0.1:{NODE_S3_PORT}", bucket=bucket,
+                      prefix=job_prefix(folder, run_id), access_key=creds.access_key,
+                      secret_key=creds.secret_key)
 
 
 def write_location(path: Path, location: S3Location) -> None:
-    """The ranks' location file, mode 0600 from its creation (it holds the S3 user's keys)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(location.model_dump_json(indent=2) + "\n")
+    """A location file for the nodes (the ranks', the bundle hook's), mode 0600: it holds the S3
+    user's keys."""
+    write_private(path, location.model_dump_json(indent=2) + "\n")
 
 
 def start_relay(namespaces: list[str], radosgw_port: int, port_file: Path, log: Path,
                 python: str = sys.executable) -> Started:
-    """One process relaying NODE_S3_PORT of every namespace's loopback to radosgw."""
+    """One process relaying NODE_S3_PORT of every namespace's loopback to radosgw (the job's
+    checkpoints, the nodes' bundles)."""
     argv = [python, "-m", "gpufleet.sandbox.portforward", "--listen-port", str(NODE_S3_PORT),
             "--target-port", str(radosgw_port), "--port-file", str(port_file)]
     for ns in namespaces:

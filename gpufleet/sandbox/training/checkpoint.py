@@ -46,8 +46,9 @@ from gpufleet.core.job_checkpoints import (
     parse_manifest_name,
     shard_name,
 )
+from gpufleet.core.s3 import read_location
 from gpufleet.core.s3_checkpoints import MANIFEST
-from gpufleet.core.s3_job_checkpoints import FENCE_FOLDER, S3JobCheckpoints, read_location
+from gpufleet.core.s3_job_checkpoints import FENCE_FOLDER, S3JobCheckpoints
 
 # Names the training job and its tests take from here, as before the read side moved to core.
 __all__ = [

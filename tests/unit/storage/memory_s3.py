@@ -1,10 +1,12 @@
-"""An in-memory double of the boto3 S3 calls the checkpoint stores make (upload_fileobj, put_object,
-get_object, list_objects_v2 pages, delete_object), raising botocore's ClientError as radosgw answers
-for a missing key or bucket. Tests that need the real thing run against radosgw (tests/e2e)."""
+"""An in-memory double of the boto3 S3 calls the checkpoint stores make (upload_file,
+upload_fileobj, put_object, get_object, list_objects_v2 pages, delete_object), raising botocore's
+ClientError as radosgw answers for a missing key or bucket. Tests that need the real thing run
+against radosgw (tests/e2e)."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -34,6 +36,9 @@ class MemoryS3:
         self._bucket(Bucket, "PutObject")
         self.objects[(Bucket, Key)] = bytes(Body)
         self.puts.append(Key)
+
+    def upload_file(self, filename: str, bucket: str, key: str) -> None:
+        self.put_object(Bucket=bucket, Key=key, Body=Path(filename).read_bytes())
 
     def upload_fileobj(self, fileobj: Any, bucket: str, key: str, Config: Any = None) -> None:
         self.put_object(Bucket=bucket, Key=key, Body=fileobj.read())

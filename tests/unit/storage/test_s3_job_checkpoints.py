@@ -16,13 +16,13 @@ from memory_s3 import MemoryS3
 from gpufleet.config.load import load_stack
 from gpufleet.core.errors import InputError
 from gpufleet.core.job_checkpoints import CkptKey, Loaded
+from gpufleet.core.s3 import read_location
 from gpufleet.core.s3_job_checkpoints import (
     NODE_S3_PORT,
     S3JobCheckpoints,
     job_prefix,
     job_prefixes,
     parse_s3_url,
-    read_location,
 )
 from gpufleet.core.storage_contract import StorageSandboxState
 from gpufleet.sandbox.storage import s3_job
@@ -156,9 +156,9 @@ def _spec(location: str) -> Any:
 
 
 def test_the_job_target_is_the_storage_sandboxs_bucket_through_the_nodes_loopback(tmp_path: Path) -> None:
-    target = s3_job.job_target("sandbox-storage", _spec("s3://checkpoints/jobs"), _storage(tmp_path), "r9")
-    assert target is not None and target.radosgw_port == 41234
-    loc = target.location
+    storage = _storage(tmp_path)
+    loc = s3_job.job_target("sandbox-storage", _spec("s3://checkpoints/jobs"), storage, "r9")
+    assert loc is not None and s3_job.radosgw_port(storage) == 41234
     assert (loc.endpoint, loc.bucket, loc.prefix) == (f"http://127.0.0.1:{NODE_S3_PORT}", "checkpoints",
                                                       job_prefix("jobs", "r9"))
     assert loc.prefix == "jobs/job-r9/" and loc.access_key == "AK"
@@ -231,7 +231,7 @@ def test_a_lost_bucket_is_restored_with_the_jobs_prefix_and_the_drill_reads_the_
     # The drill finds the job through the Slurm sandbox's location file, by its prefix's name.
     loc = s3_job.job_target("sandbox-storage", _spec("s3://checkpoints/jobs"), state, "r9")
     assert loc is not None
-    s3_job.write_location(tmp_path / "loc.json", loc.location)
+    s3_job.write_location(tmp_path / "loc.json", loc)
     write_state(SandboxState(stack="sandbox-storage", run_id="r9", phase="up", base_dir=str(tmp_path),
                              created_at=0.0, checkpoint_dir=str(tmp_path / "ck"),
                              checkpoint_s3=str(tmp_path / "loc.json"),
