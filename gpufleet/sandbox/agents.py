@@ -3,7 +3,6 @@ control sockets (HTTP over a unix socket, bearer token)."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from gpufleet.core.durable_files import write_private
 from gpufleet.sandbox import boot
 from gpufleet.sandbox.layout import AGENT_PORT, Layout
 from gpufleet.sandbox.processes import Started, spawn
@@ -18,10 +18,7 @@ from gpufleet.sandbox.processes import Started, spawn
 
 def write_token(path: Path) -> str:
     token = secrets.token_hex(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
+    write_private(path, token + "\n")
     return token
 
 

@@ -4,11 +4,12 @@ the chaos backend's file carries its ServiceAccount token instead."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from gpufleet.core.durable_files import write_private
 
 
 def kubeconfig(
@@ -47,8 +48,5 @@ def kubeconfig(
 
 def write_kubeconfig(path: Path, config: dict[str, Any]) -> Path:
     """Written 0600: the chaos kubeconfig holds a bearer token."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        yaml.safe_dump(config, fh, sort_keys=False)
+    write_private(path, yaml.safe_dump(config, sort_keys=False))
     return path
