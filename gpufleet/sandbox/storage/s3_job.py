@@ -2,10 +2,11 @@
 
 When `storage.checkpoint.location` is `s3://<bucket>/<folder>`, the job's checkpoints go to
 `<folder>/job-<run id>/` of the storage sandbox's checkpoint bucket, through boto3 from every rank.
-The ranks run in the nodes' namespaces, which have no route to the root namespace (sandbox/network.py);
-the storage sandbox's radosgw listens on the root namespace's loopback. A relay (portforward
---out-of) listens on port NODE_S3_PORT of each node's own loopback and connects to radosgw: a rank
-reaches S3 at http://127.0.0.1:7480 and nothing else of the root namespace.
+The ranks run in the nodes' namespaces, which have no route to the root namespace
+(sandbox/network.py); the storage sandbox's radosgw listens on the root namespace's loopback. A
+relay (portforward --out-of) listens on port NODE_S3_PORT of each node's own loopback and connects
+to radosgw: a rank reaches S3 at http://127.0.0.1:7480 and nothing else of the root namespace. The
+nodes' bundle hook ships through the same relay (ADR 0071).
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ def job_target(
     stack_name: str, spec: StackSpec, storage: StorageSandboxState | None, run_id: str
 ) -> S3Location | None:
     """Where the job checkpoints when the stack's location is `s3://`, as the ranks reach it (their
-    loopback's relay), else None. InputError when the
-    location is malformed, names another bucket than the storage sandbox's, or the storage sandbox
-    is not up: never a silent fallback to a local folder."""
+    loopback's relay), else None. InputError when the location is malformed, names another bucket
+    than the storage sandbox's, or the storage sandbox is not up: never a silent fallback to a
+    local folder."""
     loc = spec.storage.checkpoint.location
     if not loc.startswith("s3://"):
         return None
