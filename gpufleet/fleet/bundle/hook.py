@@ -34,15 +34,20 @@ def build_parser() -> argparse.ArgumentParser:
 # Kept back from the node-health check's kill time to write the archive (a 20 KB bundle: milliseconds;
 # the margin is for a loaded machine).
 WRITE_MARGIN_S = 1.0
+# Kept back as well when the bundle is shipped: the upload and read-back of a ~50 KB bundle took
+# well under a second through the sandbox's relay; the S3 client's connect timeout is 2 s.
+SHIP_MARGIN_S = 2.0
 
 
-def deadline_within(default_s: float, kill_at: str | None, now: float) -> float:
-    """The collection's deadline: the caps' default, shortened so the bundle is written before the
-    node-health check kills the hook (GPUFLEET_BEFORE_DRAIN_DEADLINE, unix seconds); never under 0.5 s."""
+def deadline_within(default_s: float, kill_at: str | None, now: float,
+                    margin_s: float = WRITE_MARGIN_S) -> float:
+    """The collection's deadline: the caps' default, shortened so the bundle is written (and shipped,
+    with a larger `margin_s`) before the node-health check kills the hook
+    (GPUFLEET_BEFORE_DRAIN_DEADLINE, unix seconds); never under 0.5 s."""
     if not kill_at:
         return default_s
     try:
-        left = float(kill_at) - now - WRITE_MARGIN_S
+        left = float(kill_at) - now - margin_s
     except ValueError:
         return default_s
     return max(0.5, min(default_s, left))
@@ -67,8 +72,9 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout, err: IO[st
             return 2
     try:
         state = load_sandbox("", args.state_file)
+        margin = WRITE_MARGIN_S + (SHIP_MARGIN_S if target is not None else 0.0)
         deadline = args.deadline if args.deadline is not None else deadline_within(
-            SANDBOX_CAPS.deadline_s, os.environ.get("GPUFLEET_BEFORE_DRAIN_DEADLINE"), time.time())
+            SANDBOX_CAPS.deadline_s, os.environ.get("GPUFLEET_BEFORE_DRAIN_DEADLINE"), time.time(), margin)
         caps = make_caps(SANDBOX_CAPS, deadline_s=deadline)
         path, manifest = collect_sandbox(state, args.node, args.out, caps, trigger=args.trigger,
                                          reason=args.reason or None, detected_at=detected)
