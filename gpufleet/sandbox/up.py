@@ -157,8 +157,6 @@ class StorageLink:
 
 
 def _storage_link(stack: str, spec: StackSpec, root: Path | None, run_id: str, training: bool) -> StorageLink:
-    if not storage_state_path(stack, root).exists() and not spec.storage.checkpoint.location.startswith("s3://"):
-        return StorageLink()
     storage = _storage_state(stack, root)
     # InputError when the stack checkpoints to S3 and the storage sandbox cannot take it.
     job = s3_job.job_target(stack, spec, storage, run_id) if training else None
@@ -185,9 +183,8 @@ def _bring_up(
     rec: Recorder,
     timings: Timings,
     say: Callable[[str], None],
-    link: StorageLink | None = None,
+    link: StorageLink = StorageLink(),
 ) -> None:
-    link = link or StorageLink()
     rec.update(
         nodes=contract_nodes(layout),
         head_netns=layout.head.netns,
@@ -218,6 +215,7 @@ def _bring_up(
     started.append(_record(rec, fwd))
     relay_port_file = None
     if link.radosgw_port is not None:
+        # up() set the layout's paths from the same link: both are set or neither.
         if link.job is not None and layout.checkpoint_s3 is not None:
             s3_job.write_location(layout.checkpoint_s3, link.job)
         if link.bundles is not None and layout.bundle_ship is not None:
