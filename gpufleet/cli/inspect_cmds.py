@@ -8,6 +8,7 @@ one node's verdict in node-problem-detector's custom-plugin form and exits with 
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from enum import StrEnum
@@ -57,10 +58,23 @@ def register(app: typer.Typer) -> None:
         bundle: Annotated[bool, typer.Option(
             help="with --out: collect a diagnostic bundle of every failing node into <out>/bundles and link "
             "it from the report (docs/diagnostic-bundles.md)")] = False,
+        here: Annotated[bool, typer.Option(
+            "--here", help="inspect the host this runs on (a real GPU node: nvidia-smi, the kernel log, "
+            "sysfs ports), as a HealthCheckProgram or node-problem-detector plugin; light checks only")
+                        ] = False,
+        pool_name: Annotated[str | None, typer.Option(
+            "--pool", help="with --here: the stack's node pool this host belongs to (default: its GPU pool)")
+                             ] = None,
+        fabric_if: Annotated[list[str] | None, typer.Option(
+            "--fabric-if", help="with --here: read these Ethernet interfaces as the fabric ports instead of "
+            "the HCA ports (repeatable)")] = None,
+        kernel_log: Annotated[Path | None, typer.Option(
+            help="with --here: read XIDs from this log file instead of `dmesg`")] = None,
     ) -> None:
-        """Inspect every GPU node of the stack's sandbox: GPU count, XIDs, ECC, PCIe, fabric ports
-        and flaps, driver/firmware drift, performance vs the pool's reference; trends and lemons.
-        Exit 0: no node fails; 1: a node fails; 2: bad input or no sandbox."""
+        """Inspect every GPU node of the stack's sandbox, or with --here this host: GPU count, XIDs,
+        ECC, PCIe, fabric ports and flaps, driver/firmware drift, performance vs the pool's
+        reference; trends and lemons. Exit 0: no node fails; 1: a node fails; 2: bad input or no
+        sandbox (with --format npd or --here: the node's code, 2 when a source could not be read)."""
         from gpufleet.catalog import load_catalog, xid_policy
         from gpufleet.config.load import load_named_stack
         from gpufleet.core.agent_client import AgentError
@@ -70,6 +84,7 @@ def register(app: typer.Typer) -> None:
         from gpufleet.fleet.inspect import sandbox as SB
         from gpufleet.fleet.inspect.checks import Pins
         from gpufleet.fleet.inspect.contracts import exit_code, npd_message
+        from gpufleet.fleet.inspect.host import HostTarget, observation_from_host, read_host
         from gpufleet.fleet.inspect.plan import plan_sweep
         from gpufleet.fleet.inspect.report import to_doc, write_reports
         from gpufleet.fleet.inspect.sweep import run_sweep
@@ -77,7 +92,12 @@ def register(app: typer.Typer) -> None:
 
         if bundle and out is None:
             raise fail("--bundle writes into the report folder: give --out", 2)
-        if fmt is Format.NPD and node is None:
+        if here and (level is Level.FULL or bundle):
+            raise fail("--here runs the light checks of this host: the full level's probes pair nodes, and "
+                       "--bundle collects from the sandbox", 2)
+        if not here and (pool_name or fabric_if or kernel_log):
+            raise fail("--pool, --fabric-if and --kernel-log read this host: give --here", 2)
+        if fmt is Format.NPD and node is None and not here:
             raise fail("--format npd reports one node: give --node", 2)
         if floor is not None and not 0 < floor <= 100:
             raise fail(f"--floor {floor}: a percentage in (0, 100]", 2)
@@ -89,11 +109,22 @@ def register(app: typer.Typer) -> None:
         thresholds = load_thresholds()
         serving = spec.sandbox.serving.pool if spec.sandbox is not None and spec.sandbox.serving else None
         pool = next(p for p in spec.node_pools if p.name != serving)
-        try:
-            state = read_state(stack)
-        except (OSError, ValueError) as e:
-            raise fail(f"no running sandbox for stack {stack}: {e} (start one with `gpufleet sandbox up`)",
-                       2) from None
+        if pool_name is not None:
+            named = [p for p in spec.node_pools if p.name == pool_name]
+            if not named:
+                pools = ", ".join(p.name for p in spec.node_pools)
+                raise InputError(f"stack {stack}", [Problem("--pool", f"no node pool {pool_name!r} "
+                                                                  f"(pools: {pools})")])
+            pool = named[0]
+        if kernel_log is not None and not kernel_log.is_file():
+            raise InputError("--kernel-log", [Problem(str(kernel_log), "not a file")])
+        state = None
+        if not here:
+            try:
+                state = read_state(stack)
+            except (OSError, ValueError) as e:
+                raise fail(f"no running sandbox for stack {stack}: {e} (start one with "
+                           "`gpufleet sandbox up`)", 2) from None
         path = H.history_path(history_dir, stack)
         try:
             past = H.load(path) if path.exists() else []
@@ -101,16 +132,26 @@ def register(app: typer.Typer) -> None:
             raise fail(str(e), 2) from None
         since = {n: o.at for n, o in H.last_observations(past).items()}
         t0 = time.monotonic()
-        try:
-            obs = SB.gather(state, pool=pool.name, sku=pool.accelerator, expected_gpus=pool.gpus_per_node,
-                            expected_port_gbps=float(spec.fabric.link_speed_gbps), since=since)
-        except AgentError as e:
-            raise fail(str(e), 2) from None
-        if node is not None:
+        if state is None:
+            target = HostTarget(node=node or socket.gethostname(), pool=pool.name, sku=pool.accelerator,
+                                expected_gpus=pool.gpus_per_node,
+                                expected_port_gbps=float(spec.fabric.link_speed_gbps),
+                                rails=spec.fabric.rails_per_node)
+            now = time.time()
+            reads = read_host(target, now=now, kernel_log=kernel_log, fabric_ifs=fabric_if or (),
+                              hcas=spec.fabric.hcas)
+            obs = [observation_from_host(reads, target, at=now)]
+        else:
+            try:
+                obs = SB.gather(state, pool=pool.name, sku=pool.accelerator, expected_gpus=pool.gpus_per_node,
+                                expected_port_gbps=float(spec.fabric.link_speed_gbps), since=since)
+            except AgentError as e:
+                raise fail(str(e), 2) from None
+        if node is not None and state is not None:
             obs = [o for o in obs if o.node == node]
             if not obs:
                 raise InputError("--node", [Problem("--node", f"{node} is not a GPU node of stack {stack}")])
-        if level is Level.FULL:
+        if level is Level.FULL and state is not None:
             plan = plan_sweep([(o.node, o.sched_state) for o in obs], "full")
             figures = SB.measure(state, plan.pairs, plan.unpaired)
             obs = [o.model_copy(update={"perf": {SB.PERF_METRIC: figures[o.node]}}) if o.node in figures
@@ -121,11 +162,11 @@ def register(app: typer.Typer) -> None:
                             observations=obs, past=past, thresholds=thresholds, xid_rules=rules, pins=pins,
                             floor_percent=floor, fault_actions={f.id: f.action for f in catalog})
         wall = time.monotonic() - t0
-        if record and node is None:
+        if record and (node is None or state is None):
             H.append(path, outcome.records)
         doc = to_doc(outcome, catalog)
         doc["wall_seconds"] = round(wall, 3)
-        if bundle and out is not None:
+        if bundle and out is not None and state is not None:
             from gpufleet.fleet.bundle.caps import SANDBOX_CAPS
             from gpufleet.fleet.bundle.service import bundles_for_failing_nodes
             from gpufleet.fleet.inspect.report import attach_bundles, failing_nodes
@@ -139,6 +180,12 @@ def register(app: typer.Typer) -> None:
         worst = max((exit_code(r.result) for r in outcome.rows), default=0)
         if fmt is Format.NPD:
             typer.echo(npd_message(outcome.rows[0].result))
+            raise typer.Exit(worst)
+        if state is None:  # --here: the node's own code, as the plugin contracts read it
+            if fmt is Format.JSON:
+                print_json(doc)
+            else:
+                _table(doc)
             raise typer.Exit(worst)
         if fmt is Format.JSON:
             print_json(doc)

@@ -27,6 +27,7 @@ from typing import IO, Any
 from gpufleet.catalog import Catalog, XidRule, load_catalog, xid_policy
 from gpufleet.catalog.policy import OverrideLike, parse_overrides
 from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.host import CMD_TIMEOUT_S
 from gpufleet.core.maintenance import held_by_rollout
 from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
 from gpufleet.health import sources as S
@@ -87,12 +88,12 @@ def _ifnames(text: str) -> list[str]:
 
 
 def _links(names: list[str], unknown: list[str], anchor: str | None = None) -> tuple[LinkReading, ...] | None:
-    links = S.read_links_sysfs(names)
+    links = S.read_net_links(names)
     # None of the node's ports exists here: unless the anchor interface (always present on the node,
     # e.g. its management NIC) is visible, we are in the wrong network namespace (or /sys was not
     # remounted for it), not looking at a node whose every port vanished.
     if (names and all(link.state == "absent" for link in links)
-            and (anchor is None or S.read_links_sysfs([anchor])[0].state == "absent")):
+            and (anchor is None or S.read_net_links([anchor])[0].state == "absent")):
         unknown.append(f"fabric interfaces {','.join(names)} not visible in this network namespace")
         return None
     return tuple(links)
@@ -150,7 +151,7 @@ def gather_real(args: argparse.Namespace, now: float) -> Observations:
         unknown.append(str(e))
     names = _ifnames(args.fabric_ifnames)
     links: tuple[LinkReading, ...] | None
-    links = _links(names, unknown) if names else tuple(S.read_links_infiniband())
+    links = _links(names, unknown) if names else tuple(S.read_ib_ports())
     readings = None if gpus is None else tuple(gpus)
     obs = Observations(args.node, now, readings, tuple(xids), links, unknown=tuple(unknown))
     return _with_mount(args, obs)
@@ -287,7 +288,7 @@ def _check(args: argparse.Namespace, out: IO[str]) -> int:
     elif args.slurm_drain and target is not None:
         argv_ = drain_argv(args.scontrol, args.node, target)
         try:
-            res = subprocess.run(argv_, capture_output=True, text=True, timeout=S.CMD_TIMEOUT_S, check=False)
+            res = subprocess.run(argv_, capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False)
             drained = {"reason": drain_reason(target), "rc": res.returncode, "stderr": res.stderr.strip()}
         except (OSError, subprocess.TimeoutExpired) as e:
             drained = {"reason": drain_reason(target), "rc": None, "stderr": str(e)}
@@ -352,7 +353,7 @@ def rollout_reason(sinfo: str, node: str) -> str | None:
     mark overwritten, leaves the node drained (the safe side)."""
     try:
         res = subprocess.run([sinfo, *SINFO_ARGS[1:], "-n", node], capture_output=True, text=True,
-                             timeout=S.CMD_TIMEOUT_S, check=False)
+                             timeout=CMD_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     obs = parse_sinfo(res.stdout).get(node) if res.returncode == 0 else None

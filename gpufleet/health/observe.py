@@ -1,22 +1,19 @@
 """What the node-health checker observed (plain data) and the pure parsers that produce it from
-the kernel log, `dcgmi dmon` and `nvidia-smi` output."""
+`dcgmi dmon` and `nvidia-smi` output. The kernel log's XIDs, nvidia-smi's CSV and the sysfs port
+readers are the host's, shared with fleet inspection (gpufleet.core.host)."""
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
-import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpufleet.core.host.kernel_log import XidSeen, normalize_pci, parse_kernel_log
+from gpufleet.core.host.links import LinkReading
+from gpufleet.core.host.nvidia_smi import SmiGpu, parse_query_gpu
 
-@dataclass(frozen=True)
-class XidSeen:
-    gpu: int | None  # None when the PCI address maps to no known GPU
-    xid: int
-    at: float
-    pci: str | None = None
+__all__ = ["GpuReading", "LinkReading", "Observations", "XidSeen", "gpu_readings", "merge_xids",
+           "normalize_pci", "parse_dcgmi_dmon", "parse_kernel_log", "parse_nvidia_smi"]
 
 
 @dataclass(frozen=True)
@@ -25,13 +22,6 @@ class GpuReading:
     fields: dict[int, float] = field(default_factory=dict)  # DCGM field id -> value
     metrics: dict[str, float] = field(default_factory=dict)  # AMD / Ascend exporter series -> value
     reset_at: float | None = None  # last GPU reset / node reboot: older XIDs are history only
-
-
-@dataclass(frozen=True)
-class LinkReading:
-    name: str  # interface (fab0) or HCA port (mlx5_0/1)
-    up: bool
-    state: str
 
 
 @dataclass(frozen=True)
@@ -50,37 +40,6 @@ class Observations:
 
 
 # --------------------------------------------------------------------------- kernel log
-
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?\): (\d+),")
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
-
-
-def normalize_pci(text: str) -> str:
-    """`00000000:18:00.0`, `0000:18:00` -> `0000:18:00` (the form in `NVRM: Xid (PCI:...)` lines)."""
-    parts = text.strip().lower().split(":")
-    if len(parts) < 3:
-        raise ValueError(f"not a PCI address: {text!r}")
-    domain, bus, dev = parts[-3], parts[-2], parts[-1].split(".")[0]
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
-
-
-def parse_kernel_log(lines: Iterable[str], pci_to_gpu: dict[str, int], default_at: float) -> list[XidSeen]:
-    """`NVRM: Xid` lines of kern.log / `dmesg --time-format iso` output.
-
-    A line without an RFC 3339 timestamp (plain dmesg) is dated `default_at` (now)."""
-    out = []
-    for line in lines:
-        m = _XID.search(line)
-        if not m:
-            continue
-        pci = normalize_pci(m[1])
-        at = default_at
-        ts = _STAMP.match(line)
-        if ts:
-            with contextlib.suppress(ValueError):
-                at = dt.datetime.fromisoformat(ts[1].replace(",", ".")).timestamp()
-        out.append(XidSeen(pci_to_gpu.get(pci), int(m[2]), at, pci))
-    return out
 
 
 def merge_xids(a: Sequence[XidSeen], b: Sequence[XidSeen]) -> list[XidSeen]:
@@ -118,26 +77,17 @@ def parse_dcgmi_dmon(text: str, field_ids: Sequence[int]) -> list[GpuReading]:
     return out
 
 
-# nvidia-smi --query-gpu fields and the DCGM field each stands for.
-NVSMI_QUERY = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total",
-               "ecc.errors.corrected.volatile.total", "temperature.gpu")
-NVSMI_FIELDS = {2: 311, 3: 310, 4: 150}
+def gpu_readings(gpus: Sequence[SmiGpu]) -> tuple[list[GpuReading], dict[str, int]]:
+    """nvidia-smi's records as DCGM-keyed readings (311 ECC_DBE_VOL_TOTAL, 310 ECC_SBE_VOL_TOTAL,
+    150 GPU_TEMP; a value nvidia-smi could not give is left out) and the PCI -> index map."""
+    out = []
+    for g in gpus:
+        values = {fid: v for fid, v in ((311, g.ecc_uncorrected_volatile), (310, g.ecc_corrected_volatile),
+                                        (150, g.temperature_c)) if v is not None}
+        out.append(GpuReading(g.index, values))
+    return out, {g.pci: g.index for g in gpus}
 
 
 def parse_nvidia_smi(text: str) -> tuple[list[GpuReading], dict[str, int]]:
-    """`nvidia-smi --query-gpu=<NVSMI_QUERY> --format=csv,noheader,nounits` -> readings, PCI map."""
-    gpus, pci = [], {}
-    for line in text.splitlines():
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) < len(NVSMI_QUERY) or not cols[0].isdigit():
-            continue
-        idx = int(cols[0])
-        values: dict[int, float] = {}
-        for col, fid in NVSMI_FIELDS.items():
-            try:
-                values[fid] = float(cols[col])
-            except ValueError:
-                continue  # [N/A], [Not Supported]
-        gpus.append(GpuReading(idx, values))
-        pci[normalize_pci(cols[1])] = idx
-    return gpus, pci
+    """`nvidia-smi --query-gpu=<core.host.nvidia_smi.GPU_QUERY> --format=csv,noheader,nounits`."""
+    return gpu_readings(parse_query_gpu(text))

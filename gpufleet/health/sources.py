@@ -6,82 +6,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gpufleet.core import agent_client as _agent
-from gpufleet.health.observe import (
-    NVSMI_QUERY,
-    GpuReading,
-    LinkReading,
-    XidSeen,
-    normalize_pci,
-    parse_dcgmi_dmon,
-    parse_kernel_log,
-    parse_nvidia_smi,
-)
+from gpufleet.core.host import HostReadError, run_tool
+from gpufleet.core.host.kernel_log import read_dmesg as read_dmesg
+from gpufleet.core.host.kernel_log import read_kernel_log as read_kernel_log
+from gpufleet.core.host.links import read_ib_ports as read_ib_ports
+from gpufleet.core.host.links import read_net_links as read_net_links
+from gpufleet.core.host.nvidia_smi import query_gpus
+from gpufleet.health.observe import GpuReading, XidSeen, gpu_readings, normalize_pci, parse_dcgmi_dmon
 
-SYS_CLASS_NET = Path("/sys/class/net")
-SYS_CLASS_IB = Path("/sys/class/infiniband")
-KERNEL_LOG_TAIL = 4 * 1024 * 1024  # bytes of kern.log read (bounded time and memory)
-CMD_TIMEOUT_S = 10.0
-
-
-class SourceError(Exception):
-    """A source could not be read; the message says why (it becomes an UNKNOWN reason)."""
-
-
-def read_kernel_log(path: Path, pci_to_gpu: dict[str, int], now: float) -> list[XidSeen]:
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - KERNEL_LOG_TAIL))
-            data = fh.read().decode("utf-8", "replace")
-    except OSError as e:
-        raise SourceError(f"kernel log {path}: {e.strerror}") from None
-    return parse_kernel_log(data.splitlines(), pci_to_gpu, now)
-
-
-def read_dmesg(pci_to_gpu: dict[str, int], now: float) -> list[XidSeen]:
-    """The kernel ring buffer since boot (so a reboot clears old XIDs, as on a real node)."""
-    dmesg = shutil.which("dmesg") or "/usr/bin/dmesg"
-    try:
-        res = subprocess.run([dmesg, "--time-format", "iso"], capture_output=True, text=True,
-                             timeout=CMD_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SourceError(f"dmesg: {e}") from None
-    if res.returncode != 0:
-        raise SourceError(f"dmesg failed: {res.stderr.strip() or res.returncode}")
-    return parse_kernel_log(res.stdout.splitlines(), pci_to_gpu, now)
-
-
-def read_links_sysfs(ifnames: Sequence[str], root: Path = SYS_CLASS_NET) -> list[LinkReading]:
-    """Interface state in THIS process's view of /sys (under `ip netns exec`, the namespace's)."""
-    out = []
-    for n in ifnames:
-        try:
-            state = (root / n / "operstate").read_text().strip()
-        except OSError:
-            state = "absent"  # a missing port is a down port
-        out.append(LinkReading(n, state == "up", state))
-    return out
-
-
-def read_links_infiniband(root: Path = SYS_CLASS_IB) -> list[LinkReading]:
-    """HCA ports: /sys/class/infiniband/<hca>/ports/<n>/state reads `4: ACTIVE` when up."""
-    out = []
-    for port in sorted(root.glob("*/ports/*")):
-        try:
-            state = (port / "state").read_text().strip()
-        except OSError:
-            continue
-        out.append(LinkReading(f"{port.parent.parent.name}/{port.name}", state.startswith("4"), state))
-    return out
+# One error for every source: the host readers' (gpufleet.core.host) and this module's.
+SourceError = HostReadError
 
 
 def stat_latency(path: Path, timeout: float) -> float:
@@ -177,33 +117,15 @@ DMON_FIELDS = (230, 310, 311, 393, 394, 395, 396, 150, 409)
 
 
 def read_dcgm() -> list[GpuReading]:
-    dcgmi = shutil.which("dcgmi")
-    if dcgmi is None:
-        raise SourceError("dcgmi not found")
-    try:
-        res = subprocess.run([dcgmi, "dmon", "-e", ",".join(map(str, DMON_FIELDS)), "-c", "1"],
-                             capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SourceError(f"dcgmi dmon: {e}") from None
-    readings = parse_dcgmi_dmon(res.stdout, DMON_FIELDS)
-    if res.returncode != 0 or not readings:
-        raise SourceError(f"dcgmi dmon failed: {(res.stderr or res.stdout).strip()[:200]}")
+    text = run_tool(["dcgmi", "dmon", "-e", ",".join(map(str, DMON_FIELDS)), "-c", "1"])
+    readings = parse_dcgmi_dmon(text, DMON_FIELDS)
+    if not readings:
+        raise SourceError(f"dcgmi dmon listed no GPU: {text.strip()[:200]!r}")
     return readings
 
 
 def read_nvml() -> tuple[list[GpuReading], dict[str, int]]:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        raise SourceError("nvidia-smi not found")
-    try:
-        res = subprocess.run([smi, f"--query-gpu={','.join(NVSMI_QUERY)}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SourceError(f"nvidia-smi: {e}") from None
-    gpus, pci = parse_nvidia_smi(res.stdout)
-    if res.returncode != 0 or not gpus:
-        raise SourceError(f"nvidia-smi failed: {(res.stderr or res.stdout).strip()[:200]}")
-    return gpus, pci
+    return gpu_readings(query_gpus())
 
 
 def read_token(path: Path) -> str:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from e2e_support import gpufleet, sandbox_up
+from e2e_support import GPUFLEET, REPO, gpufleet, sandbox_up
 
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.fleet.inspect import sandbox as SB
@@ -102,6 +104,39 @@ def test_three_degradations_become_lemons_and_nothing_else(sandbox: tuple[Path, 
         assert res.returncode == 1 and res.stdout.startswith("PROBLEM: GFI033 fabric-port-flapping port fab0")
     finally:
         SB.degrade_slow(state, "gpu-1", clear=True)
+
+
+def test_here_reads_a_node_from_inside_it(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:
+    """`gpufleet inspect --here` run inside gpu-0's network namespace, as its HealthCheckProgram
+    would run there: the fabric port is the node kernel's own (sysfs under `ip netns exec`), and a
+    pulled cable between two runs is counted from the node's carrier counter."""
+    _, state = sandbox
+    node = next(n for n in state.nodes if n.name == "gpu-0")
+    ifname = node.fabric[0].ifname
+
+    def here(*args: str) -> tuple[int, dict[str, Any]]:
+        res = subprocess.run(["ip", "netns", "exec", node.netns, GPUFLEET, "inspect", "--here",
+                              "--stack", STACK, "--node", "gpu-0", "--fabric-if", ifname,
+                              "--kernel-log", str(node.kernel_log),
+                              "--history", str(tmp_path), "--format", "json", *args],
+                             capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert res.stdout.startswith("{"), res.stderr
+        return res.returncode, json.loads(res.stdout)["nodes"][0]
+
+    rc, first = here()
+    speed = Path(f"/sys/class/net/{ifname}/speed")  # the root namespace has no fab0: read it inside
+    veth_mbps = subprocess.run(["ip", "netns", "exec", node.netns, "cat", str(speed)], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    slow = {(f["name"], f["value"]) for f in first["findings"]}
+    # The veth reports its own speed (10000 Mb/s), below the stack's 100 Gb/s: read, not assumed.
+    assert slow == {("fabric-port-slow", int(veth_mbps) / 1000)}, first
+    if shutil.which("nvidia-smi") is None:  # this machine has no GPU: unknown, never healthy
+        assert "gpus: nvidia-smi not found" in first["unknown"] and rc == 1
+    SB.degrade_flap(state, "gpu-0", count=3)
+    rc, second = here()
+    assert rc == 1
+    flaps = [f for f in second["findings"] if f["name"] == "fabric-port-flapping"]
+    assert [(f["subject"], f["value"]) for f in flaps] == [(f"port {ifname}", 3)], second
 
 
 def test_jobs_that_exclude_a_node_make_it_a_lemon(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:

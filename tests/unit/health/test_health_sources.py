@@ -42,7 +42,8 @@ def test_dcgmi_and_nvidia_smi_parsers() -> None:
     dmon = "#Entity   XIDER  DBEVL\nID\nGPU 0     0      0\nGPU 1     79     N/A\n"
     r = parse_dcgmi_dmon(dmon, [230, 311])
     assert [(g.index, g.fields) for g in r] == [(0, {230: 0.0, 311: 0.0}), (1, {230: 79.0})]
-    smi = "0, 00000000:18:00.0, 0, 3, 41\n1, 00000000:2A:00.0, [N/A], 0, 39\n"
+    smi = ("0, 00000000:18:00.0, 0, 3, 41, 5, 16, 570.124.06, 96.00.9F.00.04\n"
+           "1, 00000000:2A:00.0, [N/A], 0, 39, 5, 16, 570.124.06, 96.00.9F.00.04\n")
     gpus, pci = parse_nvidia_smi(smi)
     assert pci == {"0000:18:00": 0, "0000:2a:00": 1}
     assert gpus[0].fields == {311: 0.0, 310: 3.0, 150: 41.0} and 311 not in gpus[1].fields

@@ -1,0 +1,116 @@
+"""`nvidia-smi` queries a GPU host answers in CSV: per-GPU state and the row remapper's counts.
+
+Field names are nvidia-smi's (`nvidia-smi --help-query-gpu`, `--help-query-remapped-rows`). A
+value nvidia-smi cannot give ("[N/A]", "[Not Supported]") parses to None, never to 0: the caller
+reports it as unknown.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+
+from gpufleet.core.host import HostReadError, run_tool
+from gpufleet.core.host.kernel_log import normalize_pci
+
+# pcie.link.gen.max, not .current: an idle GPU trains its link down to save power (measured and
+# explained with lspci's LnkSta in baaz.dev, "Understanding Power Management in GPU via PCIe": Gen 1
+# at idle on Gen 5 slots), so the current generation of an idle node reads low on healthy nodes.
+# The max is the highest the GPU and this system's slot allow (nvidia-smi(1), "PCIe Generation"),
+# which a wrong or badly trained slot lowers. The width is read as trained (.current).
+GPU_QUERY = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total",
+             "ecc.errors.corrected.volatile.total", "temperature.gpu", "pcie.link.gen.max",
+             "pcie.link.width.current", "driver_version", "vbios_version")
+# The row remapper (Ampere and later; NVIDIA "GPU Memory Error Management", User Visible Statistics:
+# remapped rows correctable/uncorrectable, pending and failure flags).
+REMAP_QUERY = ("gpu_bus_id", "remapped_rows.correctable", "remapped_rows.uncorrectable",
+               "remapped_rows.pending", "remapped_rows.failure")
+CSV_FORMAT = "--format=csv,noheader,nounits"
+
+
+@dataclass(frozen=True)
+class SmiGpu:
+    index: int
+    pci: str  # normalized (kernel_log.normalize_pci), the form XID lines carry
+    ecc_uncorrected_volatile: float | None
+    ecc_corrected_volatile: float | None
+    temperature_c: float | None
+    pcie_gen: int | None
+    pcie_width: int | None
+    driver_version: str | None
+    vbios_version: str | None
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    pci: str
+    correctable: float | None
+    uncorrectable: float | None
+    pending: float | None  # 1: a remap waits for the next GPU reset
+    failure: float | None  # 1: a remap failed (the GPU needs service)
+
+
+def _cell(text: str) -> str | None:
+    t = text.strip()
+    return None if not t or t.startswith("[") or t in ("N/A", "Not Supported") else t
+
+
+def _num(text: str) -> float | None:
+    t = _cell(text)
+    if t is None:
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def _int(text: str) -> int | None:
+    v = _num(text)
+    return None if v is None else int(v)
+
+
+def _rows(text: str, width: int) -> list[list[str]]:
+    return [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if len(r) >= width]
+
+
+def parse_query_gpu(text: str) -> list[SmiGpu]:
+    """`nvidia-smi --query-gpu=<GPU_QUERY> --format=csv,noheader,nounits` -> one record per GPU.
+    Lines that are not a GPU's (a warning nvidia-smi printed) are skipped."""
+    out = []
+    for r in _rows(text, len(GPU_QUERY)):
+        if not r[0].strip().isdigit():
+            continue
+        try:
+            pci = normalize_pci(r[1])
+        except ValueError:
+            continue
+        out.append(SmiGpu(index=int(r[0]), pci=pci, ecc_uncorrected_volatile=_num(r[2]),
+                          ecc_corrected_volatile=_num(r[3]), temperature_c=_num(r[4]), pcie_gen=_int(r[5]),
+                          pcie_width=_int(r[6]), driver_version=_cell(r[7]), vbios_version=_cell(r[8])))
+    return out
+
+
+def parse_remapped_rows(text: str) -> list[RemappedRows]:
+    """`nvidia-smi --query-remapped-rows=<REMAP_QUERY> --format=csv,noheader,nounits`."""
+    out = []
+    for r in _rows(text, len(REMAP_QUERY)):
+        try:
+            pci = normalize_pci(r[0])
+        except ValueError:
+            continue
+        out.append(RemappedRows(pci, _num(r[1]), _num(r[2]), _num(r[3]), _num(r[4])))
+    return out
+
+
+def query_gpus() -> list[SmiGpu]:
+    text = run_tool(["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY)}", CSV_FORMAT])
+    gpus = parse_query_gpu(text)
+    if not gpus:
+        raise HostReadError(f"nvidia-smi listed no GPU: {text.strip()[:200]!r}")
+    return gpus
+
+
+def query_remapped_rows() -> list[RemappedRows]:
+    return parse_remapped_rows(run_tool(["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_QUERY)}",
+                                         CSV_FORMAT]))

@@ -1,0 +1,161 @@
+"""The inspect source of a real GPU host: `gpufleet inspect --here` reads the host it runs on, as
+Slurm's HealthCheckProgram or a node-problem-detector plugin would run it (docs/fleet-inspect.md).
+
+- GPUs: `nvidia-smi --query-gpu` (count, volatile ECC, PCIe link, driver and VBIOS versions) and
+  `--query-remapped-rows` (the row remapper), from gpufleet.core.host.nvidia_smi;
+- XIDs: the kernel log since boot (`dmesg`, or a log file), mapped to GPUs by PCI address;
+- fabric ports: HCA ports in /sys/class/infiniband, or the named interfaces in /sys/class/net.
+
+`read_host` does the reading (thin I/O); `observation_from_host` (pure) turns what was read, or why
+it could not be, into the NodeObservation every check takes. Anything unread is UNKNOWN, never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.config.accelerators import AcceleratorModel, Vendor, accelerator_spec
+from gpufleet.core.host import HostReadError
+from gpufleet.core.host.kernel_log import XidSeen, read_dmesg, read_kernel_log
+from gpufleet.core.host.links import SYS_CLASS_IB, SYS_CLASS_NET, LinkReading, read_ib_ports, read_net_links
+from gpufleet.core.host.nvidia_smi import RemappedRows, SmiGpu, query_gpus, query_remapped_rows
+from gpufleet.fleet.inspect.observation import GpuObs, NodeObservation, PortObs
+
+
+@dataclass(frozen=True)
+class HostReads:
+    """What each reader returned, or why it could not read (a str)."""
+
+    gpus: list[SmiGpu] | str
+    remaps: list[RemappedRows] | str
+    xids: list[XidSeen] | str
+    ports: list[LinkReading] | str
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """What the stack expects of this host."""
+
+    node: str
+    pool: str
+    sku: AcceleratorModel
+    expected_gpus: int
+    expected_port_gbps: float | None
+    rails: int  # the fabric's railsPerNode: HCA ports a node must show when the stack names no HCAs
+
+
+def _versions(values: Sequence[str | None]) -> str | None:
+    """One version for the node; GPUs that disagree read as all of them (which drifts from any pin)."""
+    seen = sorted({v for v in values if v is not None})
+    return ",".join(seen) if seen else None
+
+
+def _gpus(reads: HostReads, unknown: list[str]) -> tuple[GpuObs, ...] | None:
+    if isinstance(reads.gpus, str):
+        unknown.append(f"gpus: {reads.gpus}")
+        return None
+    remap_by_pci: dict[str, RemappedRows] = {}
+    if isinstance(reads.remaps, str):
+        unknown.append(f"ecc: row remapper not read: {reads.remaps}")
+    else:
+        remap_by_pci = {r.pci: r for r in reads.remaps}
+    xids: dict[int, list[int]] = {}
+    if isinstance(reads.xids, str):
+        unknown.append(f"xid: {reads.xids}")
+    else:
+        index_by_pci = {g.pci: g.index for g in reads.gpus}
+        for x in reads.xids:
+            idx = index_by_pci.get(x.pci or "")
+            if idx is not None:
+                xids.setdefault(idx, []).append(x.xid)
+    out = []
+    for g in sorted(reads.gpus, key=lambda g: g.index):
+        if g.ecc_uncorrected_volatile is None or g.ecc_corrected_volatile is None:
+            unknown.append(f"ecc: GPU {g.index} reports no volatile ECC counts (is ECC off?)")
+        r = remap_by_pci.get(g.pci)
+        if r is None and not isinstance(reads.remaps, str):
+            unknown.append(f"ecc: GPU {g.index} has no row-remapper counts")
+        out.append(GpuObs(
+            index=g.index, xids=tuple(xids.get(g.index, ())),
+            ecc_correctable_volatile=g.ecc_corrected_volatile or 0.0,
+            ecc_uncorrectable_volatile=g.ecc_uncorrected_volatile or 0.0,
+            uncorrectable_remapped_rows=(r.uncorrectable or 0.0) if r else 0.0,
+            row_remap_failed=(r.failure or 0.0) if r else 0.0,
+            row_remap_pending=(r.pending or 0.0) if r else 0.0,
+            pcie_gen=g.pcie_gen, pcie_width=g.pcie_width,
+        ))
+    return tuple(out)
+
+
+def _ports(reads: HostReads, unknown: list[str]) -> tuple[PortObs, ...] | None:
+    if isinstance(reads.ports, str):
+        unknown.append(f"fabric: {reads.ports}")
+        return None
+    out = []
+    for link in reads.ports:
+        if link.state == "absent":
+            out.append(PortObs(name=link.name, state="absent"))
+            continue
+        if link.carrier_changes is None:
+            unknown.append(f"fabric: port {link.name} has no carrier counter (flaps not counted)")
+        out.append(PortObs(name=link.name, state="up" if link.up else "down", speed_gbps=link.speed_gbps,
+                           carrier_changes=link.carrier_changes or 0))
+    return tuple(out)
+
+
+def observation_from_host(reads: HostReads, target: HostTarget, *, at: float) -> NodeObservation:
+    unknown: list[str] = []
+    gpus = _gpus(reads, unknown)
+    ports = _ports(reads, unknown)
+    smi = reads.gpus if isinstance(reads.gpus, list) else []
+    return NodeObservation(
+        node=target.node, pool=target.pool, sku=target.sku, at=at, expected_gpus=target.expected_gpus,
+        gpus=gpus, ports=ports, expected_port_gbps=target.expected_port_gbps,
+        driver_version=_versions([g.driver_version for g in smi]),
+        firmware_version=_versions([g.vbios_version for g in smi]),
+        # The scheduler's view is left unknown: `--here` runs the light checks, which need none.
+        unknown=tuple(unknown),
+    )
+
+
+def expected_ports(found: list[LinkReading], rails: int) -> list[LinkReading]:
+    """HCA ports found when the stack names no HCAs: fewer than the rails are absent ports."""
+    missing = [LinkReading(f"rail-{i}", False, "absent") for i in range(len(found), rails)]
+    return [*found, *missing]
+
+
+def read_host(target: HostTarget, *, now: float, kernel_log: Path | None = None,
+              fabric_ifs: Sequence[str] = (), hcas: Sequence[str] | None = None,
+              net_root: Path = SYS_CLASS_NET, ib_root: Path = SYS_CLASS_IB) -> HostReads:
+    """Read this host. `fabric_ifs`: Ethernet interfaces to read instead of the HCA ports (a RoCE
+    node's netdevs, a sandbox node's fab0); `hcas`: the stack's HCA names (fabric.hcas)."""
+    vendor = accelerator_spec(target.sku).vendor
+    gpus: list[SmiGpu] | str
+    remaps: list[RemappedRows] | str
+    if vendor is not Vendor.NVIDIA:
+        gpus = remaps = f"no host reader for {vendor.value} GPUs yet (amd-smi / npu-smi)"
+    else:
+        try:
+            gpus = query_gpus()
+        except HostReadError as e:
+            gpus = str(e)
+        try:
+            remaps = query_remapped_rows()
+        except HostReadError as e:
+            remaps = str(e)
+    pci_map = {g.pci: g.index for g in gpus} if isinstance(gpus, list) else {}
+    xids: list[XidSeen] | str
+    try:
+        xids = read_kernel_log(kernel_log, pci_map, now) if kernel_log else read_dmesg(pci_map, now)
+    except HostReadError as e:
+        xids = str(e)
+    ports: list[LinkReading] | str
+    if fabric_ifs:
+        ports = read_net_links(fabric_ifs, net_root)
+    elif hcas:
+        ports = read_ib_ports(ib_root, hcas)
+    else:
+        ports = expected_ports(read_ib_ports(ib_root), target.rails)
+    return HostReads(gpus=gpus, remaps=remaps, xids=xids, ports=ports)

@@ -1,0 +1,148 @@
+"""The real-host inspect source (`gpufleet inspect --here`): what was read, or why not, becomes one
+NodeObservation that the shared checks judge; and the command end to end with an `nvidia-smi` test
+double on PATH that prints what the real one prints for these queries."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.catalog import load_catalog, xid_policy
+from gpufleet.cli.main import app
+from gpufleet.config.accelerators import AcceleratorModel
+from gpufleet.core.host.kernel_log import XidSeen
+from gpufleet.core.host.links import LinkReading
+from gpufleet.core.host.nvidia_smi import RemappedRows, SmiGpu
+from gpufleet.fleet.inspect.checks import Context, Pins, check_node
+from gpufleet.fleet.inspect.host import HostReads, HostTarget, expected_ports, observation_from_host
+from gpufleet.fleet.inspect.thresholds import load_thresholds
+
+TARGET = HostTarget(node="gpu-a", pool="gpu", sku=AcceleratorModel.H100_SXM, expected_gpus=4,
+                    expected_port_gbps=400.0, rails=2)
+
+
+def smi(i: int, **kw: object) -> SmiGpu:
+    base: dict[str, object] = dict(index=i, pci=f"0000:{0x18 + i:02x}:00", ecc_uncorrected_volatile=0.0,
+                                   ecc_corrected_volatile=0.0, temperature_c=40.0, pcie_gen=5, pcie_width=16,
+                                   driver_version="570.124.06", vbios_version="96.00.9F.00.04")
+    return SmiGpu(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def remap(i: int, **kw: float) -> RemappedRows:
+    return RemappedRows(f"0000:{0x18 + i:02x}:00", kw.get("c", 0.0), kw.get("u", 0.0), kw.get("p", 0.0),
+                        kw.get("f", 0.0))
+
+
+def ctx(pins: Pins = Pins("570.124.06", "96.00.9F.00.04")) -> Context:
+    rules, _ = xid_policy(load_catalog(), {})
+    return Context(thresholds=load_thresholds(), xid_rules=rules, pins=pins)
+
+
+def ports(flaps: int = 0) -> list[LinkReading]:
+    return [LinkReading("mlx5_0/1", True, "4: ACTIVE", 400.0, 2 * flaps),
+            LinkReading("mlx5_1/1", True, "4: ACTIVE", 400.0, 0)]
+
+
+def test_a_healthy_host_passes_every_check() -> None:
+    reads = HostReads(gpus=[smi(i) for i in range(4)], remaps=[remap(i) for i in range(4)], xids=[],
+                      ports=ports())
+    o = observation_from_host(reads, TARGET, at=100.0)
+    r = check_node(o, None, ctx(), run_full=False)
+    assert (r.status, r.findings, r.unknown) == ("ok", (), ())
+    assert (o.driver_version, o.firmware_version) == ("570.124.06", "96.00.9F.00.04")
+
+
+def test_each_fault_of_a_host_is_its_code() -> None:
+    reads = HostReads(
+        gpus=[smi(0), smi(1, pcie_width=8), smi(2, ecc_corrected_volatile=5.0),
+              smi(3, vbios_version="96.00.89.00.01")],
+        remaps=[remap(0), remap(1, p=1.0), remap(2), remap(3, f=1.0)],
+        xids=[XidSeen(None, 79, 90.0, "0000:1a:00"), XidSeen(None, 13, 91.0, "0000:99:00")],
+        ports=[LinkReading("mlx5_0/1", False, "1: DOWN", None, 0), LinkReading("mlx5_1/1", True, "4: ACTIVE",
+                                                                                 200.0, 0)])
+    r = check_node(observation_from_host(reads, TARGET, at=100.0), None, ctx(), run_full=False)
+    got = {(f.name, f.subject) for f in r.findings}
+    assert {("gpu-xid", "GPU 2"),  # the XID line's PCI address names the GPU
+            ("pcie-width-low", "GPU 1"), ("ecc-row-remap-pending", "GPU 1"),
+            ("ecc-row-remap-failed", "GPU 3"),
+            ("firmware-drift", "node"),  # GPUs that disagree drift from the pin
+            ("fabric-port-down", "port mlx5_0/1"), ("fabric-port-slow", "port mlx5_1/1")} <= got
+    assert r.status == "fail"
+    # An XID on an address no GPU answers for is not pinned on a GPU (the count check sees a lost GPU).
+    assert not any("XID 13" in f.detail for f in r.findings)
+
+
+def test_what_could_not_be_read_is_unknown_never_healthy() -> None:
+    reads = HostReads(gpus="nvidia-smi not found", remaps="nvidia-smi not found",
+                      xids="dmesg exited 1: denied", ports=ports())
+    r = check_node(observation_from_host(reads, TARGET, at=100.0), None, ctx(), run_full=False)
+    assert r.status == "unknown"
+    assert r.unknown[:2] == ("gpus: nvidia-smi not found", "driver: version not reported by the source")
+    part = HostReads(gpus=[smi(0, ecc_uncorrected_volatile=None)], remaps="not supported",
+                     xids="dmesg: denied", ports=[LinkReading("ens1", True, "up", 400.0, None)])
+    o = observation_from_host(part, TARGET, at=100.0)
+    assert set(o.unknown) == {"ecc: row remapper not read: not supported", "xid: dmesg: denied",
+                              "ecc: GPU 0 reports no volatile ECC counts (is ECC off?)",
+                              "fabric: port ens1 has no carrier counter (flaps not counted)"}
+
+
+def test_flaps_count_between_two_runs_and_missing_rails_are_absent() -> None:
+    before = observation_from_host(HostReads([smi(i) for i in range(4)], [remap(i) for i in range(4)], [],
+                                             ports(0)), TARGET, at=100.0)
+    after = observation_from_host(HostReads([smi(i) for i in range(4)], [remap(i) for i in range(4)], [],
+                                            ports(4)), TARGET, at=200.0)
+    r = check_node(after, before, ctx(), run_full=False)
+    assert [(f.name, f.value) for f in r.findings] == [("fabric-port-flapping", 4)]
+    only_one = expected_ports([LinkReading("mlx5_0/1", True, "4: ACTIVE", 400.0, 0)], rails=2)
+    assert only_one[1] == LinkReading("rail-1", False, "absent")
+
+
+SMI = """#!/bin/sh
+# nvidia-smi's answers to the two queries gpufleet inspect --here asks (a test double).
+case "$1" in
+  --query-gpu=*) printf '%s\\n' \\
+    "0, 00000000:18:00.0, 0, 0, 35, 5, 16, 550.90.07, 96.00.89.00.01" \\
+    "1, 00000000:2A:00.0, 0, 0, 36, 5, 16, 550.90.07, 96.00.89.00.01" ;;
+  --query-remapped-rows=*) printf '%s\\n' \\
+    "00000000:18:00.0, 0, 0, 0, 0" "00000000:2A:00.0, 0, 1, 1, 0" ;;
+  *) echo "unexpected: $*" >&2; exit 9 ;;
+esac
+"""
+
+
+def test_the_command_reads_this_host_and_exits_with_the_node_code(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(SMI)
+    os.chmod(bin_dir / "nvidia-smi", 0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    klog = tmp_path / "kern.log"
+    klog.write_text("2026-12-05T10:00:00+00:00 gpu-a kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, "
+                    "GPU has fallen off the bus.\n")
+    args = ["inspect", "--here", "--stack", "sandbox", "--node", "gpu-a", "--kernel-log", str(klog),
+            "--history", str(tmp_path / "h")]
+    res = CliRunner().invoke(app, [*args, "--format", "json", "--fabric-if", "no-such-if"])
+    assert res.exit_code == 1, res.output
+    node = json.loads(res.output)["nodes"][0]
+    got = {(f["name"], f["subject"]) for f in node["findings"]}
+    assert got == {("gpu-count-low", "node"), ("gpu-xid", "GPU 0"), ("ecc-row-remap-pending", "GPU 1"),
+                   ("fabric-port-missing", "port no-such-if")}
+    assert (tmp_path / "h" / "sandbox.jsonl").exists()  # recorded: the next run counts flaps from it
+    npd = CliRunner().invoke(app, [*args, "--format", "npd", "--fabric-if", "no-such-if", "--no-record"])
+    assert (npd.exit_code, npd.output.strip()) == (1, "PROBLEM: GFI001 gpu-count-low node (+3)")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--here", "--level", "full"], "--here runs the light checks"),
+    (["--fabric-if", "fab0"], "give --here"),
+    (["--here", "--pool", "nope"], "no node pool 'nope'"),
+    (["--here", "--kernel-log", "/no/such/log"], "/no/such/log: not a file"),
+])
+def test_bad_here_input_exits_2(argv: list[str], says: str) -> None:
+    res = CliRunner().invoke(app, ["inspect", "--stack", "sandbox", "--no-record", *argv])
+    assert res.exit_code == 2 and says in res.output, res.output
