@@ -26,9 +26,10 @@ from gpufleet.fleet.upgrade import (
 )
 from gpufleet.fleet.upgrade.drive import drive
 from gpufleet.fleet.upgrade.gate import GateSetup
+from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
 from gpufleet.fleet.upgrade.model import protection
 from gpufleet.fleet.upgrade.rollout import Rollout
-from gpufleet.fleet.upgrade.sandbox_driver import DriverError, PoolShape, SandboxDriver
+from gpufleet.fleet.upgrade.sandbox_driver import RECORD_FILE, DriverError, PoolShape, SandboxDriver
 from gpufleet.fleet.upgrade.slurm_driver import SlurmDriver, choose_driver
 
 # A driver (570.124.06), firmware (96.00.9F.00.04) or package version (2.19.3-1+cuda12.8): what a
@@ -165,10 +166,36 @@ def gate_setup(spec: StackSpec, component: Component) -> tuple[GateSetup, dict[s
     return setup, shapes
 
 
-def _resume_cleanup(driver: SandboxDriver) -> int:
+def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state_root: Path | None,
+                        kubeconfig: Path | None) -> GpuOperatorDriver:
+    """The cluster's (--kubeconfig) or the stack's Kubernetes sandbox's GPU Operator. On the sandbox
+    a version in `sandbox.badVersions` gets kwok's failure annotation on the driver pod template."""
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            raise InputError("--kubeconfig", [Problem(str(kubeconfig), "not a file")])
+        return GpuOperatorDriver(kubeconfig, component, Path(".gpufleet/upgrade") / f"{name}-cordons.json")
+    from gpufleet.core.sandbox_contract import kube_state_path, read_kube_state
+    from gpufleet.sandbox.kube.gpu_operator import FAILS_TO_LOAD
+
+    state = read_kube_state(name, state_root)
+    if state.admin_kubeconfig is None:
+        raise DriverError(f"the Kubernetes sandbox of {name} records no admin kubeconfig")
+    bad = frozenset(spec.sandbox.bad_versions if spec.sandbox else ())
+    return GpuOperatorDriver(Path(state.admin_kubeconfig), component,
+                             kube_state_path(name, state_root).with_name(RECORD_FILE),
+                             template_annotations=lambda v: {FAILS_TO_LOAD: "true" if v in bad else None})
+
+
+def _resume_cleanup(driver: SandboxDriver | GpuOperatorDriver) -> int:
     rec = driver.record
     if not rec.nodes:
         console.print(f"nothing to clean up: {rec.path} records no node", highlight=False)
+        return 0
+    if isinstance(driver, GpuOperatorDriver):
+        for node in rec.open_nodes():
+            returned = driver.uncordon(node)
+            what = "uncordoned" if returned else "left as it is (no longer this run's mark)"
+            console.print(f"{node}: driver {driver.version(node)}; {what}", highlight=False, markup=False)
         return 0
     for node in rec.open_nodes():
         started = driver.restart_missing_daemons(node)
@@ -202,9 +229,13 @@ def run_cmd(
         "--state-root", help="Sandbox state root (default: $GPUFLEET_SANDBOX_ROOT or /run/gpufleet/...)")
     ] = None,
     stacks_dir: Annotated[Path, typer.Option("--stacks-dir", help="Where stack files live")] = Path("stacks"),
+    kubeconfig: Annotated[Path | None, typer.Option(
+        "--kubeconfig", help="--driver gpu-operator: the cluster (default: the stack's Kubernetes sandbox)")
+    ] = None,
 ) -> None:
-    """Run a rolling upgrade on the stack's Slurm sandbox: canary, waves, gate (node health check and
-    the version read back), rollback of a failed node. Exit 0 done, 1 halted, 2 bad input."""
+    """Run a rolling upgrade on the stack's sandbox (Slurm, or Kubernetes through the GPU Operator) or,
+    with --kubeconfig, a Kubernetes cluster running the GPU Operator: canary, waves, gate, rollback
+    of a failed node. Exit 0 done, 1 halted, 2 bad input."""
     spec, name = _stack(stack, stacks_dir)
     setup, shapes = gate_setup(spec, component)
     pool_of = {n: p.name for p in spec.node_pools for n in p.node_names()}
@@ -212,9 +243,13 @@ def run_cmd(
         chosen = choose_driver(spec.scheduler.kind.value, driver_name)
     except ValueError as e:
         raise InputError("--driver", [Problem("--driver", str(e))]) from e
+    driver: SandboxDriver | GpuOperatorDriver
     try:
-        driver = (SlurmDriver if chosen == "slurm" else SandboxDriver)(
-            name, component, state_root, gate_setup=setup, pools=shapes, pool_of=pool_of)
+        if chosen == "gpu-operator":
+            driver = _gpu_operator_driver(spec, name, component, state_root, kubeconfig)
+        else:
+            driver = (SlurmDriver if chosen == "slurm" else SandboxDriver)(
+                name, component, state_root, gate_setup=setup, pools=shapes, pool_of=pool_of)
     except (OSError, ValueError, DriverError) as e:
         raise InputError(f"sandbox {name}", [Problem("state", f"no running sandbox to upgrade: {e}")]) from e
     if resume_cleanup:
@@ -225,12 +260,15 @@ def run_cmd(
         raise InputError(str(driver.record.path), [Problem(
             "nodes", f"an earlier run left {', '.join(driver.record.open_nodes())} cordoned: "
                      "run `gpufleet upgrade run --resume-cleanup` first")])
-    fleet = with_protection(driver.snapshot(pool_of), spec.upgrade)
+    live = driver.snapshot() if isinstance(driver, GpuOperatorDriver) else driver.snapshot(pool_of)
+    fleet = with_protection(live, spec.upgrade)
     plan = plan_upgrade(fleet, spec.upgrade, to)
     print_plan(plan, name)
     if dry_run:
         return
-    if setup.level == "full":
+    if isinstance(driver, GpuOperatorDriver):
+        driver.hand_over([n.name for n in fleet.nodes])
+    elif setup.level == "full":
         # The performance floor's reference, as inspect computes it, before any node is taken.
         refs = driver.measure_references()
         driver.gate_setup = dataclasses.replace(setup, references=refs)
@@ -270,6 +308,10 @@ def run_cmd(
               + (floor if gate.inspect_level == "full" else "") + " + version read back")
     doc["gateNote"] = checks + (" + a one-step training smoke run on the node" if gate.smoke_run
                                 else " (gate.smokeRun is off)")
+    if isinstance(driver, GpuOperatorDriver):
+        doc["gateNote"] = ("gate: the GPU Operator's upgrade-done, the node's driver pod at the version and "
+                           "ready, its validator pods ready, the node Ready without a GpuFleetProblem "
+                           "condition (no inspect or smoke run: docs/fleet-upgrade.md)")
     out = report or driver.record.path.with_name(f"upgrade-{rollout_id}.json")
     out.write_text(json.dumps(doc, indent=2))
     cap = result.capacity()

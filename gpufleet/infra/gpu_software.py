@@ -35,7 +35,8 @@ import pulumi_kubernetes as k8s
 
 from gpufleet.catalog.exporters import collectors_csv, load_exporters
 from gpufleet.config import FabricKind, Vendor
-from gpufleet.config.model import duration_seconds
+from gpufleet.config.gpu_operator import driver_upgrade_policy
+from gpufleet.config.model import UpgradeSpec, duration_seconds
 from gpufleet.infra.charts import (
     AMD_DRIVER_VERSION,
     ASCEND_DEVICE_PLUGIN_IMAGE,
@@ -60,6 +61,10 @@ class GpuSoftwareArgs:
     mig_strategy: str = "single"
     # dcgm-exporter's collectors file; None: the catalog's (monitoring/dcgm-exporter/dcgm-metrics.csv).
     dcgm_collectors: str | None = None
+    # The stack's rollout policy and its NVIDIA node count: the driver's upgradePolicy
+    # (config.gpu_operator.driver_upgrade_policy).
+    upgrade: UpgradeSpec = field(default_factory=UpgradeSpec)
+    gpu_nodes: int = 1
 
 
 def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
@@ -70,12 +75,7 @@ def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
             "version": NVIDIA_DRIVER_VERSION,
             # GPUDirect RDMA through the DOCA/MOFED driver the Network Operator installs.
             "rdma": {"enabled": rdma, "useHostMofed": False},
-            "upgradePolicy": {
-                "autoUpgrade": True,
-                "maxParallelUpgrades": 1,
-                "maxUnavailable": 1,
-                "drain": {"enable": True, "force": False, "timeoutSeconds": 600},
-            },
+            "upgradePolicy": driver_upgrade_policy(args.upgrade, args.gpu_nodes),
         },
         "mig": {"strategy": args.mig_strategy},
         "dcgmExporter": {

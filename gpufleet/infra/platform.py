@@ -137,6 +137,12 @@ def vendors(spec: StackSpec) -> frozenset[Vendor]:
     return spec.vendors
 
 
+def nvidia_nodes(spec: StackSpec) -> int:
+    """NVIDIA GPU nodes of the stack (spares included): the fleet the GPU Operator upgrades."""
+    return max(1, sum(p.total_nodes for p in spec.node_pools
+                      if accelerator_spec(p.accelerator).vendor is Vendor.NVIDIA))
+
+
 def gpu_tolerations(spec: StackSpec) -> list[dict[str, str]]:
     """Tolerations for the node agents (drivers, device plugins, health checks) that must run on
     every GPU node whatever its taints."""
@@ -219,7 +225,8 @@ class Platform(pulumi.ComponentResource):
         self.gpu = GpuSoftware(
             f"{name}-gpu",
             GpuSoftwareArgs(
-                vendors(spec), spec.fabric.kind, spec.monitoring.dcgm_scrape_interval, tolerations
+                vendors(spec), spec.fabric.kind, spec.monitoring.dcgm_scrape_interval, tolerations,
+                upgrade=spec.upgrade, gpu_nodes=nvidia_nodes(spec),
             ),
             sub,
         )

@@ -292,18 +292,16 @@ class SlurmDriver(SandboxDriver):
                 "slurmReboots": [r.to_doc() for r in self.reboots]}
 
 
-DRIVERS = ("slurm", "sandbox")
+DRIVERS = ("slurm", "sandbox", "gpu-operator")
 
 
 def choose_driver(scheduler: str, requested: str | None) -> str:
     """The driver of `gpufleet upgrade run`: the one asked for, else the stack's scheduler's. `slurm`
     reboots through `scontrol reboot`; `sandbox` restarts the node's daemons without Slurm knowing
-    (ADR 0061), kept to compare with. Kubernetes has no driver yet (docs/fleet-upgrade.md)."""
+    (ADR 0061), kept to compare with; `gpu-operator` (Kubernetes: Kueue, Volcano) has the GPU
+    Operator's upgrade controller upgrade each node the rollout hands it (ADR 0073)."""
     if requested is not None:
         if requested not in DRIVERS:
             raise ValueError(f"unknown driver {requested!r}: one of {', '.join(DRIVERS)}")
         return requested
-    if scheduler == "slurm":
-        return "slurm"
-    raise ValueError(f"no upgrade driver for a {scheduler} scheduler yet (only slurm); --driver sandbox "
-                     "restarts the sandbox's daemons instead")
+    return "slurm" if scheduler == "slurm" else "gpu-operator"

@@ -39,6 +39,8 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "ClusterQueue": ("/apis/kueue.x-k8s.io/v1beta1", "clusterqueues", False),
     "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta1", "localqueues", True),
     "Workload": ("/apis/kueue.x-k8s.io/v1beta1", "workloads", True),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
+    "ClusterPolicy": ("/apis/nvidia.com/v1", "clusterpolicies", False),
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -32,6 +33,7 @@ from typing import Any
 import httpx
 import yaml
 
+from gpufleet.config.gpu_operator import UPGRADE_DONE, UPGRADE_STATE_LABEL
 from gpufleet.config.model import StackSpec
 from gpufleet.core import procs
 from gpufleet.core.errors import InputError, Problem
@@ -46,13 +48,14 @@ from gpufleet.core.sandbox_contract import (
 )
 from gpufleet.core.yamlio import safe_load_all
 from gpufleet.sandbox import processes, run_teardown
-from gpufleet.sandbox.kube import daemons, kueue, rbac, workload
+from gpufleet.sandbox.kube import daemons, gpu_operator, kueue, rbac, workload
 from gpufleet.sandbox.kube.api import ApiError, KubeApi, object_path, owned_by, ssl_context
 from gpufleet.sandbox.kube.binaries import KubePaths, require_kube_paths
 from gpufleet.sandbox.kube.daemons import (
     APISERVER,
     CONTROLLER_MANAGER,
     ETCD,
+    GPU_OPERATOR,
     KUEUE,
     KWOK,
     SCHEDULER,
@@ -161,8 +164,9 @@ class _Run:
     def left(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
 
-    def start(self, name: str, argv: list[str]) -> None:
-        recipe = Launch(program=argv, env=processes.base_env(), log=str(self.lay.log(name)))
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        env = {**processes.base_env(), **(env or {})}
+        recipe = Launch(program=argv, env=env, log=str(self.lay.log(name)))
         popen, st = procs.launch(recipe)
         if st is None:
             popen.wait(timeout=5)
@@ -431,6 +435,13 @@ def _bring_up(
             timings.mark("nodes_ready")
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
 
+            if opts.crds and opts.platform and gpu_operator.nvidia_pools(spec):
+                gpu_nodes = [n.name for n in nodes if n.pool in gpu_operator.nvidia_pools(spec)]
+                _start_gpu_operator(run, api, spec, gpu_nodes)
+                timings.mark("gpu_operator")
+                say(f"GPU Operator {gpu_operator.NAMESPACE}/{gpu_operator.SERVICE_ACCOUNT}: driver "
+                    f"{gpu_operator.pinned_driver(spec)} on {len(gpu_nodes)} nodes, upgrade controller done")
+
             queue: str | None = None
             if opts.crds and opts.platform:
                 for obj in kueue.queue_objects(spec, nodes, workload.TRAINING_NAMESPACE):
@@ -496,7 +507,7 @@ def _start_kueue(run: _Run, api: KubeApi) -> None:
     process; then the sandbox does a kubelet's part: once Kueue's certificate controller has filled
     the webhook Secret, its files go into Kueue's certDir (kueue.py)."""
     lay = run.lay
-    role = kueue.cluster_role(safe_load_all(run.paths.rbac_file("kueue").read_text()))
+    role = rbac.cluster_role(safe_load_all(run.paths.rbac_file("kueue").read_text()))
     for obj in kueue.identity_objects(role):
         api.apply(obj)
     token, _ = api.token(kueue.NAMESPACE, kueue.SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS)
@@ -522,6 +533,42 @@ def _start_kueue(run: _Run, api: KubeApi) -> None:
         path = lay.kueue_cert_dir / name
         path.touch(mode=0o600)
         path.write_bytes(data)
+
+
+def _start_gpu_operator(run: _Run, api: KubeApi, spec: StackSpec, gpu_nodes: list[str]) -> None:
+    """The GPU Operator's identity, its ClusterPolicy and the DaemonSets it upgrades
+    (gpu_operator.py), then the process; ready once its upgrade controller has labelled every GPU
+    node's driver upgrade-done (its first pass: every driver pod up to date)."""
+    lay = run.lay
+    role = rbac.cluster_role(safe_load_all(run.paths.rbac_file(gpu_operator.NAMESPACE).read_text()))
+    for obj in gpu_operator.identity_objects(role):
+        api.apply(obj)
+    token, _ = api.token(gpu_operator.NAMESPACE, gpu_operator.SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS)
+    write_kubeconfig(
+        lay.kubeconfig(GPU_OPERATOR),
+        kubeconfig(lay.api_url, lay.pki.ca_cert, gpu_operator.SERVICE_ACCOUNT, token=token),
+    )
+    policy = api.apply(gpu_operator.cluster_policy(spec, len(gpu_nodes)))
+    uid = str(policy["metadata"]["uid"])
+    version = gpu_operator.pinned_driver(spec)
+    bad = spec.sandbox is not None and version in spec.sandbox.bad_versions
+    api.apply(gpu_operator.driver_daemonset(version, uid, fails_to_load=bad))
+    api.apply(gpu_operator.validator_daemonset(uid))
+    run.start(GPU_OPERATOR, daemons.gpu_operator_argv(run.paths.binaries[GPU_OPERATOR], lay,
+                                                      as_root=os.geteuid() == 0),
+              env={"OPERATOR_NAMESPACE": gpu_operator.NAMESPACE})
+    want = set(gpu_nodes)
+
+    def labelled() -> bool:
+        done = {n["metadata"]["name"] for n in api.list("Node")
+                if n["metadata"].get("labels", {}).get(UPGRADE_STATE_LABEL) == UPGRADE_DONE}
+        left = want - done
+        if left:
+            raise RuntimeError(f"{len(left)} of {len(want)} GPU nodes not {UPGRADE_DONE} yet, "
+                               f"e.g. {min(left)}")
+        return True
+
+    run.wait(f"the GPU Operator's upgrade controller on {len(want)} nodes", labelled, 0.5, GPU_OPERATOR)
 
 
 def remediation_policy_doc(spec: StackSpec) -> dict[str, Any]:

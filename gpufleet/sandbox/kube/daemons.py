@@ -29,13 +29,24 @@ CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
 KUEUE = "kueue"  # Kueue's controller manager (kueue.py)
+GPU_OPERATOR = "gpu-operator"  # the NVIDIA GPU Operator, for its driver upgrade controller (gpu_operator.py)
 # Start order; `down` stops them in reverse.
-DAEMONS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, KUEUE)
+DAEMONS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, KUEUE, GPU_OPERATOR)
 KUEUE_HEALTH = "kueue-health"  # its /healthz and /readyz (plain HTTP, as in its Deployment)
 KUEUE_WEBHOOK = "kueue-webhook"  # its webhook server (TLS; no webhook configuration points at it)
+GPU_OPERATOR_HEALTH = "gpu-operator-health"  # its /healthz and /readyz (plain HTTP)
 PORT_NAMES = (
-    "etcd-client", "etcd-peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, KUEUE_HEALTH, KUEUE_WEBHOOK
+    "etcd-client", "etcd-peer", APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, KUEUE_HEALTH, KUEUE_WEBHOOK,
+    GPU_OPERATOR_HEALTH,
 )
+# The operator's hard-coded manifest folders (controllers/state_manager.go addState,
+# nvidiadriver_controller.go): its NVIDIADriver controller refuses to start without
+# manifests/state-driver. The manifests are YAML in the operator's module archive, which the project
+# does not take (ADR 0032), so the operator runs with an empty tmpfs over /opt in a mount namespace
+# of its own: its ClusterPolicy and NVIDIADriver controllers then deploy nothing, and its upgrade
+# controller (k8s-operator-libs pkg/upgrade) runs unchanged on the driver DaemonSet the sandbox
+# declares in their place (gpu_operator.py).
+GPU_OPERATOR_ASSETS = "/opt/gpu-operator"
 
 # How a node's liveness is kept and judged: kwok renews each node's Lease every quarter of its
 # duration (a kubelet's renewInterval), and the node lifecycle controller (kube-controller-manager)
@@ -151,6 +162,8 @@ class KubeLayout:
             return f"{self.api_url}/readyz"
         if daemon == KUEUE:  # ready once its certificates are there and its controllers set up
             return f"http://{LOOPBACK_IP}:{self.ports[KUEUE_HEALTH]}/readyz"
+        if daemon == GPU_OPERATOR:
+            return f"http://{LOOPBACK_IP}:{self.ports[GPU_OPERATOR_HEALTH]}/readyz"
         scheme = "http" if daemon == KWOK else "https"  # kwok's server has no certificate here
         return f"{scheme}://{LOOPBACK_IP}:{self.ports[daemon]}/healthz"
 
@@ -278,3 +291,19 @@ def kwok_argv(binary: Path, lay: KubeLayout, node_selector: str) -> list[str]:
 def kueue_argv(binary: Path, lay: KubeLayout) -> list[str]:
     """Kueue's manager with its configuration file (kueue.configuration) and its own identity."""
     return [str(binary), f"--config={lay.kueue_config}", f"--kubeconfig={lay.kubeconfig('kueue')}"]
+
+
+def gpu_operator_argv(binary: Path, lay: KubeLayout, *, as_root: bool) -> list[str]:
+    """The GPU Operator under its own identity, in a mount namespace whose /opt is an empty tmpfs
+    holding only the folders it insists on (GPU_OPERATOR_ASSETS). Not root: a user namespace maps
+    the caller to root there, which is all the mount needs. `exec` keeps the PID the recorded one."""
+    wrap = ["unshare", "--mount", "--propagation", "private"] + ([] if as_root else ["--map-root-user"])
+    script = (f"mount -t tmpfs -o size=1m,mode=0755 gpufleet-gpu-operator /opt"
+              f" && mkdir -p {GPU_OPERATOR_ASSETS}/manifests/state-driver && exec \"$0\" \"$@\"")
+    return [
+        *wrap, "sh", "-c", script, str(binary),
+        f"--kubeconfig={lay.kubeconfig(GPU_OPERATOR)}",
+        f"--health-probe-bind-address={LOOPBACK_IP}:{lay.ports[GPU_OPERATOR_HEALTH]}",
+        "--metrics-bind-address=0",  # 0: no metrics server
+        "--leader-elect=false",
+    ]

@@ -121,14 +121,6 @@ def identity_objects(cluster_role: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def cluster_role(docs: Iterable[Any]) -> dict[str, Any]:
-    """The one ClusterRole of controller-gen's rbac/role.yaml."""
-    roles = [d for d in docs if isinstance(d, dict) and d.get("kind") == "ClusterRole"]
-    if len(roles) != 1:
-        raise ValueError(f"expected one ClusterRole in Kueue's generated role.yaml, found {len(roles)}")
-    return roles[0]
-
-
 def mounted_files(secret: dict[str, Any]) -> dict[str, bytes] | None:
     """The certificate files a kubelet would mount from the webhook Secret; None until Kueue's
     certificate controller has written both."""

@@ -23,6 +23,12 @@ Pods (on managed nodes only, i.e. bound by the scheduler to a kwok node)
   end on SIGTERM (exit code 143) and the pod becomes Failed, so the Job controller sees a failed
   pod, accounts it, removes its tracking finalizer and creates the replacement.
 - pod-delete: a terminated pod being deleted, with no finalizer left, is removed.
+- pod-crashloop: a Pending pod annotated `gpufleet.io/driver-fails-to-load` (the GPU Operator's
+  driver DaemonSet at one of the stack's `sandbox.badVersions`, gpu_operator.py) runs a container
+  that is not ready and has restarted 11 times, waiting in CrashLoopBackOff: what a driver container
+  that cannot load its module shows, and past the 10 restarts after which the operator's upgrade
+  controller marks the node upgrade-failed (k8s-operator-libs upgrade_state.go isDriverPodFailing).
+  pod-ready leaves those pods alone.
 There is deliberately no "complete" stage: the training pods run until something stops them.
 """
 
@@ -45,6 +51,8 @@ NODE_SELECTOR = f"{NODE_ANNOTATION}={NODE_ANNOTATION_VALUE}"
 # A kubelet's default (--node-lease-duration-seconds); a large sandbox's: daemons.liveness.
 NODE_LEASE_SECONDS = 40
 SIGTERM_EXIT = 143  # 128 + 15: a container that ended on the SIGTERM of a graceful deletion
+# The pod annotation that makes kwok's pod-crashloop Stage fail a container (gpu_operator.py).
+FAILS_TO_LOAD_ANNOTATION = "gpufleet.io/driver-fails-to-load"
 
 _NODE_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
 _POD_READY = _NODE_READY
@@ -132,6 +140,34 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
+# What kubelet reports for a container that keeps failing (its restart back-off: Kubernetes docs,
+# "Pod Lifecycle", container restart policy), as the pod-crashloop Stage sets it at once.
+CRASHLOOP_RESTARTS = 11
+_POD_CRASHLOOP_TEMPLATE = f"""\
+{{{{ $now := Now }}}}
+conditions:
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "False"
+  type: Ready
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "False"
+  type: ContainersReady
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- image: {{{{ .image | Quote }}}}
+  name: {{{{ .name | Quote }}}}
+  ready: false
+  started: false
+  restartCount: {CRASHLOOP_RESTARTS}
+  state:
+    waiting:
+      reason: CrashLoopBackOff
+      message: "back-off restarting failed container"
+{{{{ end }}}}
+phase: Running
+startTime: {{{{ $now | Quote }}}}
+"""
+
 _POD_TERMINATE_TEMPLATE = f"""\
 {{{{ $now := Now }}}}
 conditions:
@@ -179,6 +215,8 @@ def stages() -> list[dict[str, Any]]:
     """The Stage objects of the sandbox's lifecycle (module docstring), in kwok's own schema."""
     not_deleting = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
     deleting = {"key": ".metadata.deletionTimestamp", "operator": "Exists"}
+    fails = f'.metadata.annotations["{FAILS_TO_LOAD_ANNOTATION}"]'
+    pending = {"key": ".status.phase", "operator": "In", "values": ["Pending"]}
     return [
         _stage(
             "node-initialize",
@@ -191,10 +229,17 @@ def stages() -> list[dict[str, Any]]:
             "Pod",
             [
                 not_deleting,
-                {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+                pending,
                 {"key": _POD_READY, "operator": "NotIn", "values": ["True"]},
+                {"key": fails, "operator": "DoesNotExist"},
             ],
             {"statusTemplate": _POD_READY_TEMPLATE},
+        ),
+        _stage(
+            "pod-crashloop",
+            "Pod",
+            [not_deleting, pending, {"key": fails, "operator": "In", "values": ["true"]}],
+            {"statusTemplate": _POD_CRASHLOOP_TEMPLATE},
         ),
         _stage(
             "pod-terminate",

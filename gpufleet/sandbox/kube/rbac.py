@@ -34,6 +34,7 @@ pod deletion, node Leases, events.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from gpufleet.core.ledger_location import LEDGER_CONFIGMAP
@@ -207,3 +208,11 @@ def remediation_objects() -> list[dict[str, Any]]:
         _service_account(REMEDIATION_SERVICE_ACCOUNT, REMEDIATION_NAMESPACE),
         *_cluster_role_and_binding(REMEDIATION_ROLE, remediation_rules(), subject),
     ]
+
+
+def cluster_role(docs: Iterable[Any]) -> dict[str, Any]:
+    """The one ClusterRole of a controller-gen rbac/role.yaml (an operator's generated role)."""
+    roles = [d for d in docs if isinstance(d, dict) and d.get("kind") == "ClusterRole"]
+    if len(roles) != 1:
+        raise ValueError(f"expected one ClusterRole in a generated role.yaml, found {len(roles)}")
+    return roles[0]

@@ -121,8 +121,7 @@ def test_owns_only_its_own_mark_with_slurms_suffixes(reason: str | None, expecte
 def test_choose_driver() -> None:
     assert choose_driver("slurm", None) == "slurm"
     assert choose_driver("slurm", "sandbox") == "sandbox"
-    with pytest.raises(ValueError, match="no upgrade driver for a kueue"):
-        choose_driver("kueue", None)
+    assert choose_driver("kueue", None) == choose_driver("volcano", None) == "gpu-operator"
     with pytest.raises(ValueError, match="unknown driver"):
         choose_driver("slurm", "k8s")
 

@@ -15,7 +15,7 @@ from gpufleet.config import load_named_stack
 from gpufleet.config.model import StackSpec
 from gpufleet.core.errors import InputError
 from gpufleet.infra import scheduler as infra
-from gpufleet.sandbox.kube import daemons, kueue, workload
+from gpufleet.sandbox.kube import daemons, kueue, rbac, workload
 from gpufleet.sandbox.kube.nodes import plan_nodes
 from gpufleet.sandbox.kube.versions import load_versions, parse_versions
 
@@ -71,7 +71,7 @@ def test_identity_binds_the_generated_role_to_kueues_service_account() -> None:
         "metadata": {"name": "gpufleet-kueue"},
         "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "update"]}],
     }
-    objs = kueue.identity_objects(kueue.cluster_role([None, generated]))
+    objs = kueue.identity_objects(rbac.cluster_role([None, generated]))
     kinds = [o["kind"] for o in objs]
     assert kinds == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"]
     role, binding, secret = objs[2], objs[3], objs[4]
@@ -87,7 +87,7 @@ def test_identity_binds_the_generated_role_to_kueues_service_account() -> None:
     }
     assert "data" not in secret  # Kueue's certificate controller fills it
     with pytest.raises(ValueError, match="found 0"):
-        kueue.cluster_role([{"kind": "Role"}])
+        rbac.cluster_role([{"kind": "Role"}])
 
 
 def test_mounted_files_wait_for_both_keys() -> None:

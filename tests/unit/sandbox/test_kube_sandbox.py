@@ -225,10 +225,29 @@ def test_every_daemon_names_the_run_directory(layout: daemons.KubeLayout) -> Non
         daemons.scheduler_argv(Path("kube-scheduler"), layout),
         daemons.kwok_argv(Path("kwok"), layout, "a=b"),
         daemons.kueue_argv(Path("kueue"), layout),
+        daemons.gpu_operator_argv(Path("gpu-operator"), layout, as_root=True),
     ]
-    assert [Path(a[0]).name for a in argvs] == list(daemons.DAEMONS)
+    # The operator is started through unshare and `sh -c ... exec "$0" "$@"`: its program is $0.
+    op = argvs[-1]
+    assert op[:5] == ["unshare", "--mount", "--propagation", "private", "sh"]
+    programs = [Path(a[0]).name for a in argvs[:-1]] + [Path(op[op.index("-c") + 2]).name]
+    assert programs == list(daemons.DAEMONS)
     for argv in argvs:
         assert str(layout.base_dir) in " ".join(argv), argv[0]
+
+
+def test_the_gpu_operator_gets_an_empty_opt_of_its_own(layout: daemons.KubeLayout) -> None:
+    """Its manifests are not taken from its module archive: a private tmpfs over /opt with only the
+    folder its NVIDIADriver controller insists on; not root: a user namespace maps the caller."""
+    root = daemons.gpu_operator_argv(Path("/c/gpu-operator"), layout, as_root=True)
+    script = root[root.index("-c") + 1]
+    assert script.startswith("mount -t tmpfs") and " /opt " in script
+    assert "mkdir -p /opt/gpu-operator/manifests/state-driver" in script and script.endswith('exec "$0" "$@"')
+    assert "--metrics-bind-address=0" in root and "--leader-elect=false" in root
+    assert f"--health-probe-bind-address=127.0.0.1:{layout.ports[daemons.GPU_OPERATOR_HEALTH]}" in root
+    user = daemons.gpu_operator_argv(Path("/c/gpu-operator"), layout, as_root=False)
+    assert user[:5] == ["unshare", "--mount", "--propagation", "private", "--map-root-user"]
+    assert layout.healthz_url(daemons.GPU_OPERATOR).endswith("/readyz")
 
 
 def test_layout_needs_every_port(tmp_path: Path) -> None:
@@ -251,7 +270,7 @@ def test_kwok_config_is_a_configuration_and_stages() -> None:
     stages = {d["metadata"]["name"]: d for d in docs[1:]}
     # No node heartbeat Stage: liveness is the Lease, and kwok plays a delayed node Stage even for a
     # node whose Lease it gave up (a crashed node would come back).
-    assert set(stages) == {"node-initialize", "pod-ready", "pod-terminate", "pod-delete"}
+    assert set(stages) == {"node-initialize", "pod-ready", "pod-crashloop", "pod-terminate", "pod-delete"}
     assert all(d["kind"] == "Stage" and d["apiVersion"] == "kwok.x-k8s.io/v1alpha1" for d in docs[1:])
     # Training pods never complete on their own; a deleted pod fails first (the Job controller
     # accounts it), then goes once its finalizers are gone.
@@ -263,6 +282,13 @@ def test_kwok_config_is_a_configuration_and_stages() -> None:
     ]
     assert "phase: Failed" in stages["pod-terminate"]["spec"]["next"]["statusTemplate"]
     assert not any("delay" in d["spec"] for d in stages.values())
+    # A driver pod at a bad version crash-loops past the operator's 10 restarts; pod-ready leaves it.
+    fails = {"key": '.metadata.annotations["gpufleet.io/driver-fails-to-load"]', "operator": "In",
+             "values": ["true"]}
+    assert fails in stages["pod-crashloop"]["spec"]["selector"]["matchExpressions"]
+    assert "restartCount: 11" in stages["pod-crashloop"]["spec"]["next"]["statusTemplate"]
+    ready = stages["pod-ready"]["spec"]["selector"]["matchExpressions"]
+    assert {"key": fails["key"], "operator": "DoesNotExist"} in ready
     assert docs[0]["options"]["nodeLeaseDurationSeconds"] == 40
 
 

@@ -1,0 +1,413 @@
+"""`gpufleet upgrade run --driver gpu-operator`: the rollout's reboots done by the NVIDIA GPU
+Operator's own upgrade controller, one node at a time as the rollout says (ADR 0073,
+docs/fleet-upgrade.md "The GPU Operator driver").
+
+The operator (ClusterPolicy `driver.upgradePolicy.autoUpgrade`, k8s-operator-libs pkg/upgrade)
+upgrades every node whose driver pod is older than its driver DaemonSet, by itself, with no canary,
+bake, gate or rollback. gpufleet keeps it to the rollout's nodes:
+- Every driver node carries `nvidia.com/gpu-driver-upgrade.skip=true` (the controller leaves such
+  nodes alone); a node's Reboot takes the label off that node only, and puts it back at the end.
+- The rollout cordons the node before the operator sees it, so the operator records the node as
+  unschedulable at the start and never uncordons it (upgrade_state.go, the initial-state
+  annotation): the node returns only by the rollout's Uncordon, after gpufleet's gate.
+- Reboot(node, version): the DaemonSet's image goes to `version` (its `OnDelete` pods change only
+  when the controller deletes them); the controller then walks the node through cordon, pod
+  deletion, drain, driver pod restart and validation to `upgrade-done`, or to `upgrade-failed` when
+  the new driver pod keeps restarting. A rollback is a Reboot to the old version; a node the
+  controller left `upgrade-failed` has its failing pod deleted so the DaemonSet recreates it at the
+  version now in the template (the controller itself never retries a failed node).
+- The controller does not watch pods: it runs on node label changes, its DaemonSets' generation and
+  every 2 minutes (upgrade_controller.go plannedRequeueInterval). While a node is upgrading the
+  driver writes a poll label on it each POLL_S so the controller sees each step without waiting
+  the 2 minutes.
+- Gate: the controller's state `upgrade-done`, the node's driver pod at the version and ready, the
+  node's validator pods ready (what the operator's validation waits for), the node Ready with no
+  `GpuFleetProblem` condition (gpufleet's node-health check through node-problem-detector).
+- Cordon records the node first (CordonRecord) and marks it with the rollout's reason in the
+  MAINTENANCE annotation; Uncordon returns only a node still carrying this run's mark.
+
+Firmware is not the operator's to upgrade: this driver upgrades the driver only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpufleet.config.gpu_operator import (
+    UPGRADE_DONE,
+    UPGRADE_FAILED,
+    UPGRADE_SKIP_LABEL,
+    UPGRADE_STATE_LABEL,
+)
+from gpufleet.config.placement import POOL_LABEL
+from gpufleet.core.node_health import CONDITION
+from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
+from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, DriverError
+
+log = logging.getLogger("gpufleet.fleet.upgrade")
+
+OPERATOR_NAMESPACE = "gpu-operator"
+DRIVER_SELECTOR = "app=nvidia-driver-daemonset"  # controllers/upgrade_controller.go DriverLabelValue
+VALIDATOR_SELECTOR = "app=nvidia-operator-validator"  # cmd/gpu-operator main.go WithValidationEnabled
+MAINTENANCE_ANNOTATION = "gpufleet.io/maintenance"  # the rollout's reason (core.maintenance)
+POLL_LABEL = "gpufleet.io/upgrade-poll"
+POLL_S = 1.0
+EVICT_RETRY_S = 2.0  # a refused eviction (a PodDisruptionBudget) is asked again this often
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-")  # the operator's gpuPodSpecFilter prefixes
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_NAME_LABEL = "job-name"  # the Job controller's label on its pods
+
+# What the sandbox adds to the driver pod template for a version (its kwok failure annotation); a
+# key mapped to None is removed.
+TemplateAnnotations = Callable[[str], Mapping[str, str | None]]
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+def image_version(image: str) -> str | None:
+    """The tag of `repo/name:tag` (None: untagged or by digest)."""
+    name = image.rsplit("/", 1)[-1]
+    return name.split(":", 1)[1] if ":" in name and "@" not in image else None
+
+
+def with_version(image: str, version: str) -> str:
+    """The same image at another tag."""
+    head, _, name = image.rpartition("/")
+    base = name.split(":", 1)[0]
+    return f"{head}/{base}:{version}" if head else f"{base}:{version}"
+
+
+def pod_version(pod: Mapping[str, Any]) -> str | None:
+    containers = pod.get("spec", {}).get("containers") or []
+    return image_version(str(containers[0].get("image", ""))) if containers else None
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    st = pod.get("status", {})
+    statuses = st.get("containerStatuses") or []
+    return st.get("phase") == "Running" and bool(statuses) and all(c.get("ready") for c in statuses)
+
+
+def pod_trouble(pod: Mapping[str, Any]) -> str:
+    """Why a pod is not ready, in kubelet's words (phase, waiting reason, restarts)."""
+    st = pod.get("status", {})
+    bits = [f"phase {st.get('phase')}"]
+    for c in st.get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            bits.append(f"{c.get('name')} {waiting['reason']}")
+        if c.get("restartCount"):
+            bits.append(f"{c['restartCount']} restarts")
+    return ", ".join(bits)
+
+
+def node_fault(node: Mapping[str, Any]) -> str | None:
+    """What makes a node unfit: not Ready, or gpufleet's node-health condition set (None: fine)."""
+    for c in node.get("status", {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") != "True":
+            return f"node not Ready ({c.get('reason') or c.get('status')})"
+        if c.get("type") == CONDITION and c.get("status") == "True":
+            return f"{CONDITION}: {c.get('message') or c.get('reason')}"
+    return None
+
+
+def cordoned_by(node: Mapping[str, Any], own_marks: frozenset[str] = frozenset()) -> str | None:
+    """Who took the node out: None when schedulable; this or another rollout's reason; else
+    someone (a person's `kubectl cordon`, remediation)."""
+    if not node.get("spec", {}).get("unschedulable"):
+        return None
+    mark = (node["metadata"].get("annotations") or {}).get(MAINTENANCE_ANNOTATION)
+    if mark is not None and mark in own_marks:
+        return None
+    return mark or "cordoned (spec.unschedulable) by someone else"
+
+
+def uses_gpus(pod: Mapping[str, Any]) -> bool:
+    for c in pod.get("spec", {}).get("containers") or []:
+        res = c.get("resources") or {}
+        names = [*(res.get("requests") or {}), *(res.get("limits") or {})]
+        if any(n.startswith(GPU_RESOURCES) for n in names):
+            return True
+    return False
+
+
+def gpu_jobs(pods: Sequence[Mapping[str, Any]]) -> dict[str, list[Job]]:
+    """The GPU pods on each node (the rollout's jobs): id `namespace/name`, the name of the Job that
+    owns it, its Kueue queue. Finished or deleted pods hold no node."""
+    out: dict[str, list[Job]] = {}
+    for p in pods:
+        meta, node = p["metadata"], p.get("spec", {}).get("nodeName")
+        phase = p.get("status", {}).get("phase")
+        if not node or phase not in ("Pending", "Running") or meta.get("deletionTimestamp"):
+            continue
+        if not uses_gpus(p):
+            continue
+        labels = meta.get("labels") or {}
+        out.setdefault(node, []).append(Job(id=f"{meta['namespace']}/{meta['name']}",
+                                            name=labels.get(JOB_NAME_LABEL, meta["name"]),
+                                            queue=labels.get(QUEUE_LABEL, "")))
+    return out
+
+
+def gate_verdict(node: Mapping[str, Any], driver: Mapping[str, Any] | None,
+                 validators: Sequence[Mapping[str, Any]], version: str) -> tuple[bool, str]:
+    """The gate after the operator's upgrade of one node (module docstring)."""
+    state = (node["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)
+    if driver is None:
+        return False, "no driver pod on the node"
+    if state != UPGRADE_DONE:
+        return False, f"operator state {state}; driver pod {pod_trouble(driver)}"
+    if pod_version(driver) != version:
+        return False, f"driver pod runs {pod_version(driver)}, not {version}"
+    if not pod_ready(driver):
+        return False, f"driver pod not ready: {pod_trouble(driver)}"
+    if not validators:
+        return False, "no validator pod on the node"
+    bad = [v["metadata"]["name"] for v in validators if not pod_ready(v)]
+    if bad:
+        return False, f"validator not ready: {', '.join(bad)}"
+    fault = node_fault(node)
+    if fault is not None:
+        return False, fault
+    return True, f"operator {UPGRADE_DONE}, driver {version} ready, {len(validators)} validator(s) ready"
+
+
+def reboot_outcome(node: Mapping[str, Any], driver: Mapping[str, Any] | None, version: str) -> str | None:
+    """Whether the operator is through with the node at `version`: "done", "failed", or None (still
+    at it). A node whose driver pod is not yet at the version is never through."""
+    if driver is None or pod_version(driver) != version or driver["metadata"].get("deletionTimestamp"):
+        return None
+    state = (node["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)
+    if state == UPGRADE_DONE and pod_ready(driver):
+        return "done"
+    if state == UPGRADE_FAILED:
+        return "failed"
+    return None
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+class GpuOperatorDriver:
+    """Observes a Kubernetes cluster running the GPU Operator and performs the rollout's actions."""
+
+    def __init__(self, kubeconfig: Path | None, component: Component, record_path: Path, *,
+                 namespace: str = OPERATOR_NAMESPACE,
+                 template_annotations: TemplateAnnotations = lambda _v: {},
+                 poll_s: float = POLL_S) -> None:
+        if component is not Component.DRIVER:
+            raise DriverError("the GPU Operator upgrades the driver only; firmware needs the Slurm driver "
+                              "or the vendor's tool")
+        from kubernetes import client, config
+
+        try:
+            self.api_client = config.new_client_from_config(
+                config_file=str(kubeconfig) if kubeconfig else None)
+        except Exception as e:  # the client raises ConfigException and plain exceptions alike
+            raise DriverError(f"kubeconfig {kubeconfig}: {e}") from None
+        self.core = client.CoreV1Api(self.api_client)
+        self.apps = client.AppsV1Api(self.api_client)
+        self.namespace = namespace
+        self.component = component
+        self.template_annotations = template_annotations
+        self.poll_s = poll_s
+        self.record = CordonRecord.load(record_path)
+        self._polls = 0
+        self._evicting: dict[str, float] = {}  # pod id -> when its eviction was last asked
+
+    # ------------------------------------------------------------------ reading
+
+    def _dict(self, obj: Any) -> dict[str, Any]:
+        out: dict[str, Any] = self.api_client.sanitize_for_serialization(obj)
+        return out
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn()
+        except ApiException as e:
+            raise DriverError(f"{what}: HTTP {e.status} {e.reason}: {str(e.body)[:300]}") from None
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self._dict(self._call(f"read node {name}", lambda: self.core.read_node(name)))
+
+    def _pods(self, selector: str, node: str | None = None) -> list[dict[str, Any]]:
+        kw = {"label_selector": selector}
+        if node is not None:
+            kw["field_selector"] = f"spec.nodeName={node}"
+        items = self._call(f"list pods {selector}",
+                           lambda: self.core.list_namespaced_pod(self.namespace, **kw)).items
+        return [self._dict(p) for p in items]
+
+    def driver_pod(self, node: str) -> dict[str, Any] | None:
+        pods = [p for p in self._pods(DRIVER_SELECTOR, node) if not p["metadata"].get("deletionTimestamp")]
+        return pods[0] if pods else None
+
+    def driver_daemonset(self) -> dict[str, Any]:
+        items = self._call("list driver DaemonSets", lambda: self.apps.list_namespaced_daemon_set(
+            self.namespace, label_selector=DRIVER_SELECTOR)).items
+        if len(items) != 1:
+            raise DriverError(f"expected one driver DaemonSet ({DRIVER_SELECTOR}) in {self.namespace}, "
+                              f"found {len(items)}")
+        return self._dict(items[0])
+
+    def upgradable_nodes(self) -> list[str]:
+        """The nodes running a driver pod: the fleet the operator upgrades."""
+        return sorted({p["spec"]["nodeName"] for p in self._pods(DRIVER_SELECTOR)
+                       if p["spec"].get("nodeName")})
+
+    def jobs(self) -> dict[str, list[Job]]:
+        pods = [self._dict(p) for p in self._call("list pods", self.core.list_pod_for_all_namespaces).items]
+        out = gpu_jobs(pods)
+        self._retry_evictions({j.id for js in out.values() for j in js})
+        return out
+
+    def version(self, node: str) -> str | None:
+        pod = self.driver_pod(node)
+        return pod_version(pod) if pod is not None else None
+
+    def snapshot(self, own_marks: frozenset[str] = frozenset()) -> FleetSnapshot:
+        """The live fleet: every driver node with its pool (label), the driver version its pod runs,
+        who cordoned it, its health and its GPU pods."""
+        jobs = self.jobs()
+        versions = {p["spec"]["nodeName"]: pod_version(p) for p in self._pods(DRIVER_SELECTOR)
+                    if p["spec"].get("nodeName")}
+        nodes = []
+        for name in sorted(versions):
+            n = self.node(name)
+            nodes.append(NodeObservation(
+                name=name, pool=(n["metadata"].get("labels") or {}).get(POOL_LABEL, "gpu"),
+                version=versions[name], cordoned_by=cordoned_by(n, own_marks),
+                healthy=node_fault(n) is None, jobs=jobs.get(name, [])))
+        if not nodes:
+            raise DriverError(f"no driver pod ({DRIVER_SELECTOR}) in namespace {self.namespace}: is the GPU "
+                              "Operator deployed?")
+        return FleetSnapshot(source="live", component=self.component, nodes=nodes)
+
+    # ------------------------------------------------------------------ writing
+
+    def _patch_node(self, node: str, body: dict[str, Any]) -> None:
+        self._call(f"patch node {node}", lambda: self.core.patch_node(node, body))
+
+    def _labels(self, node: str, labels: Mapping[str, str | None]) -> None:
+        self._patch_node(node, {"metadata": {"labels": dict(labels)}})
+
+    def hand_over(self, nodes: Sequence[str]) -> None:
+        """Before the rollout: the operator leaves every driver node alone unless the rollout hands
+        it one (module docstring)."""
+        for n in nodes:
+            self._labels(n, {UPGRADE_SKIP_LABEL: "true"})
+
+    def cordon(self, node: str, reason: str) -> None:
+        self.record.nodes[node] = "cordoned"
+        self.record.save()  # on disk before the node is cordoned
+        self._patch_node(node, {"spec": {"unschedulable": True},
+                                "metadata": {"annotations": {MAINTENANCE_ANNOTATION: reason}}})
+
+    def _evict_one(self, pod_id: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        ns, name = pod_id.split("/", 1)
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
+        try:
+            self.core.create_namespaced_pod_eviction(name, ns, body)
+        except ApiException as e:
+            if e.status == 404:
+                return  # already gone
+            # 429: a PodDisruptionBudget refuses it now; asked again while the pod is there.
+            log.warning("evict %s: HTTP %s %s", pod_id, e.status, e.reason)
+        self._evicting[pod_id] = time.monotonic()
+
+    def evict(self, job_ids: tuple[str, ...]) -> None:
+        for j in job_ids:
+            self._evict_one(j)
+
+    def _retry_evictions(self, present: set[str]) -> None:
+        now = time.monotonic()
+        for pod_id, asked in list(self._evicting.items()):
+            if pod_id not in present:
+                del self._evicting[pod_id]
+            elif now - asked >= EVICT_RETRY_S:
+                self._evict_one(pod_id)
+
+    def uncordon(self, node: str) -> bool:
+        """Make the node schedulable if it still carries this run's mark; False (left) otherwise."""
+        n = self.node(node)
+        mark = (n["metadata"].get("annotations") or {}).get(MAINTENANCE_ANNOTATION)
+        self.record.nodes.pop(node, None)
+        if mark != self.record.mark or not self.record.mark:
+            log.warning("%s: mark is %r, not this rollout's: left as it is", node, mark)
+            self.record.save()
+            return False
+        self._patch_node(node, {"spec": {"unschedulable": False},
+                                "metadata": {"annotations": {MAINTENANCE_ANNOTATION: None}}})
+        self.record.save()
+        return True
+
+    def hold(self, node: str, reason: str) -> None:
+        self._patch_node(node, {"metadata": {"annotations": {MAINTENANCE_ANNOTATION: reason}}})
+        self.record.nodes[node] = "held"
+        self.record.save()
+
+    def _set_template(self, version: str) -> None:
+        ds = self.driver_daemonset()
+        tmpl = ds["spec"]["template"]
+        containers = tmpl["spec"]["containers"]
+        want = dict(self.template_annotations(version))
+        have = tmpl["metadata"].get("annotations") or {}
+        if pod_version({"spec": tmpl["spec"]}) == version and all(have.get(k) == v for k, v in want.items()):
+            return
+        body = {"spec": {"template": {
+            "metadata": {"annotations": want},
+            "spec": {"containers": [{"name": c["name"], "image": with_version(c["image"], version)}
+                                    for c in containers[:1]]},
+        }}}
+        name = ds["metadata"]["name"]
+        self._call(f"patch DaemonSet {name}",
+                   lambda: self.apps.patch_namespaced_daemon_set(name, self.namespace, body))
+
+    def reboot(self, node: str, version: str, timeout_s: float) -> str | None:
+        """The operator's upgrade of `node` to `version` (module docstring); the version the node's
+        driver pod then runs, or None when the operator was not through within `timeout_s`."""
+        self._set_template(version)
+        self._labels(node, {UPGRADE_SKIP_LABEL: None})
+        end = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < end:
+                n, pod = self.node(node), self.driver_pod(node)
+                outcome = reboot_outcome(n, pod, version)
+                if outcome is not None:
+                    log.info("%s: operator %s at %s", node, outcome, version)
+                    return version
+                state = (n["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)
+                if pod is not None and state == UPGRADE_FAILED and pod_version(pod) != version:
+                    # The controller never retries a failed node: its pod is recreated at the template.
+                    self._delete_pod(pod["metadata"]["name"])
+                self._polls += 1
+                self._labels(node, {POLL_LABEL: str(self._polls)})
+                time.sleep(self.poll_s)
+            return None
+        finally:
+            self._labels(node, {UPGRADE_SKIP_LABEL: "true", POLL_LABEL: None})
+
+    def _delete_pod(self, name: str) -> None:
+        self._call(f"delete pod {name}", lambda: self.core.delete_namespaced_pod(name, self.namespace))
+
+    def gate(self, node: str, version: str) -> tuple[bool, str]:
+        validators = self._pods(VALIDATOR_SELECTOR, node)
+        return gate_verdict(self.node(node), self.driver_pod(node), validators, version)
+
+    def health(self, nodes: Sequence[str]) -> dict[str, str]:
+        out = {}
+        for name in nodes:
+            fault = node_fault(self.node(name))
+            if fault is not None:
+                out[name] = fault
+        return out

@@ -1,0 +1,133 @@
+"""The NVIDIA GPU Operator in the Kubernetes sandbox, run for its driver upgrade controller
+(docs/kubernetes-sandbox.md "The GPU Operator").
+
+The operator (`cmd/gpu-operator`, built by kube-bins) runs as its own ServiceAccount bound to the
+ClusterRole controller-gen generates from its controllers' RBAC markers. Its manifests are YAML in
+its module archive, which the project does not take (ADR 0032), so its ClusterPolicy controller
+deploys nothing (daemons.GPU_OPERATOR_ASSETS). In their place the sandbox declares what its
+upgrade controller works on, as the operator's own would be:
+- the driver DaemonSet: label `app=nvidia-driver-daemonset` (controllers/upgrade_controller.go
+  DriverLabelValue), owned by the ClusterPolicy (the controller only watches DaemonSets it owns),
+  `OnDelete` updates (the controller deletes each node's pod when its turn comes), on the nodes
+  the operator labels `nvidia.com/gpu.deploy.driver=true`; its image tag is the driver version;
+- the validator DaemonSet: label `app=nvidia-operator-validator`, the pods whose readiness the
+  controller waits for before a node's upgrade is done (main.go WithValidationEnabled).
+kwok runs their pods. A driver version in the stack's `sandbox.badVersions` gets the pod template
+annotation FAILS_TO_LOAD, which kwok's `pod-crashloop` Stage turns into a container that keeps
+restarting (kwok_config.py): the controller then marks the node `upgrade-failed`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.config import StackSpec, Vendor, accelerator_spec
+from gpufleet.config.gpu_operator import driver_upgrade_policy
+from gpufleet.sandbox.kube.kwok_config import FAILS_TO_LOAD_ANNOTATION
+from gpufleet.sandbox.kube.rbac import MANAGED, namespace, role_ref
+
+NAMESPACE = "gpu-operator"
+SERVICE_ACCOUNT = "gpu-operator"
+CLUSTER_POLICY = "cluster-policy"  # the name the operator's chart gives it
+DRIVER_DAEMONSET = "nvidia-driver-daemonset"
+DRIVER_APP = "nvidia-driver-daemonset"
+DRIVER_CONTAINER = "nvidia-driver-ctr"
+DRIVER_IMAGE = "nvcr.io/nvidia/driver"
+VALIDATOR_DAEMONSET = "nvidia-operator-validator"
+VALIDATOR_APP = "nvidia-operator-validator"
+DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"  # the operator's labelGPUNodes sets it "true"
+FAILS_TO_LOAD = FAILS_TO_LOAD_ANNOTATION
+DEFAULT_DRIVER = "550.90.07"  # when no NVIDIA pool pins one
+
+
+def nvidia_pools(spec: StackSpec) -> list[str]:
+    return [p.name for p in spec.node_pools if accelerator_spec(p.accelerator).vendor is Vendor.NVIDIA]
+
+
+def pinned_driver(spec: StackSpec) -> str:
+    """The driver the NVIDIA pools pin (the first pinned), else DEFAULT_DRIVER."""
+    pins = [p.software.driver for p in spec.node_pools
+            if accelerator_spec(p.accelerator).vendor is Vendor.NVIDIA and p.software.driver]
+    return pins[0] if pins else DEFAULT_DRIVER
+
+
+def identity_objects(cluster_role: dict[str, Any]) -> list[dict[str, Any]]:
+    """The operator's namespace (privileged: its DaemonSets are), ServiceAccount, the generated
+    ClusterRole and its binding."""
+    name = cluster_role["metadata"]["name"]
+    role = {**cluster_role, "metadata": {"name": name, "labels": MANAGED}}
+    return [
+        namespace(NAMESPACE, privileged=True),
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE, "labels": MANAGED},
+         "automountServiceAccountToken": False},
+        role,
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name, "labels": MANAGED}, "roleRef": role_ref("ClusterRole", name),
+         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]},
+    ]
+
+
+def cluster_policy(spec: StackSpec, gpu_nodes: int) -> dict[str, Any]:
+    """The ClusterPolicy: the driver with the stack's upgrade policy, every other operand off (kwok
+    nodes run none of them). The sections the CRD requires are all present."""
+    off = {"enabled": False}
+    return {
+        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": CLUSTER_POLICY, "labels": MANAGED},
+        "spec": {
+            "operator": {"defaultRuntime": "containerd"},
+            "daemonsets": {"tolerations": [{"operator": "Exists"}]},
+            "driver": {"enabled": True, "version": pinned_driver(spec),
+                       "upgradePolicy": driver_upgrade_policy(spec.upgrade, gpu_nodes)},
+            "toolkit": off, "devicePlugin": off, "dcgm": off, "dcgmExporter": off, "gfd": off,
+            "nodeStatusExporter": off,
+        },
+    }
+
+
+def _owner(policy_uid: str) -> list[dict[str, Any]]:
+    return [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": CLUSTER_POLICY,
+             "uid": policy_uid, "controller": True, "blockOwnerDeletion": True}]
+
+
+def _daemonset(name: str, app: str, container: str, image: str, policy_uid: str, strategy: str,
+               annotations: dict[str, str]) -> dict[str, Any]:
+    labels = {"app": app, **MANAGED}
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels,
+                     "ownerReferences": _owner(policy_uid)},
+        "spec": {
+            "selector": {"matchLabels": {"app": app}},
+            "updateStrategy": {"type": strategy},
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {
+                    "nodeSelector": {DEPLOY_DRIVER_LABEL: "true"},
+                    "tolerations": [{"operator": "Exists"}],
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": container, "image": image}],
+                },
+            },
+        },
+    }
+
+
+def driver_daemonset(version: str, policy_uid: str, fails_to_load: bool) -> dict[str, Any]:
+    return _daemonset(DRIVER_DAEMONSET, DRIVER_APP, DRIVER_CONTAINER, f"{DRIVER_IMAGE}:{version}", policy_uid,
+                      "OnDelete", {FAILS_TO_LOAD: "true"} if fails_to_load else {})
+
+
+def validator_daemonset(policy_uid: str) -> dict[str, Any]:
+    image = "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.4"
+    return _daemonset(VALIDATOR_DAEMONSET, VALIDATOR_APP, "nvidia-operator-validator", image, policy_uid,
+                      "RollingUpdate", {})
+
+
+def driver_version(pod: dict[str, Any]) -> str | None:
+    """The driver version a driver pod runs: its image tag."""
+    for c in pod.get("spec", {}).get("containers", []):
+        if c.get("name") == DRIVER_CONTAINER and ":" in c.get("image", ""):
+            return str(c["image"]).rsplit(":", 1)[1]
+    return None

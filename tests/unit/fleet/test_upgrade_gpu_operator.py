@@ -1,0 +1,111 @@
+"""The GPU Operator driver's decisions (pure), on objects in the API server's JSON form: versions
+from image tags, when the operator is through with a node, the gate, the jobs holding a node, and
+who cordoned it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.config.gpu_operator import UPGRADE_STATE_LABEL
+from gpufleet.core.node_health import CONDITION
+from gpufleet.fleet.upgrade.kube_driver import (
+    MAINTENANCE_ANNOTATION,
+    cordoned_by,
+    gate_verdict,
+    gpu_jobs,
+    image_version,
+    node_fault,
+    reboot_outcome,
+    with_version,
+)
+from gpufleet.fleet.upgrade.model import Job
+
+
+def node(state: str | None = "upgrade-done", unschedulable: bool = False, mark: str | None = None,
+         conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "gpu-1", "labels": {UPGRADE_STATE_LABEL: state} if state else {},
+                         "annotations": {MAINTENANCE_ANNOTATION: mark} if mark else {}},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"conditions": conditions or [{"type": "Ready", "status": "True"}]}}
+
+
+def pod(version: str, ready: bool = True, restarts: int = 0, waiting: str | None = None,
+        name: str = "nvidia-driver-daemonset-x") -> dict[str, Any]:
+    state = {"waiting": {"reason": waiting}} if waiting else {"running": {}}
+    return {"metadata": {"name": name},
+            "spec": {"containers": [{"name": "nvidia-driver-ctr",
+                                     "image": f"nvcr.io/nvidia/driver:{version}"}]},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": "nvidia-driver-ctr", "ready": ready, "restartCount": restarts, "state": state}]}}
+
+
+def test_versions_are_image_tags() -> None:
+    assert image_version("nvcr.io/nvidia/driver:570.124.06") == "570.124.06"
+    assert image_version("localhost:5000/driver") is None  # a registry port is not a tag
+    assert image_version("nvcr.io/nvidia/driver@sha256:abc") is None
+    assert with_version("localhost:5000/nvidia/driver:550.90.07", "570.124.06") == \
+        "localhost:5000/nvidia/driver:570.124.06"
+    assert with_version("driver", "1") == "driver:1"
+
+
+def test_the_operator_is_through_only_at_the_version() -> None:
+    # Not yet restarted: the old pod on a node still labelled done from before.
+    assert reboot_outcome(node("upgrade-done"), pod("550.90.07"), "570.124.06") is None
+    assert reboot_outcome(node("pod-restart-required"), pod("570.124.06"), "570.124.06") is None
+    assert reboot_outcome(node("upgrade-done"), pod("570.124.06"), "570.124.06") == "done"
+    assert reboot_outcome(node("upgrade-done"), pod("570.124.06", ready=False), "570.124.06") is None
+    bad = pod("560.0.0-bad", ready=False, restarts=11, waiting="CrashLoopBackOff")
+    assert reboot_outcome(node("upgrade-failed"), bad, "560.0.0-bad") == "failed"
+    assert reboot_outcome(node("upgrade-done"), None, "570.124.06") is None
+
+
+def test_gate() -> None:
+    validator = pod("v25.3.4", name="nvidia-operator-validator-y")
+    ok, detail = gate_verdict(node(), pod("570.124.06"), [validator], "570.124.06")
+    assert ok and "570.124.06 ready" in detail
+    bad = pod("560.0.0-bad", ready=False, restarts=11, waiting="CrashLoopBackOff")
+    ok, detail = gate_verdict(node("upgrade-failed"), bad, [validator], "560.0.0-bad")
+    assert not ok and detail == ("operator state upgrade-failed; driver pod phase Running, nvidia-driver-ctr "
+                                 "CrashLoopBackOff, 11 restarts")
+    assert gate_verdict(node(), pod("550.90.07"), [validator], "570.124.06") == (
+        False, "driver pod runs 550.90.07, not 570.124.06")
+    assert gate_verdict(node(), pod("570.124.06"), [], "570.124.06") == (
+        False, "no validator pod on the node")
+    unready = pod("v25.3.4", ready=False, name="nvidia-operator-validator-z")
+    assert gate_verdict(node(), pod("570.124.06"), [unready], "570.124.06") == (
+        False, "validator not ready: nvidia-operator-validator-z")
+    sick = node(conditions=[{"type": "Ready", "status": "True"},
+                            {"type": CONDITION, "status": "True",
+                             "message": "PROBLEM: XID 79 on GPU 0000:3b:00"}])
+    assert gate_verdict(sick, pod("570.124.06"), [validator], "570.124.06") == (
+        False, f"{CONDITION}: PROBLEM: XID 79 on GPU 0000:3b:00")
+
+
+def test_node_fault_and_cordons() -> None:
+    assert node_fault(node()) is None
+    lost = node(conditions=[{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}])
+    assert node_fault(lost) == "node not Ready (NodeStatusUnknown)"
+    assert cordoned_by(node()) is None
+    assert cordoned_by(node(unschedulable=True)) == "cordoned (spec.unschedulable) by someone else"
+    mark = "gpufleet-upgrade r1: driver -> 570.124.06"
+    assert cordoned_by(node(unschedulable=True, mark=mark)) == mark  # another run's: not ours to take
+    assert cordoned_by(node(unschedulable=True, mark=mark), frozenset({mark})) is None
+
+
+def gpu_pod(name: str, node_name: str | None, phase: str = "Running", gpus: bool = True,
+            deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "default",
+                            "labels": {"job-name": "train", "kueue.x-k8s.io/queue-name": "train"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-05T10:00:00Z"
+    res = {"limits": {"nvidia.com/gpu": "8"}} if gpus else {"requests": {"cpu": "1"}}
+    spec = {"nodeName": node_name, "containers": [{"name": "c", "resources": res}]}
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def test_the_jobs_on_a_node_are_its_gpu_pods() -> None:
+    pods = [gpu_pod("a", "gpu-0"), gpu_pod("b", "gpu-1"), gpu_pod("cpu", "gpu-1", gpus=False),
+            gpu_pod("done", "gpu-2", phase="Succeeded"), gpu_pod("gone", "gpu-2", deleting=True),
+            gpu_pod("unbound", None, phase="Pending")]
+    assert gpu_jobs(pods) == {"gpu-0": [Job(id="default/a", name="train", queue="train")],
+                              "gpu-1": [Job(id="default/b", name="train", queue="train")]}
