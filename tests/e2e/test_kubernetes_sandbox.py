@@ -118,6 +118,7 @@ def test_nodes_ready_with_the_pools_labels_taints_and_capacity(
         "kwok",
         "gpufleet-remediation",  # the platform's remediation (the stand-in for NVSentinel)
         "kueue",  # Kueue's controller manager (tests/e2e/test_kubernetes_kueue.py)
+        "gpu-operator",  # its upgrade controller (tests/e2e/test_upgrade_gpu_operator.py)
     ]
     nodes = {n["metadata"]["name"]: n for n in admin.list("Node")}
     assert sorted(nodes) == [f"gpu-{i}" for i in range(NODES)] == sorted(state.nodes)
