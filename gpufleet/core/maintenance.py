@@ -6,6 +6,9 @@ drain, remediation) are different domains (ADR 0057)."""
 from __future__ import annotations
 
 UPGRADE_MARK = "gpufleet-upgrade"
+# On Kubernetes the reason is this node annotation (a cordon has no reason field of its own): written
+# by the GPU Operator upgrade driver, read by the platform's remediation.
+MAINTENANCE_ANNOTATION = "gpufleet.io/maintenance"
 
 
 def upgrade_reason(rollout_id: str, component: str, target: str) -> str:

@@ -44,6 +44,7 @@ from gpufleet.config.gpu_operator import (
     UPGRADE_STATE_LABEL,
 )
 from gpufleet.config.placement import POOL_LABEL
+from gpufleet.core.maintenance import MAINTENANCE_ANNOTATION
 from gpufleet.core.node_health import CONDITION
 from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
 from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, DriverError
@@ -53,7 +54,6 @@ log = logging.getLogger("gpufleet.fleet.upgrade")
 OPERATOR_NAMESPACE = "gpu-operator"
 DRIVER_SELECTOR = "app=nvidia-driver-daemonset"  # controllers/upgrade_controller.go DriverLabelValue
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"  # cmd/gpu-operator main.go WithValidationEnabled
-MAINTENANCE_ANNOTATION = "gpufleet.io/maintenance"  # the rollout's reason (core.maintenance)
 POLL_LABEL = "gpufleet.io/upgrade-poll"
 POLL_S = 1.0
 EVICT_RETRY_S = 2.0  # a refused eviction (a PodDisruptionBudget) is asked again this often

@@ -51,6 +51,7 @@ from typing import Any
 from gpufleet.catalog import Catalog, XidRule, load_catalog, xid_policy
 from gpufleet.catalog.policy import parse_overrides
 from gpufleet.core.breaker import breaker_threshold
+from gpufleet.core.maintenance import MAINTENANCE_ANNOTATION, held_by_rollout
 from gpufleet.core.node_health import (
     CONDITION,
     OUT_OF_SERVICE_TAINT,
@@ -111,6 +112,7 @@ class NodeView:
     unschedulable: bool
     taints: tuple[tuple[str, str], ...]  # (key, effect)
     quarantine: Quarantine | None  # set by this remediation
+    maintenance: str | None = None  # a rolling upgrade's reason (core.maintenance), if one holds it
 
     def has_taint(self, key: str) -> bool:
         return any(k == key for k, _ in self.taints)
@@ -127,6 +129,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         unschedulable=bool(spec.get("unschedulable")),
         taints=tuple((str(t.get("key")), str(t.get("effect"))) for t in spec.get("taints") or []),
         quarantine=Quarantine.parse((meta.get("annotations") or {}).get(QUARANTINE_ANNOTATION)),
+        maintenance=(meta.get("annotations") or {}).get(MAINTENANCE_ANNOTATION),
     )
 
 
@@ -216,6 +219,11 @@ def decide(
                     fence.append(node.name)
             continue
         if finding is None:
+            continue
+        if held_by_rollout(node.maintenance):
+            # The rollout holds the node and sees the same fault (its health reads): one actor.
+            notes.append(f"{node.name}: {finding.fault}: stood aside, held by a rolling upgrade "
+                         f"({node.maintenance})")
             continue
         if not finding.action.isolates_node:
             notes.append(f"{node.name}: {finding.fault} ({finding.why}): action {finding.action.value} "

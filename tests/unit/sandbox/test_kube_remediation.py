@@ -95,6 +95,26 @@ def test_each_mode_does_what_nvsentinel_does() -> None:
     assert [n for n, _ in full.quarantine] == ["a"] and full.drain == ("a",) and full.fence == ()
 
 
+def test_a_node_held_by_a_rolling_upgrade_is_left_to_the_rollout() -> None:
+    """The GPU Operator upgrade driver marks the node it takes (core.maintenance): remediation sees
+    the same fault, says so, and stands aside; the rollout's health read handles it (one actor)."""
+    from gpufleet.core.maintenance import held_reason, upgrade_reason
+
+    mark = upgrade_reason("sandbox-1", "driver", "570.124.06")
+    held = rem.NodeView("a", "True", XID79, True, (), None, mark)
+    d = rem.decide([held, view("b")], policy(), [], NOW)
+    assert (d.quarantine, d.drain) == ((), ())
+    assert d.notes == (f"a: gpu-xid-79: stood aside, held by a rolling upgrade ({mark})",)
+    # A node the rollout gave up on stays the people's (held); a mark of something else does not count.
+    given_up = rem.NodeView("a", "True", XID79, True, (), None, held_reason("gate failed"))
+    assert rem.decide([given_up], policy(), [], NOW).quarantine == ()
+    other = rem.NodeView("a", "True", XID79, False, (), None, "someone's note")
+    assert [n for n, _ in rem.decide([other], policy(), [], NOW).quarantine] == ["a"]
+    node = {"metadata": {"name": "a", "annotations": {"gpufleet.io/maintenance": mark}},
+            "spec": {"unschedulable": True}, "status": {}}
+    assert rem.node_view(node).maintenance == mark
+
+
 def test_a_lost_node_is_fenced_out_of_service_in_drain_mode_only() -> None:
     nodes = [view("a", ready="Unknown", taints=(("node.kubernetes.io/unreachable", "NoExecute"),)), view("b")]
     d = rem.decide(nodes, policy(), [], NOW)
