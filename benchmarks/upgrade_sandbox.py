@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.fleet.upgrade.drive import reboot_durations
+
 ROOT = Path(__file__).resolve().parents[1]
 GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
 
@@ -41,17 +43,6 @@ def max_step(events: Path) -> int:
     steps = [json.loads(line).get("step") for line in events.read_text().splitlines()
              if '"event": "step"' in line or '"event":"step"' in line]
     return max((s for s in steps if isinstance(s, int)), default=-1)
-
-
-def reboot_seconds(log: list[dict[str, Any]]) -> list[float]:
-    """Each reboot's time, `reboot` to `rebooted` in the run's timed log."""
-    out, started = [], {}
-    for e in log:
-        if e["action"] == "reboot":
-            started[e["node"]] = e["t"]
-        elif e["action"] == "rebooted" and e["node"] in started:
-            out.append(round(e["t"] - started.pop(e["node"]), 2))
-    return out
 
 
 TIMEOUT_KEYS = ("drainTimeoutSeconds", "rebootTimeoutSeconds", "gateTimeoutSeconds")
@@ -90,7 +81,7 @@ def one_run(target: str, driver: str, timeouts_s: int | None) -> dict[str, Any]:
                       "--report", str(report), timeout=1800)
             doc = json.loads(report.read_text())
             log = doc["log"]
-            secs = reboot_seconds(log)
+            secs = reboot_durations(log)
             # A busy node's drain: from its eviction to its reboot (the job's teardown and Epilog).
             reboots = [(b["t"], b["node"]) for b in log if b["action"] == "reboot"]
             drains = [round(min(t for t, n in reboots if n == a["node"] and t >= a["t"]) - a["t"], 2)

@@ -77,6 +77,17 @@ class Run:
         return {**self.rollout.report(), "capacity": self.capacity(), "log": self.log}
 
 
+def reboot_durations(log: list[dict[str, Any]]) -> list[float]:
+    """Each reboot's seconds, `reboot` to `rebooted`, in a run's timed log (Run.log, the report's)."""
+    out, started = [], {}
+    for e in log:
+        if e["action"] == "reboot":
+            started[e["node"]] = e["t"]
+        elif e["action"] == "rebooted" and e["node"] in started:
+            out.append(round(e["t"] - started.pop(e["node"]), 2))
+    return out
+
+
 def _job_events(at: float, known: dict[str, dict[str, Job]], now: dict[str, list[Job]],
                 nodes: set[str]) -> list[Event]:
     """JobStarted / JobEnded for every change between what the rollout knows and what runs now."""

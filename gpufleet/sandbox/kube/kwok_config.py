@@ -140,58 +140,46 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
+def _not_ready(restarts: int, state: str, phase: str) -> str:
+    """A pod status template whose every container is not ready: `state` is the containers'
+    `state:` block (indented under it), `phase` and anything after it close the status."""
+    return f"""\
+{{{{ $now := Now }}}}
+conditions:
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "False"
+  type: Ready
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "False"
+  type: ContainersReady
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- image: {{{{ .image | Quote }}}}
+  name: {{{{ .name | Quote }}}}
+  ready: false
+  started: false
+  restartCount: {restarts}
+  state:
+{state}{{{{ end }}}}
+{phase}"""
+
+
 # What kubelet reports for a container that keeps failing (its restart back-off: Kubernetes docs,
 # "Pod Lifecycle", container restart policy), as the pod-crashloop Stage sets it at once.
 CRASHLOOP_RESTARTS = 11
-_POD_CRASHLOOP_TEMPLATE = f"""\
-{{{{ $now := Now }}}}
-conditions:
-- lastTransitionTime: {{{{ $now | Quote }}}}
-  status: "False"
-  type: Ready
-- lastTransitionTime: {{{{ $now | Quote }}}}
-  status: "False"
-  type: ContainersReady
-containerStatuses:
-{{{{ range .spec.containers }}}}
-- image: {{{{ .image | Quote }}}}
-  name: {{{{ .name | Quote }}}}
-  ready: false
-  started: false
-  restartCount: {CRASHLOOP_RESTARTS}
-  state:
-    waiting:
-      reason: CrashLoopBackOff
-      message: "back-off restarting failed container"
-{{{{ end }}}}
-phase: Running
-startTime: {{{{ $now | Quote }}}}
-"""
-
-_POD_TERMINATE_TEMPLATE = f"""\
-{{{{ $now := Now }}}}
-conditions:
-- lastTransitionTime: {{{{ $now | Quote }}}}
-  status: "False"
-  type: Ready
-- lastTransitionTime: {{{{ $now | Quote }}}}
-  status: "False"
-  type: ContainersReady
-containerStatuses:
-{{{{ range .spec.containers }}}}
-- image: {{{{ .image | Quote }}}}
-  name: {{{{ .name | Quote }}}}
-  ready: false
-  started: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: {SIGTERM_EXIT}
-      reason: Error
-      finishedAt: {{{{ $now | Quote }}}}
-{{{{ end }}}}
-phase: Failed
-"""
+_POD_CRASHLOOP_TEMPLATE = _not_ready(
+    CRASHLOOP_RESTARTS,
+    '    waiting:\n      reason: CrashLoopBackOff\n      message: "back-off restarting failed container"\n',
+    "phase: Running\nstartTime: {{ $now | Quote }}\n",
+)
+_POD_TERMINATE_TEMPLATE = _not_ready(
+    0,
+    "    terminated:\n"
+    f"      exitCode: {SIGTERM_EXIT}\n"
+    "      reason: Error\n"
+    "      finishedAt: {{ $now | Quote }}\n",
+    "phase: Failed\n",
+)
 
 
 def _stage(
