@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.config.model import UpgradeSpec, share_of
+from gpufleet.config.accelerators import Vendor, accelerator_spec
+from gpufleet.config.model import StackSpec, UpgradeSpec, share_of
+
+# The driver when no NVIDIA pool pins one: data-center branch 570 is the default of GPU Operator
+# v25.3 (its release notes), the operator the Pulumi program installs.
+DEFAULT_DRIVER = "570.124.06"
 
 # Node label and annotations of k8s-operator-libs pkg/upgrade (consts.go), with the driver name the
 # GPU Operator gives it ("gpu").
@@ -46,3 +51,11 @@ def driver_upgrade_policy(spec: UpgradeSpec, gpu_nodes: int) -> dict[str, Any]:
         policy["waitForCompletion"] = {"podSelector": f"{KUEUE_QUEUE_LABEL} in ({queues})",
                                        "timeoutSeconds": int(spec.protected_job_wait_seconds)}
     return policy
+
+
+def pinned_driver(spec: StackSpec) -> str:
+    """The driver every NVIDIA node runs: the pools' pin (the stack model holds them equal: one
+    ClusterPolicy drives them all), else DEFAULT_DRIVER."""
+    pins = [p.software.driver for p in spec.node_pools
+            if accelerator_spec(p.accelerator).vendor is Vendor.NVIDIA and p.software.driver]
+    return pins[0] if pins else DEFAULT_DRIVER

@@ -876,6 +876,12 @@ class StackSpec(Model):
             problems.append("sandbox: a stack with sandbox node pools needs a sandbox section")
         problems += self._secret_problems()
         problems += self._backup_problems()
+        nvidia_pins = {p.name: p.software.driver for p in self.node_pools
+                       if accelerator_spec(p.accelerator).vendor is Vendor.NVIDIA and p.software.driver}
+        if len(set(nvidia_pins.values())) > 1:
+            pins = ", ".join(f"{k}: {v}" for k, v in sorted(nvidia_pins.items()))
+            problems.append(f"nodePools: the NVIDIA pools pin different drivers ({pins}); one GPU Operator "
+                            "ClusterPolicy sets the driver of every NVIDIA node")
         if self.sandbox is not None:
             serving = self.sandbox.serving
             pools = {p.name: p for p in self.node_pools}

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.config.accelerators import Vendor, accelerator_spec
+from gpufleet.config.gpu_operator import UPGRADE_SKIP_LABEL
 from gpufleet.config.model import NodePool, SandboxProvisioning, StaticProvisioning
 
 POOL_LABEL = "gpufleet.io/pool"
@@ -71,6 +72,9 @@ def vendor_labels(pool: NodePool) -> dict[str, str]:
     labels = dict(spec.node_labels)
     if spec.vendor is Vendor.NVIDIA:
         labels["nvidia.com/gpu.count"] = str(pool.gpus_per_node)
+        # The GPU Operator upgrades a node's driver only when a gpufleet rollout hands the node over
+        # (ADR 0073): its upgrade controller leaves nodes with this label alone.
+        labels[UPGRADE_SKIP_LABEL] = "true"
     return labels
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from gpufleet.config.gpu_operator import DEFAULT_DRIVER
 from gpufleet.config.model import ChartSource, ChartsSpec
 
 
@@ -112,8 +113,8 @@ RETAINED = frozenset(
 )
 
 # Versions of what the operators above install on the nodes (not charts, but just as pinned).
-# NVIDIA data-center driver branch 570 is the default of GPU Operator v25.3 (its release notes).
-NVIDIA_DRIVER_VERSION = "570.124.06"
+# The NVIDIA driver when the stack pins none (config.gpu_operator.DEFAULT_DRIVER, with its source).
+NVIDIA_DRIVER_VERSION = DEFAULT_DRIVER
 # DOCA-OFED driver container and RDMA device plugins deployed through the NicClusterPolicy.
 DOCA_DRIVER = ("nvcr.io/nvidia/mellanox", "doca-driver", "25.04-0.6.1.0-2")
 RDMA_SHARED_DEVICE_PLUGIN = ("ghcr.io/mellanox", "k8s-rdma-shared-dev-plugin", "v1.5.3")

@@ -65,6 +65,7 @@ class GpuSoftwareArgs:
     # (config.gpu_operator.driver_upgrade_policy).
     upgrade: UpgradeSpec = field(default_factory=UpgradeSpec)
     gpu_nodes: int = 1
+    driver_version: str = NVIDIA_DRIVER_VERSION  # the NVIDIA pools' pin (config.gpu_operator.pinned_driver)
 
 
 def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def gpu_operator_values(args: GpuSoftwareArgs) -> dict[str, Any]:
     return {
         "driver": {
             "enabled": True,
-            "version": NVIDIA_DRIVER_VERSION,
+            "version": args.driver_version,
             # GPUDirect RDMA through the DOCA/MOFED driver the Network Operator installs.
             "rdma": {"enabled": rdma, "useHostMofed": False},
             "upgradePolicy": driver_upgrade_policy(args.upgrade, args.gpu_nodes),

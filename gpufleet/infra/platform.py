@@ -25,6 +25,7 @@ from gpufleet.config import (
     accelerator_spec,
     collective_environment,
 )
+from gpufleet.config.gpu_operator import pinned_driver
 from gpufleet.config.model import CephSpec, DrSpec, JuiceFsSpec
 from gpufleet.config.placement import pool_taints
 from gpufleet.infra.backups import BACKUP_NAMESPACE, Backups, BackupsArgs
@@ -226,7 +227,7 @@ class Platform(pulumi.ComponentResource):
             f"{name}-gpu",
             GpuSoftwareArgs(
                 vendors(spec), spec.fabric.kind, spec.monitoring.dcgm_scrape_interval, tolerations,
-                upgrade=spec.upgrade, gpu_nodes=nvidia_nodes(spec),
+                upgrade=spec.upgrade, gpu_nodes=nvidia_nodes(spec), driver_version=pinned_driver(spec),
             ),
             sub,
         )

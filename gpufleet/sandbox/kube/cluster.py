@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import yaml
 
-from gpufleet.config.gpu_operator import UPGRADE_DONE, UPGRADE_STATE_LABEL
+from gpufleet.config.gpu_operator import UPGRADE_DONE, UPGRADE_STATE_LABEL, pinned_driver
 from gpufleet.config.model import StackSpec
 from gpufleet.core import procs
 from gpufleet.core.errors import InputError, Problem
@@ -440,7 +440,7 @@ def _bring_up(
                 _start_gpu_operator(run, api, spec, gpu_nodes)
                 timings.mark("gpu_operator")
                 say(f"GPU Operator {gpu_operator.NAMESPACE}/{gpu_operator.SERVICE_ACCOUNT}: driver "
-                    f"{gpu_operator.pinned_driver(spec)} on {len(gpu_nodes)} nodes, upgrade controller done")
+                    f"{pinned_driver(spec)} on {len(gpu_nodes)} nodes, upgrade controller done")
 
             queue: str | None = None
             if opts.crds and opts.platform:
@@ -550,7 +550,7 @@ def _start_gpu_operator(run: _Run, api: KubeApi, spec: StackSpec, gpu_nodes: lis
     )
     policy = api.apply(gpu_operator.cluster_policy(spec, len(gpu_nodes)))
     uid = str(policy["metadata"]["uid"])
-    version = gpu_operator.pinned_driver(spec)
+    version = pinned_driver(spec)
     bad = spec.sandbox is not None and version in spec.sandbox.bad_versions
     api.apply(gpu_operator.driver_daemonset(version, uid, fails_to_load=bad))
     api.apply(gpu_operator.validator_daemonset(uid))

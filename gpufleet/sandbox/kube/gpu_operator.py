@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.config import StackSpec, Vendor, accelerator_spec
-from gpufleet.config.gpu_operator import driver_upgrade_policy
+from gpufleet.config.gpu_operator import driver_upgrade_policy, pinned_driver
 from gpufleet.sandbox.kube.kwok_config import FAILS_TO_LOAD_ANNOTATION
 from gpufleet.sandbox.kube.rbac import MANAGED, namespace, role_ref
 
@@ -37,18 +37,10 @@ VALIDATOR_DAEMONSET = "nvidia-operator-validator"
 VALIDATOR_APP = "nvidia-operator-validator"
 DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"  # the operator's labelGPUNodes sets it "true"
 FAILS_TO_LOAD = FAILS_TO_LOAD_ANNOTATION
-DEFAULT_DRIVER = "550.90.07"  # when no NVIDIA pool pins one
 
 
 def nvidia_pools(spec: StackSpec) -> list[str]:
     return [p.name for p in spec.node_pools if accelerator_spec(p.accelerator).vendor is Vendor.NVIDIA]
-
-
-def pinned_driver(spec: StackSpec) -> str:
-    """The driver the NVIDIA pools pin (the first pinned), else DEFAULT_DRIVER."""
-    pins = [p.software.driver for p in spec.node_pools
-            if accelerator_spec(p.accelerator).vendor is Vendor.NVIDIA and p.software.driver]
-    return pins[0] if pins else DEFAULT_DRIVER
 
 
 def identity_objects(cluster_role: dict[str, Any]) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.config import load_named_stack
-from gpufleet.config.gpu_operator import KUEUE_QUEUE_LABEL, driver_upgrade_policy
+from gpufleet.config.gpu_operator import KUEUE_QUEUE_LABEL, driver_upgrade_policy, pinned_driver
 from gpufleet.config.model import UpgradeSpec
 from gpufleet.sandbox.kube import gpu_operator as G
 
@@ -18,7 +18,7 @@ def test_the_cluster_policy_carries_the_stacks_upgrade_policy() -> None:
     spec = load_named_stack("sandbox", STACKS)
     cp = G.cluster_policy(spec, 5)
     driver = cp["spec"]["driver"]
-    assert driver["version"] == "550.90.07" == G.pinned_driver(spec)  # the pool's pin
+    assert driver["version"] == "550.90.07" == pinned_driver(spec)  # the pool's pin
     policy = driver["upgradePolicy"]
     # The sandbox stack: waveSize 1, maxUnavailable 1, drainTimeoutSeconds 60.
     assert (policy["autoUpgrade"], policy["maxParallelUpgrades"], policy["maxUnavailable"]) == (True, 1, 1)
@@ -70,3 +70,15 @@ def test_identity_binds_the_generated_role() -> None:
     sa_ref = {"kind": "ServiceAccount", "name": G.SERVICE_ACCOUNT, "namespace": G.NAMESPACE}
     assert crb["subjects"] == [sa_ref]
     assert crb["roleRef"]["name"] == "gpufleet-gpu-operator"
+
+
+def test_nvidia_nodes_are_declared_skipped_by_the_operator() -> None:
+    """Every NVIDIA node carries the upgrade controller's skip label from the start (node patches,
+    Karpenter pools, the sandbox's kwok nodes): the operator upgrades only what a rollout hands it."""
+    from gpufleet.config.gpu_operator import UPGRADE_SKIP_LABEL
+    from gpufleet.config.placement import node_labels, pool_labels
+
+    nvidia = load_named_stack("sandbox", STACKS).node_pools[0]
+    amd = load_named_stack("sandbox-mi300x", STACKS).node_pools[0]
+    assert node_labels(nvidia, 0)[UPGRADE_SKIP_LABEL] == "true" == pool_labels(nvidia)[UPGRADE_SKIP_LABEL]
+    assert UPGRADE_SKIP_LABEL not in node_labels(amd, 0)
