@@ -540,7 +540,7 @@ def _start_gpu_operator(run: _Run, api: KubeApi, spec: StackSpec, gpu_nodes: lis
     (gpu_operator.py), then the process; ready once its upgrade controller has labelled every GPU
     node's driver upgrade-done (its first pass: every driver pod up to date)."""
     lay = run.lay
-    role = rbac.cluster_role(safe_load_all(run.paths.rbac_file(gpu_operator.NAMESPACE).read_text()))
+    role = rbac.cluster_role(safe_load_all(run.paths.rbac_file(gpu_operator.CRD_SOURCE).read_text()))
     for obj in gpu_operator.identity_objects(role):
         api.apply(obj)
     token, _ = api.token(gpu_operator.NAMESPACE, gpu_operator.SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS)

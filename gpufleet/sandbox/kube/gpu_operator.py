@@ -28,6 +28,7 @@ from gpufleet.sandbox.kube.rbac import MANAGED, namespace, role_ref
 
 NAMESPACE = "gpu-operator"
 SERVICE_ACCOUNT = "gpu-operator"
+CRD_SOURCE = "gpu-operator"  # tools/kube/versions.toml [crds.gpu-operator]: its CRDs and ClusterRole
 CLUSTER_POLICY = "cluster-policy"  # the name the operator's chart gives it
 DRIVER_DAEMONSET = "nvidia-driver-daemonset"
 DRIVER_APP = "nvidia-driver-daemonset"
