@@ -86,11 +86,22 @@ def up_cmd(
     kubernetes: KubeOpt = False,
     nodes: NodesOpt = None,
     storage: StorageOpt = False,
+    operator: Annotated[
+        bool | None,
+        typer.Option(
+            "--gpu-operator/--no-gpu-operator",
+            help="Kubernetes, NVIDIA stacks: run the GPU Operator for `gpufleet upgrade run --driver "
+            "gpu-operator` (default: on up to 200 nodes; its first pass took 262 s at 1,250)",
+        ),
+    ] = None,
 ) -> None:
     """Build the sandbox of a stack and wait until it is ready: Slurm nodes idle and training
     progressing, or with --kubernetes kwok nodes Ready and the training Job's pods Running."""
     if nodes is not None and not kubernetes:
         raise fail("--nodes sizes the Kubernetes sandbox: add --kubernetes", code=2)
+    if operator is not None and (not kubernetes or cluster_only):
+        raise fail("--gpu-operator is for the Kubernetes sandbox's platform: add --kubernetes, "
+                   "without --cluster-only", code=2)
     if cluster_only and not kubernetes:
         raise fail("--cluster-only is for the Kubernetes sandbox: add --kubernetes", code=2)
     spec = load_named_stack(stack, stacks_dir)
@@ -109,6 +120,7 @@ def up_cmd(
             not (no_training or cluster_only),
             600.0 if timeout is None else timeout,
             platform=not cluster_only,
+            gpu_operator=operator,
         )
         return
     timeout = 180.0 if timeout is None else timeout
@@ -130,7 +142,8 @@ def up_cmd(
 
 
 def _kube_up(
-    stack: str, spec: StackSpec, nodes: int | None, training: bool, timeout: float, platform: bool = True
+    stack: str, spec: StackSpec, nodes: int | None, training: bool, timeout: float, platform: bool = True,
+    gpu_operator: bool | None = None,
 ) -> None:
     from gpufleet.sandbox.kube.binaries import KubeBinariesMissing
     from gpufleet.sandbox.kube.cluster import KubeSandboxError, KubeUpOptions, kube_up
@@ -139,7 +152,8 @@ def _kube_up(
         rec, timings = kube_up(
             stack,
             spec,
-            KubeUpOptions(nodes=nodes, training=training, timeout_s=timeout, platform=platform),
+            KubeUpOptions(nodes=nodes, training=training, timeout_s=timeout, platform=platform,
+                          gpu_operator=gpu_operator),
             say=lambda m: console.print(m, highlight=False),
         )
     except KubeBinariesMissing as e:

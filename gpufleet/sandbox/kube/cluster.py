@@ -95,6 +95,21 @@ class KubeUpOptions:
     # control plane, the CRDs and the nodes only, for the Pulumi program to deploy the platform
     # onto without meeting objects of the same names the sandbox made (docs/pulumi.md).
     platform: bool = True
+    # The GPU Operator (NVIDIA stacks, with the platform): None runs it up to
+    # GPU_OPERATOR_MAX_NODES nodes. Its first pass costs little at 6 nodes (1.6 s) and 262 s at 1,250
+    # (two DaemonSet pods per node and a label write per node; benchmarks/kube_sandbox.py, 2026-12-05).
+    gpu_operator: bool | None = None
+
+
+# Above this many nodes the GPU Operator runs only when asked for (`--gpu-operator`).
+GPU_OPERATOR_MAX_NODES = daemons.LARGE_SANDBOX_NODES
+
+
+def wants_gpu_operator(opts: KubeUpOptions, spec: StackSpec, nodes: int) -> bool:
+    """Whether `up` runs the GPU Operator (pure)."""
+    if not (opts.crds and opts.platform and gpu_operator.nvidia_pools(spec)):
+        return False
+    return opts.gpu_operator if opts.gpu_operator is not None else nodes <= GPU_OPERATOR_MAX_NODES
 
 
 class KubeRecorder:
@@ -435,7 +450,7 @@ def _bring_up(
             timings.mark("nodes_ready")
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
 
-            if opts.crds and opts.platform and gpu_operator.nvidia_pools(spec):
+            if wants_gpu_operator(opts, spec, len(nodes)):
                 gpu_nodes = [n.name for n in nodes if n.pool in gpu_operator.nvidia_pools(spec)]
                 _start_gpu_operator(run, api, spec, gpu_nodes)
                 timings.mark("gpu_operator")

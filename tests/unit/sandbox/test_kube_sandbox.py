@@ -583,6 +583,8 @@ def test_down_keeps_a_folder_that_is_not_the_runs(tmp_path: Path) -> None:
         (["--kubernetes", "--nodes", "5001"], "--nodes"),
         (["--kubernetes", "--nodes", "many"], "--nodes"),
         (["--nodes", "6"], "add --kubernetes"),
+        (["--gpu-operator"], "--gpu-operator is for the Kubernetes sandbox's platform"),
+        (["--kubernetes", "--cluster-only", "--no-gpu-operator"], "without --cluster-only"),
     ],
 )
 def test_cli_refuses_bad_nodes(args: list[str], message: str, tmp_path: Path) -> None:
