@@ -77,6 +77,8 @@ def _gpus(reads: HostReads, unknown: list[str]) -> tuple[GpuObs, ...] | None:
         r = remap_by_pci.get(g.pci)
         if r is None and not isinstance(reads.remaps, str):
             unknown.append(f"ecc: GPU {g.index} has no row-remapper counts")
+        elif r is not None and None in (r.uncorrectable, r.failure, r.pending):
+            unknown.append(f"ecc: GPU {g.index} reports no row-remapper counts ([N/A])")
         out.append(GpuObs(
             index=g.index, xids=tuple(xids.get(g.index, ())),
             ecc_correctable_volatile=g.ecc_corrected_volatile or 0.0,

@@ -278,9 +278,12 @@ class GpuOperatorDriver:
         jobs = self.jobs()
         versions = {p["spec"]["nodeName"]: pod_version(p) for p in self._pods(DRIVER_SELECTOR)
                     if p["spec"].get("nodeName")}
+        # One list of the nodes, not a read per node: a snapshot of 1,250 nodes is one request.
+        by_name = {n["metadata"]["name"]: n for n in (self._dict(x) for x in self._call(
+            "list nodes", self.core.list_node).items)}
         nodes = []
         for name in sorted(versions):
-            n = self.node(name)
+            n = by_name.get(name) or self.node(name)
             nodes.append(NodeObservation(
                 name=name, pool=(n["metadata"].get("labels") or {}).get(POOL_LABEL, "gpu"),
                 version=versions[name], cordoned_by=cordoned_by(n, own_marks),

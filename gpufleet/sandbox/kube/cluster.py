@@ -451,7 +451,8 @@ def _bring_up(
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
 
             if wants_gpu_operator(opts, spec, len(nodes)):
-                gpu_nodes = [n.name for n in nodes if n.pool in gpu_operator.nvidia_pools(spec)]
+                pools = set(gpu_operator.nvidia_pools(spec))
+                gpu_nodes = [n.name for n in nodes if n.pool in pools]
                 _start_gpu_operator(run, api, spec, gpu_nodes)
                 timings.mark("gpu_operator")
                 say(f"GPU Operator {gpu_operator.NAMESPACE}/{gpu_operator.SERVICE_ACCOUNT}: driver "

@@ -85,6 +85,10 @@ def test_what_could_not_be_read_is_unknown_never_healthy() -> None:
     part = HostReads(gpus=[smi(0, ecc_uncorrected_volatile=None)], remaps="not supported",
                      xids="dmesg: denied", ports=[LinkReading("ens1", True, "up", 400.0, None)])
     o = observation_from_host(part, TARGET, at=100.0)
+    na = HostReads(gpus=[smi(0)], remaps=[RemappedRows("0000:18:00", None, None, None, None)], xids=[],
+                   ports=ports())
+    assert observation_from_host(na, TARGET, at=100.0).unknown == (
+        "ecc: GPU 0 reports no row-remapper counts ([N/A])",)
     assert set(o.unknown) == {"ecc: row remapper not read: not supported", "xid: dmesg: denied",
                               "ecc: GPU 0 reports no volatile ECC counts (is ECC off?)",
                               "fabric: port ens1 has no carrier counter (flaps not counted)"}
