@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from e2e_support import gpufleet, sandbox_up, wait_until
 
@@ -55,14 +56,23 @@ def drained_at(line: str) -> float | None:
     return datetime.fromisoformat(m.group(1)).timestamp()
 
 
+def healthy_xid_scraped(state: SandboxState) -> bool:
+    query = f'DCGM_FI_DEV_XID_ERRORS{{node="{NODE}",gpu="3"}}'
+    r = httpx.get(f"{state.prometheus_url}/api/v1/query", params={"query": query}, timeout=5)
+    result = r.json()["data"]["result"] if r.status_code == 200 else []
+    return any(float(x["value"][1]) == 0.0 for x in result)
+
+
 def test_xid79_bundle_is_collected_before_the_drain(sandbox: tuple[Path, SandboxState], tmp_path: Path
                                                      ) -> None:
     root, state = sandbox
     bundles = Path(state.base_dir) / "bundles"
     token = Path(state.agent_token_file or "").read_text().strip()
     sock = Path(state.node(NODE).agent_socket or "")
-    # Let Prometheus hold a few scrapes of the healthy node first: the window has a before.
-    time.sleep(5)
+    # Let Prometheus hold scrapes of the healthy GPU first, so the window has a before: wait until it
+    # answers with the series at 0 (a fixed 5 s was not always enough: a CI run saw only 79s).
+    wait_until("Prometheus holds the healthy XID series", lambda: healthy_xid_scraped(state), 60)
+    time.sleep(2)  # and one more scrape of it
     t_inject = time.time()
     agent_request(sock, token, "POST", "/inject", {"gpu": 3, "field_id": 230, "value": 79, "kmsg": True})
     try:
