@@ -8,9 +8,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpufleet.core.host import SmiGpu
 from gpufleet.core.host.kernel_log import XidSeen, normalize_pci, parse_kernel_log
 from gpufleet.core.host.links import LinkReading
-from gpufleet.core.host.nvidia_smi import SmiGpu, parse_query_gpu
+from gpufleet.core.host.nvidia_smi import parse_query_gpu
 
 __all__ = ["GpuReading", "LinkReading", "Observations", "XidSeen", "gpu_readings", "merge_xids",
            "normalize_pci", "parse_dcgmi_dmon", "parse_kernel_log", "parse_nvidia_smi"]

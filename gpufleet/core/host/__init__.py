@@ -1,7 +1,9 @@
-"""Reading a GPU host's own state: the kernel log's XID lines, `nvidia-smi`, and the fabric ports in
-sysfs. Shared by node health (gpufleet.health) and fleet inspection (gpufleet.fleet.inspect), which
-are sibling layers, so the readers live here once. Pure parsers beside thin readers; a reader that
-cannot read raises HostReadError with why, and its caller reports that as UNKNOWN, never healthy.
+"""Reading a GPU host's own state: the kernel log's XID lines, `nvidia-smi`, `amd-smi`, and the fabric
+ports in sysfs. Shared by node health (gpufleet.health) and fleet inspection (gpufleet.fleet.inspect),
+which are sibling layers, so the readers live here once. Pure parsers beside thin readers; a reader
+that cannot read raises HostReadError with why, and its caller reports that as UNKNOWN, never healthy.
+
+Here: what the vendor readers share (the per-GPU record, the tool runner, "could not read" markers).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 CMD_TIMEOUT_S = 10.0
 
@@ -33,3 +36,46 @@ def run_tool(argv: Sequence[str], *, timeout: float = CMD_TIMEOUT_S) -> str:
         said = (res.stderr or res.stdout).strip()[:200]
         raise HostReadError(f"{argv[0]} exited {res.returncode}: {said}")
     return res.stdout
+
+
+@dataclass(frozen=True)
+class SmiGpu:
+    """One GPU as its vendor's SMI tool reports it (nvidia_smi.query_gpus, amd_smi.query_gpus). None:
+    the tool did not give the value (the caller reports it as unknown, never as 0)."""
+
+    index: int
+    pci: str  # normalized (kernel_log.normalize_pci), the form XID lines carry
+    ecc_uncorrected_volatile: float | None
+    ecc_corrected_volatile: float | None
+    temperature_c: float | None
+    pcie_gen: int | None
+    pcie_width: int | None
+    driver_version: str | None
+    vbios_version: str | None  # NVIDIA's VBIOS; AMD's VBIOS/IFWI version
+
+
+# What the SMI tools print for a value they cannot give: nvidia-smi "[N/A]", "[Not Supported]" (CSV);
+# amd-smi "N/A" (its JSON and text output, e.g. amdsmi_cli/amdsmi_commands.py at ROCm/amdsmi rocm-6.2.0).
+_NOT_GIVEN = ("N/A", "Not Supported")
+
+
+def text_value(text: str) -> str | None:
+    """A tool's value as text; None for empty or a could-not-read marker."""
+    t = text.strip()
+    return None if not t or t.startswith("[") or t in _NOT_GIVEN else t
+
+
+def number_value(text: str) -> float | None:
+    """A tool's value as a number; None for a could-not-read marker or text that is not a number."""
+    t = text_value(text)
+    if t is None:
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def int_value(text: str) -> int | None:
+    v = number_value(text)
+    return None if v is None else int(v)

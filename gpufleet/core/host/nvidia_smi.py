@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 
-from gpufleet.core.host import HostReadError, run_tool
+from gpufleet.core.host import HostReadError, SmiGpu, int_value, number_value, run_tool, text_value
 from gpufleet.core.host.kernel_log import normalize_pci
 
 # pcie.link.gen.max, not .current: an idle GPU trains its link down to save power (measured and
@@ -29,45 +29,12 @@ CSV_FORMAT = "--format=csv,noheader,nounits"
 
 
 @dataclass(frozen=True)
-class SmiGpu:
-    index: int
-    pci: str  # normalized (kernel_log.normalize_pci), the form XID lines carry
-    ecc_uncorrected_volatile: float | None
-    ecc_corrected_volatile: float | None
-    temperature_c: float | None
-    pcie_gen: int | None
-    pcie_width: int | None
-    driver_version: str | None
-    vbios_version: str | None
-
-
-@dataclass(frozen=True)
 class RemappedRows:
     pci: str
     correctable: float | None
     uncorrectable: float | None
     pending: float | None  # 1: a remap waits for the next GPU reset
     failure: float | None  # 1: a remap failed (the GPU needs service)
-
-
-def _cell(text: str) -> str | None:
-    t = text.strip()
-    return None if not t or t.startswith("[") or t in ("N/A", "Not Supported") else t
-
-
-def _num(text: str) -> float | None:
-    t = _cell(text)
-    if t is None:
-        return None
-    try:
-        return float(t)
-    except ValueError:
-        return None
-
-
-def _int(text: str) -> int | None:
-    v = _num(text)
-    return None if v is None else int(v)
 
 
 def _rows(text: str, width: int) -> list[list[str]]:
@@ -85,9 +52,10 @@ def parse_query_gpu(text: str) -> list[SmiGpu]:
             pci = normalize_pci(r[1])
         except ValueError:
             continue
-        out.append(SmiGpu(index=int(r[0]), pci=pci, ecc_uncorrected_volatile=_num(r[2]),
-                          ecc_corrected_volatile=_num(r[3]), temperature_c=_num(r[4]), pcie_gen=_int(r[5]),
-                          pcie_width=_int(r[6]), driver_version=_cell(r[7]), vbios_version=_cell(r[8])))
+        out.append(SmiGpu(index=int(r[0]), pci=pci, ecc_uncorrected_volatile=number_value(r[2]),
+                          ecc_corrected_volatile=number_value(r[3]), temperature_c=number_value(r[4]),
+                          pcie_gen=int_value(r[5]), pcie_width=int_value(r[6]),
+                          driver_version=text_value(r[7]), vbios_version=text_value(r[8])))
     return out
 
 
@@ -99,7 +67,8 @@ def parse_remapped_rows(text: str) -> list[RemappedRows]:
             pci = normalize_pci(r[0])
         except ValueError:
             continue
-        out.append(RemappedRows(pci, _num(r[1]), _num(r[2]), _num(r[3]), _num(r[4])))
+        out.append(RemappedRows(pci, number_value(r[1]), number_value(r[2]), number_value(r[3]),
+                                number_value(r[4])))
     return out
 
 

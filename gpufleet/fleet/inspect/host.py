@@ -1,8 +1,10 @@
 """The inspect source of a real GPU host: `gpufleet inspect --here` reads the host it runs on, as
 Slurm's HealthCheckProgram or a node-problem-detector plugin would run it (docs/fleet-inspect.md).
 
-- GPUs: `nvidia-smi --query-gpu` (count, volatile ECC, PCIe link, driver and VBIOS versions) and
-  `--query-remapped-rows` (the row remapper), from gpufleet.core.host.nvidia_smi;
+- GPUs: on NVIDIA, `nvidia-smi --query-gpu` (count, volatile ECC, PCIe link, driver and VBIOS
+  versions) and `--query-remapped-rows` (the row remapper), from gpufleet.core.host.nvidia_smi; on AMD,
+  `amd-smi static --bus --vbios --driver` and `amd-smi metric --ecc --pcie` (JSON: count, ECC
+  totals, PCIe link, driver and VBIOS/IFWI versions), from gpufleet.core.host.amd_smi; Ascend is not read yet;
 - XIDs: the kernel log since boot (`dmesg`, or a log file), mapped to GPUs by PCI address;
 - fabric ports: HCA ports in /sys/class/infiniband, or the named interfaces in /sys/class/net.
 
@@ -17,19 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.config.accelerators import AcceleratorModel, Vendor, accelerator_spec
-from gpufleet.core.host import HostReadError
+from gpufleet.core.host import HostReadError, SmiGpu, amd_smi, nvidia_smi
 from gpufleet.core.host.kernel_log import XidSeen, read_dmesg, read_kernel_log
 from gpufleet.core.host.links import SYS_CLASS_IB, SYS_CLASS_NET, LinkReading, read_ib_ports, read_net_links
-from gpufleet.core.host.nvidia_smi import RemappedRows, SmiGpu, query_gpus, query_remapped_rows
+from gpufleet.core.host.nvidia_smi import RemappedRows
 from gpufleet.fleet.inspect.observation import GpuObs, NodeObservation, PortObs
 
 
 @dataclass(frozen=True)
 class HostReads:
-    """What each reader returned, or why it could not read (a str)."""
+    """What each reader returned, or why it could not read (a str). `remaps` None: the GPUs have no
+    row remapper to read (AMD)."""
 
     gpus: list[SmiGpu] | str
-    remaps: list[RemappedRows] | str
+    remaps: list[RemappedRows] | str | None
     xids: list[XidSeen] | str
     ports: list[LinkReading] | str
 
@@ -59,7 +62,7 @@ def _gpus(reads: HostReads, unknown: list[str]) -> tuple[GpuObs, ...] | None:
     remap_by_pci: dict[str, RemappedRows] = {}
     if isinstance(reads.remaps, str):
         unknown.append(f"ecc: row remapper not read: {reads.remaps}")
-    else:
+    elif reads.remaps is not None:
         remap_by_pci = {r.pci: r for r in reads.remaps}
     xids: dict[int, list[int]] = {}
     if isinstance(reads.xids, str):
@@ -75,7 +78,7 @@ def _gpus(reads: HostReads, unknown: list[str]) -> tuple[GpuObs, ...] | None:
         if g.ecc_uncorrected_volatile is None or g.ecc_corrected_volatile is None:
             unknown.append(f"ecc: GPU {g.index} reports no volatile ECC counts (is ECC off?)")
         r = remap_by_pci.get(g.pci)
-        if r is None and not isinstance(reads.remaps, str):
+        if r is None and isinstance(reads.remaps, list):
             unknown.append(f"ecc: GPU {g.index} has no row-remapper counts")
         elif r is not None and None in (r.uncorrectable, r.failure, r.pending):
             unknown.append(f"ecc: GPU {g.index} reports no row-remapper counts ([N/A])")
@@ -135,18 +138,31 @@ def read_host(target: HostTarget, *, now: float, kernel_log: Path | None = None,
     node's netdevs, a sandbox node's fab0); `hcas`: the stack's HCA names (fabric.hcas)."""
     vendor = accelerator_spec(target.sku).vendor
     gpus: list[SmiGpu] | str
-    remaps: list[RemappedRows] | str
-    if vendor is not Vendor.NVIDIA:
-        gpus = remaps = f"no host reader for {vendor.value} GPUs yet (amd-smi / npu-smi)"
-    else:
+    remaps: list[RemappedRows] | str | None
+    if vendor is Vendor.NVIDIA:
         try:
-            gpus = query_gpus()
+            gpus = nvidia_smi.query_gpus()
         except HostReadError as e:
             gpus = str(e)
         try:
-            remaps = query_remapped_rows()
+            remaps = nvidia_smi.query_remapped_rows()
         except HostReadError as e:
             remaps = str(e)
+    elif vendor is Vendor.AMD:
+        try:
+            gpus = amd_smi.query_gpus()
+        except HostReadError as e:
+            gpus = str(e)
+        # No row remapper on AMD: the row-remap fields stay 0 and no unknown line is added. AMD reports
+        # retired pages, not remapped rows: `amd-smi bad-pages` lists retired, pending-retirement and
+        # unreservable pages (amdsmi_cli/amdsmi_parser.py at ROCm/amdsmi rocm-6.2.0, the help of
+        # --retired, --pending, --un-res). A retired page is memory the driver takes out of use, not a
+        # DRAM row replaced by a spare one, and the AMD documents read define no state that matches
+        # NVIDIA's "remap pending" (applied at the next reset) or "remap failed" (no spare row left);
+        # mapping pages onto the row-remap checks would be a made-up equivalence. Not read here.
+        remaps = None
+    else:  # Vendor.HUAWEI: Ascend NPUs
+        gpus = remaps = "no host reader for ascend NPUs yet (npu-smi)"
     pci_map = {g.pci: g.index for g in gpus} if isinstance(gpus, list) else {}
     xids: list[XidSeen] | str
     try:

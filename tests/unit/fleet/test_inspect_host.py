@@ -1,6 +1,7 @@
 """The real-host inspect source (`gpufleet inspect --here`): what was read, or why not, becomes one
-NodeObservation that the shared checks judge; and the command end to end with an `nvidia-smi` test
-double on PATH that prints what the real one prints for these queries."""
+NodeObservation that the shared checks judge; the command end to end with an `nvidia-smi` test
+double on PATH that prints what the real one prints for these queries; and an AMD host read through
+an `amd-smi` test double."""
 
 from __future__ import annotations
 
@@ -14,11 +15,18 @@ from typer.testing import CliRunner
 from gpufleet.catalog import load_catalog, xid_policy
 from gpufleet.cli.main import app
 from gpufleet.config.accelerators import AcceleratorModel
+from gpufleet.core.host import SmiGpu
 from gpufleet.core.host.kernel_log import XidSeen
 from gpufleet.core.host.links import LinkReading
-from gpufleet.core.host.nvidia_smi import RemappedRows, SmiGpu
+from gpufleet.core.host.nvidia_smi import RemappedRows
 from gpufleet.fleet.inspect.checks import Context, Pins, check_node
-from gpufleet.fleet.inspect.host import HostReads, HostTarget, expected_ports, observation_from_host
+from gpufleet.fleet.inspect.host import (
+    HostReads,
+    HostTarget,
+    expected_ports,
+    observation_from_host,
+    read_host,
+)
 from gpufleet.fleet.inspect.thresholds import load_thresholds
 
 TARGET = HostTarget(node="gpu-a", pool="gpu", sku=AcceleratorModel.H100_SXM, expected_gpus=4,
@@ -139,6 +147,64 @@ def test_the_command_reads_this_host_and_exits_with_the_node_code(tmp_path: Path
     assert (tmp_path / "h" / "sandbox.jsonl").exists()  # recorded: the next run counts flaps from it
     npd = CliRunner().invoke(app, [*args, "--format", "npd", "--fabric-if", "no-such-if", "--no-record"])
     assert (npd.exit_code, npd.output.strip()) == (1, "PROBLEM: GFI001 gpu-count-low node (+3)")
+
+
+AMD_SMI = """#!/bin/sh
+# amd-smi's answers to the two queries gpufleet inspect --here asks on AMD (a test double).
+here=$(dirname "$0")
+case "$*" in
+  "static --bus --vbios --driver --json") cat "$here/static.json" ;;
+  "metric --ecc --pcie --json") cat "$here/ecc.json" ;;
+  *) echo "unexpected: $*" >&2; exit 9 ;;
+esac
+"""
+MI300X_BUSES = ("0c", "22", "38", "5c", "9f", "af", "bf", "df")
+MI300X_VBIOS = "022.040.003.043.000001"
+
+
+def test_an_amd_mi300x_host_is_read_through_amd_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Documents in the shape of the ROCm 6.2 CLI (gpufleet/core/host/amd_smi.py): 8 GPUs, GPU 3 with
+    # 2 uncorrectable ECC errors, GPU 5 whose link trained to x8.
+    static = [{"gpu": i, "bus": {"bdf": f"0000:{b}:00.0", "max_pcie_width": 16,
+                                 "max_pcie_speed": {"value": 32, "unit": "GT/s"},
+                                 "pcie_interface_version": "Gen 5", "slot_type": "OAM"},
+               "vbios": {"name": "AMD MI300X", "build_date": "2024/05/10 10:00",
+                         "part_number": "113-M3000100-102", "version": MI300X_VBIOS},
+               "driver": {"name": "amdgpu", "version": "6.7.0"}} for i, b in enumerate(MI300X_BUSES)]
+    ecc = [{"gpu": i, "ecc": {"total_correctable_count": 3 * i,
+                              "total_uncorrectable_count": 2 if i == 3 else 0, "total_deferred_count": 0},
+            "pcie": {"width": 8 if i == 5 else 16, "speed": {"value": 32, "unit": "GT/s"}}}
+           for i in range(8)]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "amd-smi").write_text(AMD_SMI)
+    os.chmod(bin_dir / "amd-smi", 0o755)
+    (bin_dir / "static.json").write_text(json.dumps(static, indent=4))
+    (bin_dir / "ecc.json").write_text(json.dumps(ecc, indent=4))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    net = tmp_path / "net" / "ens1"
+    net.mkdir(parents=True)
+    for name, value in (("operstate", "up"), ("speed", "400000"), ("carrier_changes", "0")):
+        (net / name).write_text(value + "\n")
+    klog = tmp_path / "kern.log"
+    klog.write_text("2026-12-05T10:00:00+00:00 mi-a kernel: amdgpu 0000:0c:00.0: SMU is initialized\n")
+    target = HostTarget(node="mi-a", pool="gpu", sku=AcceleratorModel.MI300X, expected_gpus=8,
+                        expected_port_gbps=400.0, rails=1)
+    o = observation_from_host(read_host(target, now=100.0, kernel_log=klog, fabric_ifs=["ens1"],
+                                        net_root=tmp_path / "net"), target, at=100.0)
+    assert o.gpus is not None and [g.index for g in o.gpus] == list(range(8))
+    assert [g.ecc_correctable_volatile for g in o.gpus] == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0]
+    assert [g.ecc_uncorrectable_volatile for g in o.gpus] == [0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    assert [(g.pcie_gen, g.pcie_width) for g in o.gpus] == [(5, 16)] * 5 + [(5, 8)] + [(5, 16)] * 2
+    # No row remapper on AMD: 0, and no unknown line for it; AMD has no XIDs.
+    assert all((g.row_remap_pending, g.row_remap_failed, g.uncorrectable_remapped_rows, g.xids)
+               == (0.0, 0.0, 0.0, ()) for g in o.gpus)
+    assert (o.driver_version, o.firmware_version) == ("6.7.0", MI300X_VBIOS)
+    assert o.unknown == ()  # in particular no "no host reader for amd GPUs"
+    r = check_node(o, None, ctx(Pins("6.7.0", MI300X_VBIOS)), run_full=False)
+    assert {(f.name, f.subject) for f in r.findings} == {("ecc-uncorrectable", "GPU 3"),
+                                                         ("pcie-width-low", "GPU 5")}
+    assert r.status == "fail"
 
 
 @pytest.mark.parametrize(("argv", "says"), [
