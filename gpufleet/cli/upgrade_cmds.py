@@ -15,6 +15,7 @@ from rich.table import Table
 
 from gpufleet.cli.common import console, input_errors, print_json
 from gpufleet.config import StackSpec, load_named_stack, load_stack
+from gpufleet.config.gpu_operator import UPGRADE_REQUIRED
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.fleet.upgrade import (
     Component,
@@ -298,6 +299,12 @@ def run_cmd(
         raise typer.Exit(1) from None
     finally:
         signal.signal(signal.SIGTERM, old)
+    if isinstance(driver, GpuOperatorDriver):
+        stale = driver.hand_back()
+        if stale:
+            console.print(f"handed back: cleared the operator's stale {UPGRADE_REQUIRED} on "
+                          f"{', '.join(stale)} (their driver pods run the DaemonSet's version)",
+                          highlight=False, markup=False)
     doc = {"stack": name, "component": component.value, "rolloutId": rollout_id, "driver": chosen,
            **result.to_doc()}
     if isinstance(driver, SlurmDriver):

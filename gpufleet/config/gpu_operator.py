@@ -28,6 +28,7 @@ UPGRADE_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"  # "true": the control
 # uncordon the node at the end (the state goes straight to upgrade-done).
 INITIAL_UNSCHEDULABLE_ANNOTATION = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 UPGRADE_DONE = "upgrade-done"
+UPGRADE_REQUIRED = "upgrade-required"
 UPGRADE_FAILED = "upgrade-failed"
 # Kueue's label naming a pod's LocalQueue (protected jobs are named by queue in the stack).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -25,6 +25,11 @@ bake, gate or rollback. gpufleet keeps it to the rollout's nodes:
   `GpuFleetProblem` condition (gpufleet's node-health check through node-problem-detector).
 - Cordon records the node first (CordonRecord) and marks it with the rollout's reason in the
   MAINTENANCE annotation; Uncordon returns only a node still carrying this run's mark.
+- Hand back, at the end: the controller marks every node `upgrade-required` whose pod is older than
+  the template, skipped or not, and never unmarks a skipped node. After a halted rollout (the
+  template back at the old version) the nodes it did not take would read `upgrade-required` while
+  they run exactly the template's version; their stale state label is removed (the controller's own
+  unknown state: it computes the state again when a rollout next hands it the node).
 
 Firmware is not the operator's to upgrade: this driver upgrades the driver only.
 """
@@ -33,13 +38,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpufleet.config.gpu_operator import (
     UPGRADE_DONE,
     UPGRADE_FAILED,
+    UPGRADE_REQUIRED,
     UPGRADE_SKIP_LABEL,
     UPGRADE_STATE_LABEL,
 )
@@ -91,6 +97,10 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
     st = pod.get("status", {})
     statuses = st.get("containerStatuses") or []
     return st.get("phase") == "Running" and bool(statuses) and all(c.get("ready") for c in statuses)
+
+
+def pod_restarts(pod: Mapping[str, Any]) -> int:
+    return sum(int(c.get("restartCount") or 0) for c in pod.get("status", {}).get("containerStatuses") or [])
 
 
 def pod_trouble(pod: Mapping[str, Any]) -> str:
@@ -179,15 +189,35 @@ def gate_verdict(node: Mapping[str, Any], driver: Mapping[str, Any] | None,
 
 def reboot_outcome(node: Mapping[str, Any], driver: Mapping[str, Any] | None, version: str) -> str | None:
     """Whether the operator is through with the node at `version`: "done", "failed", or None (still
-    at it). A node whose driver pod is not yet at the version is never through."""
+    at it). A node whose driver pod is not yet at the version is never through. `upgrade-failed` is
+    the verdict on the pod at the version only while that pod itself fails (not ready, restarted:
+    the controller's failure is a pod that keeps restarting). On a rollback the failed pod is
+    replaced, and the controller moves the node on from `upgrade-failed` once the new pod is in sync
+    and ready (ProcessUpgradeFailedNodes); until then the label still names the old pod's failure (a
+    rollback read it once, e2e, and held a node whose old version was fine)."""
     if driver is None or pod_version(driver) != version or driver["metadata"].get("deletionTimestamp"):
         return None
     state = (node["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)
     if state == UPGRADE_DONE and pod_ready(driver):
         return "done"
-    if state == UPGRADE_FAILED:
+    if state == UPGRADE_FAILED and not pod_ready(driver) and pod_restarts(driver) > 0:
         return "failed"
     return None
+
+
+def stale_required(nodes: Sequence[Mapping[str, Any]], drivers: Mapping[str, Mapping[str, Any]],
+                   template_version: str | None, taken: Collection[str]) -> list[str]:
+    """The nodes the rollout did not take that the controller left `upgrade-required` although
+    their driver pod runs the template's version (module docstring, hand back)."""
+    out = []
+    for n in nodes:
+        name = n["metadata"]["name"]
+        state = (n["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)
+        pod = drivers.get(name)
+        if (name not in taken and state == UPGRADE_REQUIRED and pod is not None
+                and template_version is not None and pod_version(pod) == template_version):
+            out.append(name)
+    return sorted(out)
 
 
 # --------------------------------------------------------------------------- the driver
@@ -306,6 +336,18 @@ class GpuOperatorDriver:
         it one (module docstring)."""
         for n in nodes:
             self._labels(n, {UPGRADE_SKIP_LABEL: "true"})
+
+    def hand_back(self) -> list[str]:
+        """After the rollout: clear the stale `upgrade-required` of the nodes it did not take
+        (module docstring); returns them."""
+        template = self.driver_daemonset()["spec"]["template"]
+        drivers = {p["spec"]["nodeName"]: p for p in self._pods(DRIVER_SELECTOR)
+                   if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
+        nodes = [self._dict(x) for x in self._call("list nodes", self.core.list_node).items]
+        stale = stale_required(nodes, drivers, pod_version({"spec": template["spec"]}), self.record.nodes)
+        for name in stale:
+            self._labels(name, {UPGRADE_STATE_LABEL: None})
+        return stale
 
     def cordon(self, node: str, reason: str) -> None:
         self.record.nodes[node] = "cordoned"

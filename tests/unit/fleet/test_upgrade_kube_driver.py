@@ -16,6 +16,7 @@ from gpufleet.fleet.upgrade.kube_driver import (
     image_version,
     node_fault,
     reboot_outcome,
+    stale_required,
     with_version,
 )
 from gpufleet.fleet.upgrade.model import Job
@@ -56,6 +57,11 @@ def test_the_operator_is_through_only_at_the_version() -> None:
     assert reboot_outcome(node("upgrade-done"), pod("570.124.06", ready=False), "570.124.06") is None
     bad = pod("560.0.0-bad", ready=False, restarts=11, waiting="CrashLoopBackOff")
     assert reboot_outcome(node("upgrade-failed"), bad, "560.0.0-bad") == "failed"
+    # A rollback's new pod, ready at the old version, while the label still names the bad pod's failure:
+    # the controller moves the node on from upgrade-failed; not a verdict on this pod.
+    assert reboot_outcome(node("upgrade-failed"), pod("550.90.07"), "550.90.07") is None
+    starting = pod("550.90.07", ready=False)
+    assert reboot_outcome(node("upgrade-failed"), starting, "550.90.07") is None
     assert reboot_outcome(node("upgrade-done"), None, "570.124.06") is None
 
 
@@ -109,3 +115,19 @@ def test_the_jobs_on_a_node_are_its_gpu_pods() -> None:
             gpu_pod("unbound", None, phase="Pending")]
     assert gpu_jobs(pods) == {"gpu-0": [Job(id="default/a", name="train", queue="train")],
                               "gpu-1": [Job(id="default/b", name="train", queue="train")]}
+
+
+def test_hand_back_clears_only_a_stale_upgrade_required() -> None:
+    def named(name: str, state: str | None) -> dict[str, Any]:
+        n = node(state)
+        n["metadata"]["name"] = name
+        return n
+
+    nodes = [named("a", "upgrade-required"), named("b", "upgrade-required"), named("c", "upgrade-done"),
+             named("d", "upgrade-required"), named("e", "upgrade-required")]
+    drivers = {"a": pod("550.90.07"), "b": pod("560.0.0-bad"), "c": pod("550.90.07"), "d": pod("550.90.07")}
+    # a: runs the template's version, stale; b: really behind the template; c: done; d: held by the
+    # rollout (its gate's to judge); e: no driver pod.
+    assert stale_required(nodes, drivers, "550.90.07", {"d"}) == ["a"]
+    assert stale_required(nodes, drivers, "560.0.0-bad", set()) == ["b"]
+    assert stale_required(nodes, drivers, None, set()) == []
