@@ -1,7 +1,8 @@
-"""Reading a GPU host's own state: the kernel log's XID lines, `nvidia-smi`, `amd-smi`, and the fabric
-ports in sysfs. Shared by node health (gpufleet.health) and fleet inspection (gpufleet.fleet.inspect),
-which are sibling layers, so the readers live here once. Pure parsers beside thin readers; a reader
-that cannot read raises HostReadError with why, and its caller reports that as UNKNOWN, never healthy.
+"""Reading a GPU host's own state: the kernel log's XID lines, `nvidia-smi`, `amd-smi`, `npu-smi`, and
+the fabric ports in sysfs. Shared by node health (gpufleet.health) and fleet inspection
+(gpufleet.fleet.inspect), which are sibling layers, so the readers live here once. Pure parsers beside
+thin readers; a reader that cannot read raises HostReadError with why, and its caller reports that as
+UNKNOWN, never healthy.
 
 Here: what the vendor readers share (the per-GPU record, the tool runner, "could not read" markers).
 """
@@ -40,8 +41,8 @@ def run_tool(argv: Sequence[str], *, timeout: float = CMD_TIMEOUT_S) -> str:
 
 @dataclass(frozen=True)
 class SmiGpu:
-    """One GPU as its vendor's SMI tool reports it (nvidia_smi.query_gpus, amd_smi.query_gpus). None:
-    the tool did not give the value (the caller reports it as unknown, never as 0)."""
+    """One GPU (or Ascend NPU) as its vendor's SMI tool reports it (nvidia_smi, amd_smi, npu_smi
+    query_gpus). None: the tool did not give the value (the caller reports it as unknown, never as 0)."""
 
     index: int
     pci: str  # normalized (kernel_log.normalize_pci), the form XID lines carry
@@ -51,12 +52,13 @@ class SmiGpu:
     pcie_gen: int | None
     pcie_width: int | None
     driver_version: str | None
-    vbios_version: str | None  # NVIDIA's VBIOS; AMD's VBIOS/IFWI version
+    vbios_version: str | None  # NVIDIA's VBIOS; AMD's VBIOS/IFWI version; Ascend's NPU firmware version
 
 
 # What the SMI tools print for a value they cannot give: nvidia-smi "[N/A]", "[Not Supported]" (CSV);
-# amd-smi "N/A" (its JSON and text output, e.g. amdsmi_cli/amdsmi_commands.py at ROCm/amdsmi rocm-6.2.0).
-_NOT_GIVEN = ("N/A", "Not Supported")
+# amd-smi "N/A" (its JSON and text output, e.g. amdsmi_cli/amdsmi_commands.py at ROCm/amdsmi rocm-6.2.0);
+# npu-smi "NA" (its source, e.g. npucli/src/npu_card_info.c and npu_info_print.c; npu_smi says where).
+_NOT_GIVEN = ("N/A", "Not Supported", "NA")
 
 
 def text_value(text: str) -> str | None:

@@ -4,7 +4,9 @@ Slurm's HealthCheckProgram or a node-problem-detector plugin would run it (docs/
 - GPUs: on NVIDIA, `nvidia-smi --query-gpu` (count, volatile ECC, PCIe link, driver and VBIOS
   versions) and `--query-remapped-rows` (the row remapper), from gpufleet.core.host.nvidia_smi; on AMD,
   `amd-smi static --bus --vbios --driver` and `amd-smi metric --ecc --pcie` (JSON: count, ECC
-  totals, PCIe link, driver and VBIOS/IFWI versions), from gpufleet.core.host.amd_smi; Ascend is not read yet;
+  totals, PCIe link, driver and VBIOS/IFWI versions), from gpufleet.core.host.amd_smi; on Ascend,
+  `npu-smi info -l` and per NPU `info -t board`, `-t ecc`, `-t ecc-enable` (count, HBM ECC counts,
+  driver and firmware versions; no PCIe link), from gpufleet.core.host.npu_smi;
 - XIDs: the kernel log since boot (`dmesg`, or a log file), mapped to GPUs by PCI address;
 - fabric ports: HCA ports in /sys/class/infiniband, or the named interfaces in /sys/class/net.
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.config.accelerators import AcceleratorModel, Vendor, accelerator_spec
-from gpufleet.core.host import HostReadError, SmiGpu, amd_smi, nvidia_smi
+from gpufleet.core.host import HostReadError, SmiGpu, amd_smi, npu_smi, nvidia_smi
 from gpufleet.core.host.kernel_log import XidSeen, read_dmesg, read_kernel_log
 from gpufleet.core.host.links import SYS_CLASS_IB, SYS_CLASS_NET, LinkReading, read_ib_ports, read_net_links
 from gpufleet.core.host.nvidia_smi import RemappedRows
@@ -29,7 +31,7 @@ from gpufleet.fleet.inspect.observation import GpuObs, NodeObservation, PortObs
 @dataclass(frozen=True)
 class HostReads:
     """What each reader returned, or why it could not read (a str). `remaps` None: the GPUs have no
-    row remapper to read (AMD)."""
+    row remapper to read (AMD, Ascend)."""
 
     gpus: list[SmiGpu] | str
     remaps: list[RemappedRows] | str | None
@@ -162,7 +164,18 @@ def read_host(target: HostTarget, *, now: float, kernel_log: Path | None = None,
         # mapping pages onto the row-remap checks would be a made-up equivalence. Not read here.
         remaps = None
     else:  # Vendor.HUAWEI: Ascend NPUs
-        gpus = remaps = "no host reader for ascend NPUs yet (npu-smi)"
+        try:
+            gpus = npu_smi.query_gpus()
+        except HostReadError as e:
+            gpus = str(e)
+        # No row remapper on Ascend either: the row-remap fields stay 0 and no unknown line is added.
+        # npu-smi's ECC answer counts isolated HBM pages and pages to be isolated, the latter applied
+        # after the NPU is reset or the system restarts (docs/en/Ascend_950_npu-smi/.../
+        # querying-the-ecc-error-count-of-a-device.md in CANN's driver repository, copy
+        # verylucky01/driver at e29d066f). That is page retirement, as AMD's retired pages above, not a
+        # DRAM row replaced by a spare; no Huawei document read defines a "remap failed" state or a row
+        # count. Mapping pages onto the row-remap checks would be a made-up equivalence. Not read here.
+        remaps = None
     pci_map = {g.pci: g.index for g in gpus} if isinstance(gpus, list) else {}
     xids: list[XidSeen] | str
     try:

@@ -1,7 +1,7 @@
 """The real-host inspect source (`gpufleet inspect --here`): what was read, or why not, becomes one
 NodeObservation that the shared checks judge; the command end to end with an `nvidia-smi` test
-double on PATH that prints what the real one prints for these queries; and an AMD host read through
-an `amd-smi` test double."""
+double on PATH that prints what the real one prints for these queries; an AMD host read through an
+`amd-smi` test double, and an Ascend host through an `npu-smi` one."""
 
 from __future__ import annotations
 
@@ -207,6 +207,80 @@ def test_an_amd_mi300x_host_is_read_through_amd_smi(tmp_path: Path, monkeypatch:
     assert r.status == "fail"
 
 
+NPU_SMI = """#!/bin/sh
+# npu-smi's answers to the queries gpufleet inspect --here asks on Ascend (a test double).
+here=$(dirname "$0")
+case "$*" in
+  "info -l") cat "$here/list.txt" ;;
+  "info -t board -i "*) cat "$here/board-$5.txt" ;;
+  "info -t ecc -i "*) cat "$here/ecc-$5.txt" ;;
+  "info -t ecc-enable -i "*) cat "$here/ecc-enable-$5.txt" ;;
+  *) echo "unexpected: $*" >&2; exit 9 ;;
+esac
+"""
+ASCEND_BUSES = ("C1", "01", "41", "81", "C2", "02", "42", "82")
+ASCEND_FW = "7.5.0.1.129"
+
+
+def npu_lines(width: int, *fields: tuple[str, object]) -> str:
+    """Lines as npu-smi prints them: a tab, the field padded to `width`, " : ", the value."""
+    return "".join(f"\t{k:<{width}} : {v}\n" for k, v in fields)
+
+
+def test_an_ascend_910b_host_is_read_through_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Answers in the form of npu-smi's source on a 910B server (gpufleet/core/host/npu_smi.py): 8 NPUs,
+    # NPU 2 with one HBM double-bit (uncorrectable) error, NPU 6 with 12,000 single-bit ones.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "npu-smi").write_text(NPU_SMI)
+    os.chmod(bin_dir / "npu-smi", 0o755)
+    listing = npu_lines(30, ("Total Count", 8)) + "\n"
+    for i, bus in enumerate(ASCEND_BUSES):
+        listing += npu_lines(30, ("NPU ID", i), ("Chip Count", 1)) + "\n"
+        (bin_dir / f"board-{i}.txt").write_text(npu_lines(
+            30, ("NPU ID", i), ("Product Name", "NA"), ("Model", "NA"), ("Manufacturer", "Huawei"),
+            ("Serial Number", f"10231234567{i}"), ("Software Version", "24.1.rc2"),
+            ("Firmware Version", ASCEND_FW), ("Compatibility", "OK"), ("Board ID", "0x33"), ("PCB ID", "A"),
+            ("BOM ID", 1), ("PCIe Bus Info", f"0000:{bus}:00.0"), ("Slot ID", i), ("Class ID", "NA"),
+            ("Chip Count", 1)))
+        single, double = (12000 if i == 6 else 0), (1 if i == 2 else 0)
+        (bin_dir / f"ecc-{i}.txt").write_text(
+            npu_lines(40, ("NPU ID", i), ("Chip Count", 1)) + "\n" + npu_lines(
+                40, ("HBM Single Bit Error Count", single), ("HBM Double Bit Error Count", double),
+                ("HBM Single Bit Aggregate Total Err Cnt", single),
+                ("HBM Double Bit Aggregate Total Err Cnt", double),
+                ("HBM Single Bit Isolated Pages Count", 0), ("HBM Double Bit Isolated Pages Count", 0),
+                ("HBM Single Bit Next-Isolated Pages Count", 0),
+                ("HBM Double Bit Next-Isolated Pages Count", double), ("Chip ID", 0)) + "\n")
+        (bin_dir / f"ecc-enable-{i}.txt").write_text(npu_lines(30, ("HBM ECC-Enable Status", "True")))
+    (bin_dir / "list.txt").write_text(listing)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    net = tmp_path / "net" / "ens1"
+    net.mkdir(parents=True)
+    for name, value in (("operstate", "up"), ("speed", "200000"), ("carrier_changes", "0")):
+        (net / name).write_text(value + "\n")
+    klog = tmp_path / "kern.log"
+    klog.write_text("2026-12-05T10:00:00+00:00 npu-a kernel: drv_devmng: device 0 is ready\n")
+    target = HostTarget(node="npu-a", pool="npu", sku=AcceleratorModel.ASCEND_910B, expected_gpus=8,
+                        expected_port_gbps=200.0, rails=1)
+    o = observation_from_host(read_host(target, now=100.0, kernel_log=klog, fabric_ifs=["ens1"],
+                                        net_root=tmp_path / "net"), target, at=100.0)
+    assert o.gpus is not None and [g.index for g in o.gpus] == list(range(8))
+    assert [g.ecc_uncorrectable_volatile for g in o.gpus] == [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert [g.ecc_correctable_volatile for g in o.gpus] == [0.0] * 6 + [12000.0, 0.0]
+    # npu-smi prints no PCIe link state: unknown, and the SKU has no PCIe pin anyway.
+    assert all((g.pcie_gen, g.pcie_width) == (None, None) for g in o.gpus)
+    # No row remapper on Ascend: 0, and no unknown line for it; Ascend has no XIDs.
+    assert all((g.row_remap_pending, g.row_remap_failed, g.uncorrectable_remapped_rows, g.xids)
+               == (0.0, 0.0, 0.0, ()) for g in o.gpus)
+    assert (o.driver_version, o.firmware_version) == ("24.1.rc2", ASCEND_FW)
+    assert o.unknown == ()  # in particular no "no host reader for ascend NPUs"
+    r = check_node(o, None, ctx(Pins("24.1.rc2", ASCEND_FW)), run_full=False)
+    assert {(f.name, f.subject) for f in r.findings} == {("ecc-uncorrectable", "GPU 2"),
+                                                         ("ecc-correctable-high", "GPU 6")}
+    assert r.status == "fail"
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["--here", "--level", "full"], "--here runs the light checks"),
     (["--fabric-if", "fab0"], "give --here"),
@@ -215,4 +289,5 @@ def test_an_amd_mi300x_host_is_read_through_amd_smi(tmp_path: Path, monkeypatch:
 ])
 def test_bad_here_input_exits_2(argv: list[str], says: str) -> None:
     res = CliRunner().invoke(app, ["inspect", "--stack", "sandbox", "--no-record", *argv])
-    assert res.exit_code == 2 and says in res.output, res.output
+    # Whitespace normalized: the runner wraps a long message at its terminal width.
+    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
