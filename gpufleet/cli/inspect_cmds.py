@@ -4,20 +4,27 @@ Reads the stack's running sandbox (its node agents, Slurm's node states, a TCP b
 full sweep), checks every GPU node, appends the results to the stack's history, and writes one
 HTML + JSON + JUnit report with trends, deltas and the lemon list. `--node N --format npd` prints
 one node's verdict in node-problem-detector's custom-plugin form and exits with its code.
+`--here` reads the host it runs on instead (`--publish`: and writes what it read to the cluster);
+`--kubernetes` sweeps a cluster whose nodes publish (gpufleet.fleet.inspect.cluster).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpufleet.cli.common import console, fail, input_errors, print_json
+
+if TYPE_CHECKING:
+    from gpufleet.config import StackSpec
+    from gpufleet.fleet.inspect.observation import NodeObservation
 
 
 class Level(StrEnum):
@@ -70,11 +77,28 @@ def register(app: typer.Typer) -> None:
             "the HCA ports (repeatable)")] = None,
         kernel_log: Annotated[Path | None, typer.Option(
             help="with --here: read XIDs from this log file instead of `dmesg`")] = None,
+        publish: Annotated[bool, typer.Option(
+            help="with --here: write what was read to the cluster (a ConfigMap per node, read by "
+            "--kubernetes)")] = False,
+        kubernetes: Annotated[bool, typer.Option(
+            "--kubernetes", help="sweep a Kubernetes cluster whose nodes publish (--here --publish): "
+            "the stack's Kubernetes sandbox, or --kubeconfig")] = False,
+        kubeconfig: Annotated[Path | None, typer.Option(
+            help="with --publish or --kubernetes: the cluster's kubeconfig (default: the stack's "
+            "Kubernetes sandbox for --kubernetes, else $KUBECONFIG, ~/.kube/config or in-cluster)")] = None,
+        namespace: Annotated[str | None, typer.Option(
+            help="with --publish or --kubernetes: where the nodes' results live (default gpufleet-inspect)")
+                             ] = None,
+        max_age: Annotated[float | None, typer.Option(
+            help="with --kubernetes: a node's result older than this many seconds is UNKNOWN (default 900: "
+            "three missed runs of the platform's 5-minute publishing)")
+                           ] = None,
     ) -> None:
-        """Inspect every GPU node of the stack's sandbox, or with --here this host: GPU count, XIDs,
-        ECC, PCIe, fabric ports and flaps, driver/firmware drift, performance vs the pool's
-        reference; trends and lemons. Exit 0: no node fails; 1: a node fails; 2: bad input or no
-        sandbox (with --format npd or --here: the node's code, 2 when a source could not be read)."""
+        """Inspect every GPU node of the stack's sandbox, with --here this host, or with --kubernetes
+        every node of a cluster: GPU count, XIDs, ECC, PCIe, fabric ports and flaps, driver/firmware
+        drift, performance vs the pool's reference; trends and lemons. Exit 0: no node fails; 1: a
+        node fails; 2: bad input or no sandbox (with --format npd or --here: the node's code, 2 when
+        a source could not be read)."""
         from gpufleet.catalog import load_catalog, xid_policy
         from gpufleet.config.load import load_named_stack
         from gpufleet.core.agent_client import AgentError
@@ -95,8 +119,17 @@ def register(app: typer.Typer) -> None:
         if here and (level is Level.FULL or bundle):
             raise fail("--here runs the light checks of this host: the full level's probes pair nodes, and "
                        "--bundle collects from the sandbox", 2)
-        if not here and (pool_name or fabric_if or kernel_log):
-            raise fail("--pool, --fabric-if and --kernel-log read this host: give --here", 2)
+        if not here and (pool_name or fabric_if or kernel_log or publish):
+            raise fail("--pool, --fabric-if, --kernel-log and --publish read this host: give --here", 2)
+        if kubernetes and (here or level is Level.FULL or bundle):
+            raise fail("--kubernetes sweeps the light checks the nodes publish: not with --here, "
+                       "--level full or --bundle", 2)
+        if not (publish or kubernetes) and (kubeconfig is not None or namespace is not None):
+            raise fail("--kubeconfig and --namespace name the cluster of --publish or --kubernetes", 2)
+        if max_age is not None and (not kubernetes or max_age <= 0):
+            raise fail(f"--max-age {max_age}: a number of seconds > 0, with --kubernetes", 2)
+        if kubeconfig is not None and not kubeconfig.is_file():
+            raise fail(f"--kubeconfig {kubeconfig}: not a file", 2)
         if fmt is Format.NPD and node is None and not here:
             raise fail("--format npd reports one node: give --node", 2)
         if floor is not None and not 0 < floor <= 100:
@@ -119,7 +152,7 @@ def register(app: typer.Typer) -> None:
         if kernel_log is not None and not kernel_log.is_file():
             raise InputError("--kernel-log", [Problem(str(kernel_log), "not a file")])
         state = None
-        if not here:
+        if not here and not kubernetes:
             try:
                 state = read_state(stack)
             except (OSError, ValueError) as e:
@@ -132,8 +165,12 @@ def register(app: typer.Typer) -> None:
             raise fail(str(e), 2) from None
         since = {n: o.at for n, o in H.last_observations(past).items()}
         t0 = time.monotonic()
-        if state is None:
-            target = HostTarget(node=node or socket.gethostname(), pool=pool.name, sku=pool.accelerator,
+        if kubernetes:
+            obs = _sweep_cluster(stack, spec, kubeconfig, namespace, max_age)
+        elif state is None:
+            # In a pod, the downward API's NODE_NAME names the node (the pod's hostname does not).
+            target = HostTarget(node=node or os.environ.get("NODE_NAME") or socket.gethostname(),
+                                pool=pool.name, sku=pool.accelerator,
                                 expected_gpus=pool.gpus_per_node,
                                 expected_port_gbps=float(spec.fabric.link_speed_gbps),
                                 rails=spec.fabric.rails_per_node)
@@ -147,7 +184,7 @@ def register(app: typer.Typer) -> None:
                                 expected_port_gbps=float(spec.fabric.link_speed_gbps), since=since)
             except AgentError as e:
                 raise fail(str(e), 2) from None
-        if node is not None and state is not None:
+        if node is not None and not here:
             obs = [o for o in obs if o.node == node]
             if not obs:
                 raise InputError("--node", [Problem("--node", f"{node} is not a GPU node of stack {stack}")])
@@ -178,10 +215,12 @@ def register(app: typer.Typer) -> None:
                 for p in written:
                     console.print(f"wrote {p}", highlight=False)
         worst = max((exit_code(r.result) for r in outcome.rows), default=0)
+        if publish:
+            _publish(obs[0], kubeconfig, namespace)
         if fmt is Format.NPD:
             typer.echo(npd_message(outcome.rows[0].result))
             raise typer.Exit(worst)
-        if state is None:  # --here: the node's own code, as the plugin contracts read it
+        if here:  # the node's own code, as the plugin contracts read it
             if fmt is Format.JSON:
                 print_json(doc)
             else:
@@ -194,6 +233,57 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(1 if any(r.result.status == "fail" for r in outcome.rows) else 0)
 
 
+def _cluster_client(stack: str, kubeconfig: Path | None, sandbox_default: bool) -> object:
+    from gpufleet.core.kube_client import KubeClientError, kube_client
+    from gpufleet.core.sandbox_contract import read_kube_state
+
+    if kubeconfig is None and sandbox_default:
+        try:
+            admin = read_kube_state(stack).admin_kubeconfig
+        except (OSError, ValueError):
+            admin = None  # no Kubernetes sandbox of this stack: the default kubeconfig or in-cluster
+        kubeconfig = Path(admin) if admin else None
+    try:
+        return kube_client(kubeconfig)
+    except KubeClientError as e:
+        raise fail(f"no Kubernetes cluster to reach: {e}", 2) from None
+
+
+def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespace: str | None,
+                   max_age: float | None) -> list[NodeObservation]:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from gpufleet.core.inspect_contract import DEFAULT_MAX_AGE_S, INSPECT_NAMESPACE
+    from gpufleet.fleet.inspect import cluster as C
+
+    client = _cluster_client(stack, kubeconfig, sandbox_default=True)
+    pools = {p.name: C.PoolShape(p.accelerator, p.gpus_per_node) for p in spec.node_pools}
+    try:
+        nodes, cms, pods = C.read_cluster(client, namespace or INSPECT_NAMESPACE)
+    except (ApiException, HTTPError) as e:
+        raise fail(f"reading the cluster: {str(e).strip()[:300]}", 2) from None
+    return C.observations_from_cluster(nodes, cms, pods, pools, now=time.time(),
+                                       max_age_s=max_age or DEFAULT_MAX_AGE_S)
+
+
+def _publish(obs: NodeObservation, kubeconfig: Path | None, namespace: str | None) -> None:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, configmap_name
+    from gpufleet.fleet.inspect import cluster as C
+
+    client = _cluster_client("", kubeconfig, sandbox_default=False)
+    ns = namespace or INSPECT_NAMESPACE
+    try:
+        name = C.publish(client, obs, ns)
+    except (ApiException, HTTPError) as e:
+        raise fail(f"--publish: writing ConfigMap {configmap_name(obs.node)} in {ns}: "
+                   f"{str(e).strip()[:300]}", 2) from None
+    typer.echo(f"published {ns}/{name}", err=True)  # stdout is the node's verdict (the plugin contract)
+
+
 def _table(doc: dict[str, object]) -> None:
     from rich.table import Table
 
@@ -203,8 +293,8 @@ def _table(doc: dict[str, object]) -> None:
     nodes = doc["nodes"]
     assert isinstance(nodes, list)
     for n in nodes:
-        findings = "; ".join(f"{f['code']} {f['name']} {f['subject']}" for f in n["findings"])
-        findings += "".join(f"; unknown: {u}" for u in n["unknown"])
+        findings = "; ".join([*(f"{f['code']} {f['name']} {f['subject']}" for f in n["findings"]),
+                              *(f"unknown: {u}" for u in n["unknown"])])
         t.add_row(n["node"], n["status"], "full" if n["full"] else "light", findings or "-",
                   n["lemon"]["reason"] if n["lemon"] else "")
     console.print(t)

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import pulumi
 
 from gpufleet.config import Secret
+from gpufleet.core import kube_client
 
-# Where gpufleet's own objects (NCCL environment, game-day copy of the stack) live.
-SYSTEM_NAMESPACE = "gpufleet-system"
+# Where gpufleet's own objects (NCCL environment, game-day copy of the stack, inspect results) live.
+SYSTEM_NAMESPACE = kube_client.SYSTEM_NAMESPACE
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpufleet"}
 
 # In an offline preview a `secure:` value is still Pulumi ciphertext (only the Pulumi CLI can

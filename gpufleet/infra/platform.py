@@ -39,6 +39,7 @@ from gpufleet.infra.fabric import (
     network_crs,
     rdma_resource,
 )
+from gpufleet.infra.fleet_inspect import FleetInspect, FleetInspectArgs
 from gpufleet.infra.gameday import GamedayArgs, GamedaySchedule
 from gpufleet.infra.gpu_software import AMD_EXPORTER_PORT, GpuSoftware, GpuSoftwareArgs
 from gpufleet.infra.monitoring import Monitoring, MonitoringArgs, alert_count, rule_settings
@@ -270,6 +271,8 @@ class Platform(pulumi.ComponentResource):
             sub,
         )
         self.gameday = GamedaySchedule(f"{name}-gameday", GamedayArgs(spec, args.stack_name), sub)
+        self.inspect = FleetInspect(
+            f"{name}-inspect", FleetInspectArgs(spec, args.stack_name, tolerations, system_ns), sub)
         self.training_templates = [
             k8s.core.v1.PodTemplate(
                 f"{name}-training-{p.name}",

@@ -17,8 +17,9 @@ GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
 T = TypeVar("T")
 
 
-def gpufleet(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
+def gpufleet(root: Path, *args: str, timeout: float = 300, env_extra: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root), **(env_extra or {})}
     return subprocess.run(
         [GPUFLEET, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
     )

@@ -56,6 +56,7 @@ from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, TrainingPods
 from gpufleet.chaos.backends.slurm import dcgmi_inject_argv, kmsg_argv, kmsg_xid_line
 from gpufleet.chaos.ledger import Rollback
 from gpufleet.core import procs
+from gpufleet.core.kube_client import KubeClientError, kube_client
 from gpufleet.core.node_health import (
     CONDITION,
     HEALTHY_MESSAGE,
@@ -97,20 +98,16 @@ def connection(host: str | None, kubeconfig: str | None, context: str | None) ->
 def api_client(conn: dict[str, Any]) -> Any:
     """An ApiClient for `conn` (a URL, a kubeconfig, else in-cluster), without touching the client
     library's global configuration."""
-    from kubernetes import client, config
+    from kubernetes import client
 
     if conn.get("host"):
         cfg = client.Configuration()
         cfg.host = conn["host"]
         return client.ApiClient(cfg)
     try:
-        return config.new_client_from_config(config_file=conn.get("kubeconfig"), context=conn.get("context"))
-    except Exception:
-        try:
-            config.load_incluster_config()
-            return client.ApiClient()
-        except Exception as e:
-            raise ActivityFailed(f"no Kubernetes credentials (kubeconfig or in-cluster): {e}") from None
+        return kube_client(conn.get("kubeconfig"), conn.get("context"))
+    except KubeClientError as e:
+        raise ActivityFailed(f"no Kubernetes credentials (kubeconfig or in-cluster): {e}") from None
 
 
 def core_api(conn: dict[str, Any]) -> Any:

@@ -50,6 +50,7 @@ from gpufleet.config.gpu_operator import (
     UPGRADE_STATE_LABEL,
 )
 from gpufleet.config.placement import POOL_LABEL
+from gpufleet.core.kube_client import KubeClientError, kube_client
 from gpufleet.core.maintenance import MAINTENANCE_ANNOTATION
 from gpufleet.core.node_health import CONDITION
 from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
@@ -233,13 +234,12 @@ class GpuOperatorDriver:
         if component is not Component.DRIVER:
             raise DriverError("the GPU Operator upgrades the driver only; firmware needs the Slurm driver "
                               "or the vendor's tool")
-        from kubernetes import client, config
+        from kubernetes import client
 
         try:
-            self.api_client = config.new_client_from_config(
-                config_file=str(kubeconfig) if kubeconfig else None)
-        except Exception as e:  # the client raises ConfigException and plain exceptions alike
-            raise DriverError(f"kubeconfig {kubeconfig}: {e}") from None
+            self.api_client = kube_client(kubeconfig)
+        except KubeClientError as e:
+            raise DriverError(str(e)) from None
         self.core = client.CoreV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
         self.namespace = namespace

@@ -37,6 +37,7 @@ from gpufleet.config.gpu_operator import UPGRADE_DONE, UPGRADE_STATE_LABEL, pinn
 from gpufleet.config.model import StackSpec
 from gpufleet.core import procs
 from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, PUBLISHER_NAMESPACE, PUBLISHER_SERVICE_ACCOUNT
 from gpufleet.core.sandbox_contract import (
     KubeSandboxState,
     Launch,
@@ -419,6 +420,7 @@ def _bring_up(
             if opts.platform:
                 _chaos_identity(run, api, spec.gameday.namespace, workload.TRAINING_NAMESPACE)
                 timings.mark("chaos_identity")
+                _inspect_identity(run, api)
                 _remediation(run, api, spec)
                 timings.mark("remediation")
                 who = rbac.REMEDIATION_SERVICE_ACCOUNT
@@ -516,6 +518,21 @@ def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str, training_name
         chaos_service_account=rbac.CHAOS_SERVICE_ACCOUNT,
         chaos_token_expires_at=dt.datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp(),
     )
+
+
+def _inspect_identity(run: _Run, api: KubeApi) -> None:
+    """The inspect namespace and its writer's ServiceAccount and Role; a kubeconfig with its token,
+    for the nodes' `gpufleet inspect --here --publish` (kwok nodes run no processes: whoever plays a
+    node uses it)."""
+    for obj in rbac.inspect_objects():
+        api.apply(obj)
+    token, _ = api.token(PUBLISHER_NAMESPACE, PUBLISHER_SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS)
+    path = write_kubeconfig(
+        run.lay.kubeconfig("inspect"),
+        kubeconfig(run.lay.api_url, run.lay.pki.ca_cert, PUBLISHER_SERVICE_ACCOUNT, token=token,
+                   namespace=INSPECT_NAMESPACE),
+    )
+    run.rec.update(inspect_kubeconfig=str(path))
 
 
 def _start_kueue(run: _Run, api: KubeApi) -> None:

@@ -37,12 +37,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from gpufleet.core.inspect_contract import (
+    INSPECT_NAMESPACE,
+    PUBLISHER_NAMESPACE,
+    PUBLISHER_SERVICE_ACCOUNT,
+    publisher_rules,
+)
+from gpufleet.core.kube_client import SYSTEM_NAMESPACE
 from gpufleet.core.ledger_location import LEDGER_CONFIGMAP
 from gpufleet.sandbox.kube.pki import KWOK_USER
 
 CHAOS_SERVICE_ACCOUNT = "gpufleet-chaos"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-REMEDIATION_NAMESPACE = "gpufleet-system"
+REMEDIATION_NAMESPACE = SYSTEM_NAMESPACE
 REMEDIATION_SERVICE_ACCOUNT = "gpufleet-remediation"
 REMEDIATION_ROLE = "gpufleet-remediation"
 CHAOS_ROLE = "gpufleet-chaos"  # the ClusterRole and, in the game-day namespace, the Role
@@ -195,6 +202,18 @@ def chaos_objects(fault_namespace: str, training_namespace: str) -> list[dict[st
         *_role_and_binding(CHAOS_ROLE, fault_namespace, chaos_namespace_rules(), subject),
         *_role_and_binding(CHAOS_ROLE, NODE_LEASE_NAMESPACE, chaos_lease_rules(), subject),
         *_role_and_binding(CHAOS_ROLE, training_namespace, chaos_training_rules(), subject),
+    ]
+
+
+def inspect_objects() -> list[dict[str, Any]]:
+    """Where the nodes' inspect results live (core.inspect_contract), and their writer's
+    ServiceAccount and Role there, as the Pulumi program declares them (infra.fleet_inspect)."""
+    subject = {"kind": "ServiceAccount", "name": PUBLISHER_SERVICE_ACCOUNT, "namespace": PUBLISHER_NAMESPACE}
+    return [
+        namespace(PUBLISHER_NAMESPACE, privileged=False),
+        namespace(INSPECT_NAMESPACE, privileged=False),
+        _service_account(PUBLISHER_SERVICE_ACCOUNT, PUBLISHER_NAMESPACE),
+        *_role_and_binding(PUBLISHER_SERVICE_ACCOUNT, INSPECT_NAMESPACE, publisher_rules(), subject),
     ]
 
 

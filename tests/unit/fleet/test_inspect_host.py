@@ -27,6 +27,7 @@ from gpufleet.fleet.inspect.host import (
     observation_from_host,
     read_host,
 )
+from gpufleet.fleet.inspect.observation import NodeObservation
 from gpufleet.fleet.inspect.thresholds import load_thresholds
 
 TARGET = HostTarget(node="gpu-a", pool="gpu", sku=AcceleratorModel.H100_SXM, expected_gpus=4,
@@ -149,6 +150,22 @@ def test_the_command_reads_this_host_and_exits_with_the_node_code(tmp_path: Path
     assert (npd.exit_code, npd.output.strip()) == (1, "PROBLEM: GFI001 gpu-count-low node (+3)")
 
 
+def read_vendor_host(tmp_path: Path, bin_dir: Path, target: HostTarget, monkeypatch: pytest.MonkeyPatch,
+                     kernel_line: str) -> NodeObservation:
+    """Read a host whose vendor tool's test double is in `bin_dir`: one fabric port ens1 up at the
+    stack's speed, a kernel log with one line and no XID."""
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    net = tmp_path / "net" / "ens1"
+    net.mkdir(parents=True)
+    mbps = str(int((target.expected_port_gbps or 0) * 1000))
+    for name, value in (("operstate", "up"), ("speed", mbps), ("carrier_changes", "0")):
+        (net / name).write_text(value + "\n")
+    klog = tmp_path / "kern.log"
+    klog.write_text(f"2026-12-05T10:00:00+00:00 {target.node} kernel: {kernel_line}\n")
+    return observation_from_host(read_host(target, now=100.0, kernel_log=klog, fabric_ifs=["ens1"],
+                                           net_root=tmp_path / "net"), target, at=100.0)
+
+
 AMD_SMI = """#!/bin/sh
 # amd-smi's answers to the two queries gpufleet inspect --here asks on AMD (a test double).
 here=$(dirname "$0")
@@ -181,17 +198,10 @@ def test_an_amd_mi300x_host_is_read_through_amd_smi(tmp_path: Path, monkeypatch:
     os.chmod(bin_dir / "amd-smi", 0o755)
     (bin_dir / "static.json").write_text(json.dumps(static, indent=4))
     (bin_dir / "ecc.json").write_text(json.dumps(ecc, indent=4))
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    net = tmp_path / "net" / "ens1"
-    net.mkdir(parents=True)
-    for name, value in (("operstate", "up"), ("speed", "400000"), ("carrier_changes", "0")):
-        (net / name).write_text(value + "\n")
-    klog = tmp_path / "kern.log"
-    klog.write_text("2026-12-05T10:00:00+00:00 mi-a kernel: amdgpu 0000:0c:00.0: SMU is initialized\n")
     target = HostTarget(node="mi-a", pool="gpu", sku=AcceleratorModel.MI300X, expected_gpus=8,
                         expected_port_gbps=400.0, rails=1)
-    o = observation_from_host(read_host(target, now=100.0, kernel_log=klog, fabric_ifs=["ens1"],
-                                        net_root=tmp_path / "net"), target, at=100.0)
+    o = read_vendor_host(tmp_path, bin_dir, target, monkeypatch,
+                         "amdgpu 0000:0c:00.0: SMU is initialized")
     assert o.gpus is not None and [g.index for g in o.gpus] == list(range(8))
     assert [g.ecc_correctable_volatile for g in o.gpus] == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0]
     assert [g.ecc_uncorrectable_volatile for g in o.gpus] == [0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0]
@@ -254,17 +264,9 @@ def test_an_ascend_910b_host_is_read_through_npu_smi(tmp_path: Path, monkeypatch
                 ("HBM Double Bit Next-Isolated Pages Count", double), ("Chip ID", 0)) + "\n")
         (bin_dir / f"ecc-enable-{i}.txt").write_text(npu_lines(30, ("HBM ECC-Enable Status", "True")))
     (bin_dir / "list.txt").write_text(listing)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    net = tmp_path / "net" / "ens1"
-    net.mkdir(parents=True)
-    for name, value in (("operstate", "up"), ("speed", "200000"), ("carrier_changes", "0")):
-        (net / name).write_text(value + "\n")
-    klog = tmp_path / "kern.log"
-    klog.write_text("2026-12-05T10:00:00+00:00 npu-a kernel: drv_devmng: device 0 is ready\n")
     target = HostTarget(node="npu-a", pool="npu", sku=AcceleratorModel.ASCEND_910B, expected_gpus=8,
                         expected_port_gbps=200.0, rails=1)
-    o = observation_from_host(read_host(target, now=100.0, kernel_log=klog, fabric_ifs=["ens1"],
-                                        net_root=tmp_path / "net"), target, at=100.0)
+    o = read_vendor_host(tmp_path, bin_dir, target, monkeypatch, "drv_devmng: device 0 is ready")
     assert o.gpus is not None and [g.index for g in o.gpus] == list(range(8))
     assert [g.ecc_uncorrectable_volatile for g in o.gpus] == [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert [g.ecc_correctable_volatile for g in o.gpus] == [0.0] * 6 + [12000.0, 0.0]

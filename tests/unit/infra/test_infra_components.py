@@ -105,7 +105,7 @@ def test_karpenter_pool_declares_a_node_pool_and_class_and_nothing_per_node() ->
     assert node_pool.inputs["spec"]["limits"] == {"nvidia.com/gpu": str(spec.total_gpus)}
     assert view.of_type("kubernetes:topology.volcano.sh/v1alpha1:HyperNode") == []
     assert load_policies().gpu_node_tainted_and_labelled(node_pool.type, node_pool.inputs) == []
-    assert len(view.custom()) < 45
+    assert len(view.custom()) < 60  # a fixed set per stack, nothing per node of the 1,250
 
 
 def _efa(d: dict[str, Any]) -> None:

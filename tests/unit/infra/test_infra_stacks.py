@@ -141,8 +141,8 @@ def test_gameday_cronjob_runs_under_a_role_that_cannot_read_secrets(stack) -> No
     assert not rules_allow(rules, "delete", "nodes") and not rules_allow(rules, "create", "pods")
     assert rules_allow(rules, "get", "jobs", "batch")  # the training Job's parallelism
     # Fault pods only in the game-day namespace (created there, deleted by their rollbacks).
-    (pods_role,) = view.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-    assert pods_role.inputs["metadata"]["name"] == "gpufleet-gameday-fault-pods"
+    (pods_role,) = [r for r in view.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+                    if r.inputs["metadata"]["name"] == "gpufleet-gameday-fault-pods"]
     ns_rules = pods_role.inputs["rules"]
     assert ns_rules[0] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}
     # The fault ledger's ConfigMap (it outlives the pod): created, then read and patched by name only.
@@ -231,3 +231,43 @@ def test_policy_pack_passes_on_the_program_output(stack) -> None:
         for name, check in policies.RESOURCE_POLICIES.items():
             assert check(r.type, r.inputs) == [], (name, r.urn)
     assert policies.nccl_env_matches_fabric([(r.type, r.inputs) for r in view.custom()]) == []
+
+
+def test_every_nvidia_node_publishes_its_inspection_under_a_writer_of_configmaps_only(stack) -> None:
+    """infra.fleet_inspect: a DaemonSet per NVIDIA pool runs `gpufleet inspect --here --publish` on
+    its nodes; its ServiceAccount may write ConfigMaps in the inspect namespace and nothing else."""
+    name, spec, view = stack
+    nvidia = [p.name for p in spec.node_pools if accelerator_spec(p.accelerator).vendor is Vendor.NVIDIA]
+    daemonsets = {d.inputs["metadata"]["name"]: d for d in view.of_type("kubernetes:apps/v1:DaemonSet")
+                  if d.inputs["metadata"]["name"].startswith("gpufleet-inspect-")}
+    assert sorted(daemonsets) == sorted(f"gpufleet-inspect-{p}" for p in nvidia)
+    for pool in nvidia:
+        ds = daemonsets[f"gpufleet-inspect-{pool}"]
+        assert ds.inputs["metadata"]["namespace"] == "gpufleet-system"
+        pod = ds.inputs["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {POOL_LABEL: pool}
+        assert pod["serviceAccountName"] == "gpufleet-inspect" and pod["hostNetwork"] is True
+        (c,) = pod["containers"]
+        assert c["image"] == spec.gameday.image
+        loop = c["command"][-1]
+        assert f"gpufleet inspect --here --publish --stack {name} --pool {pool} " in loop
+        assert "sleep 300" in loop
+        assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+        assert "resources" in c and "nvidia.com/gpu" not in c["resources"].get("requests", {})  # no GPU held
+        (stack_cm,) = [m for m in view.of_type("kubernetes:core/v1:ConfigMap")
+                       if m.inputs["metadata"]["name"] == pod["volumes"][0]["configMap"]["name"]]
+        assert SECRET_MARK not in json.dumps(stack_cm.inputs["data"])
+    if not nvidia:
+        return
+    (role,) = [r for r in view.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+               if r.inputs["metadata"]["name"] == "gpufleet-inspect"]
+    assert role.inputs["metadata"]["namespace"] == "gpufleet-inspect"
+    rules = role.inputs["rules"]
+    assert rules_allow(rules, "create", "configmaps") and rules_allow(rules, "update", "configmaps")
+    for verb in ("get", "list", "delete", "patch"):
+        assert not rules_allow(rules, verb, "configmaps")
+    assert not rules_allow(rules, "get", "secrets") and not rules_allow(rules, "patch", "nodes")
+    (binding,) = [b for b in view.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+                  if b.inputs["metadata"]["name"] == "gpufleet-inspect"]
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-inspect",
+                                           "namespace": "gpufleet-system"}]

@@ -1,0 +1,151 @@
+"""End-to-end: a Kubernetes fleet sweep on the Kubernetes sandbox (real kube-apiserver, kwok nodes).
+
+Each node inspects itself with `gpufleet inspect --here --publish` (as node-problem-detector or a
+DaemonSet would run it there), which writes its observation to a ConfigMap in gpufleet-inspect; then
+`gpufleet inspect --kubernetes` judges every node of the stack from the cluster: the published
+readings, the stack's pools, and the scheduler's view from the Node and its GPU pods.
+
+kwok nodes have no GPUs and run no processes, so the `--here` runs happen in this test's process
+with an `nvidia-smi` test double on PATH (8 H100s; one node with 2 uncorrectable ECC errors on GPU
+5) and a kernel log file: what is real is the publishing, the API server, the sweep, its history and
+its report. This host has no InfiniBand HCAs, so every published node also reports its fabric rail
+missing; the assertions name the ECC finding and the unknown nodes, not a clean pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_support import gpufleet
+
+from gpufleet.core.inspect_contract import DATA_KEY, INSPECT_NAMESPACE, configmap_name
+from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
+from gpufleet.sandbox.kube import require_kube_paths
+from gpufleet.sandbox.kube.api import KubeApi
+from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(600)]
+
+STACK = "sandbox"
+SMI = """#!/bin/sh
+# nvidia-smi test double: 8 H100s; GPU $SMI_BAD_GPU has 2 uncorrectable volatile ECC errors.
+case "$1" in
+  --query-gpu=*) for i in 0 1 2 3 4 5 6 7; do u=0; [ "$i" = "${SMI_BAD_GPU:-}" ] && u=2
+      printf '%s, 00000000:%02X:00.0, %s, 0, 35, 5, 16, 550.90.07, 96.00.89.00.01\\n' "$i" $((i + 16)) "$u"
+    done ;;
+  --query-remapped-rows=*) for i in 0 1 2 3 4 5 6 7; do
+      printf '00000000:%02X:00.0, 0, 0, 0, 0\\n' $((i + 16))
+    done ;;
+  *) echo "unexpected: $*" >&2; exit 9 ;;
+esac
+"""
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, KubeSandboxState]]:
+    try:
+        require_kube_paths()
+    except RuntimeError as e:
+        pytest.fail(str(e))  # `make test` builds them first: missing is a failure, not a skip
+    root = tmp_path_factory.mktemp("inspect-kube-root")
+    res = gpufleet(root, "sandbox", "up", "--kubernetes", "--stack", STACK, "--no-gpu-operator",
+                   "--timeout", "240")
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield root, read_kube_state(STACK, root)
+    finally:
+        if kube_state_path(STACK, root).exists():
+            down = gpufleet(root, "sandbox", "down", "--kubernetes", "--stack", STACK)
+            assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, KubeSandboxState],
+                                                        tmp_path: Path) -> None:
+    root, state = sandbox
+    assert state.admin_kubeconfig is not None and state.inspect_kubeconfig is not None
+    kubeconfig = state.inspect_kubeconfig  # the nodes' writer: ConfigMaps in gpufleet-inspect only
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    klog = tmp_path / "kern.log"
+    klog.write_text("2026-12-06T00:00:00+00:00 gpu kernel: nothing from NVRM\n")
+    path = f"{bin_dir}:{os.environ['PATH']}"
+
+    def publish(node: str, bad_gpu: str = "") -> str:
+        res = gpufleet(root, "inspect", "--here", "--stack", STACK, "--node", node, "--kernel-log", str(klog),
+                       "--publish", "--kubeconfig", kubeconfig, "--no-record", "--format", "npd",
+                       env_extra={"PATH": path, "SMI_BAD_GPU": bad_gpu})
+        assert res.returncode in (0, 1), res.stdout + res.stderr
+        assert f"published {INSPECT_NAMESPACE}/{configmap_name(node)}" in res.stderr, res.stderr
+        return res.stdout.strip()
+
+    # gpu-3 and gpu-4 never publish.
+    assert "ecc" not in publish("gpu-0")
+    assert "ecc" not in publish("gpu-1")
+    assert publish("gpu-2", bad_gpu="5").startswith("PROBLEM: GFI013 ecc-uncorrectable GPU 5")
+    with api_from_kubeconfig(Path(kubeconfig)) as writer:
+        # Least privilege: the writer reads no node, no ConfigMap, and writes nothing outside its namespace.
+        assert writer.request("GET", "/api/v1/nodes").status_code == 403
+        assert writer.request("GET", f"/api/v1/namespaces/{INSPECT_NAMESPACE}/configmaps").status_code == 403
+        assert writer.request("PATCH", "/api/v1/nodes/gpu-0", {"spec": {"unschedulable": True}},
+                              content_type="application/merge-patch+json").status_code == 403
+        stray = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}
+        refused = writer.request("POST", "/api/v1/namespaces/gpufleet-system/configmaps", stray)
+        assert refused.status_code == 403
+    with api_from_kubeconfig(Path(state.admin_kubeconfig)) as admin:
+        cm = admin.get(f"/api/v1/namespaces/{INSPECT_NAMESPACE}/configmaps/{configmap_name('gpu-2')}")
+        published = json.loads(cm["data"][DATA_KEY])
+        assert published["node"] == "gpu-2" and len(published["gpus"]) == 8
+        _cordon(admin, "gpu-1")
+        busy = any(p["spec"].get("nodeName") == "gpu-1" and p["status"].get("phase") == "Running"
+                   for p in admin.list("Pod"))  # the training Job's pods are the only pods on kwok nodes
+
+    history = tmp_path / "history"
+    out = tmp_path / "report"
+    res = gpufleet(root, "inspect", "--kubernetes", "--stack", STACK, "--history", str(history),
+                   "--out", str(out), "--format", "json")
+    assert res.returncode == 1, res.stdout + res.stderr  # a node fails
+    doc = json.loads((out / "inspect.json").read_text())
+    rows = {n["node"]: n for n in doc["nodes"]}
+    assert sorted(rows) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"]
+    codes = {n: {(f["name"], f["subject"]) for f in r["findings"]} for n, r in rows.items()}
+    assert ("ecc-uncorrectable", "GPU 5") in codes["gpu-2"]
+    assert not any(name.startswith(("ecc", "gpu")) for name, _ in codes["gpu-0"] | codes["gpu-1"])
+    for n in ("gpu-3", "gpu-4"):
+        assert rows[n]["status"] == "unknown" and rows[n]["findings"] == []
+        assert rows[n]["unknown"][0].startswith("no inspect result published by the node"), rows[n]
+    # The history holds the cluster's view of each node: gpu-1, cordoned, is draining while a
+    # training pod still runs there, else drained.
+    records = [json.loads(line) for line in (history / f"{STACK}.jsonl").read_text().splitlines()]
+    sched = {r["node"]: r["observation"]["sched_state"] for r in records}
+    assert sched["gpu-1"] == ("draining" if busy else "drained"), sched
+    assert {sched[n] for n in ("gpu-0", "gpu-2", "gpu-3", "gpu-4")} <= {"idle", "mixed", "allocated"}, sched
+    assert (out / "inspect.html").exists() and (out / "inspect.junit.xml").exists()
+
+    # node-problem-detector's contract from the cluster's view: one node, its code and line.
+    npd = gpufleet(root, "inspect", "--kubernetes", "--stack", STACK, "--node", "gpu-2", "--format", "npd",
+                   "--no-record")
+    assert (npd.returncode, npd.stdout.split(" (")[0].strip()) == (
+        1, "PROBLEM: GFI013 ecc-uncorrectable GPU 5"), npd.stdout + npd.stderr
+
+    # Old readings are not judged as today's.
+    time.sleep(2)
+    stale = gpufleet(root, "inspect", "--kubernetes", "--stack", STACK, "--max-age", "1", "--format", "json",
+                     "--no-record")
+    assert stale.returncode == 0, stale.stdout + stale.stderr  # nothing fails: nothing is judged
+    for r in json.loads(stale.stdout)["nodes"]:
+        assert r["status"] == "unknown", r
+        if r["node"] in ("gpu-0", "gpu-1", "gpu-2"):
+            assert "older than 1 s" in r["unknown"][0], r
+
+
+def _cordon(admin: KubeApi, node: str) -> None:
+    r = admin.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}},
+                      content_type="application/merge-patch+json")
+    assert r.status_code == 200, r.text
