@@ -300,7 +300,11 @@ def run_cmd(
     finally:
         signal.signal(signal.SIGTERM, old)
     if isinstance(driver, GpuOperatorDriver):
-        stale = driver.hand_back()
+        try:
+            stale = driver.hand_back()
+        except DriverError as e:  # the rollout is over: its report is written all the same
+            stale = []
+            console.print(f"hand back: {e}", highlight=False, markup=False)
         if stale:
             console.print(f"handed back: cleared the operator's stale {UPGRADE_REQUIRED} on "
                           f"{', '.join(stale)} (their driver pods run the DaemonSet's version)",
