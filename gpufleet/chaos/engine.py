@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -90,12 +91,19 @@ def run_of(configuration: Configuration | None) -> RunState:
 
 
 def end_runs() -> None:
-    """Stop every run's watcher and forget the runs (tests; the end of a process needs nothing)."""
+    """Stop every run's watchers and loads and forget the runs: at the end of a run's process too.
+    Activities called from Python outside a Chaos Toolkit run (an ad-hoc run) leave their pollers
+    running; a daemon thread still in a socket call when the interpreter finalizes exits the thread
+    from inside that call, and CPython 3.11 then aborts the whole process (SIGABRT, exit 134, seen
+    after every test of a module had passed). atexit runs before finalization."""
     with _RUNS_LOCK:
         runs = list(_RUNS.values())
         _RUNS.clear()
     for r in runs:
         r.stop()
+
+
+atexit.register(end_runs)
 
 
 @lru_cache(maxsize=8)

@@ -271,13 +271,13 @@ def _publish(obs: NodeObservation, kubeconfig: Path | None, namespace: str | Non
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, configmap_name
+    from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, POD_NAME_ENV, configmap_name
     from gpufleet.fleet.inspect import cluster as C
 
     client = _cluster_client("", kubeconfig, sandbox_default=False)
     ns = namespace or INSPECT_NAMESPACE
     try:
-        name = C.publish(client, obs, ns)
+        name = C.publish(client, obs, ns, os.environ.get(POD_NAME_ENV))
     except (ApiException, HTTPError) as e:
         raise fail(f"--publish: writing ConfigMap {configmap_name(obs.node)} in {ns}: "
                    f"{str(e).strip()[:300]}", 2) from None

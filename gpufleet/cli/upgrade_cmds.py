@@ -17,6 +17,8 @@ from gpufleet.cli.common import console, input_errors, print_json
 from gpufleet.config import StackSpec, load_named_stack, load_stack
 from gpufleet.config.gpu_operator import UPGRADE_REQUIRED
 from gpufleet.core.errors import InputError, Problem
+from gpufleet.core.inspect_contract import PUBLISHER_NAMESPACE
+from gpufleet.fleet.inspect.cluster import PoolShape as ClusterPoolShape
 from gpufleet.fleet.upgrade import (
     Component,
     UpgradePlan,
@@ -27,7 +29,7 @@ from gpufleet.fleet.upgrade import (
 )
 from gpufleet.fleet.upgrade.drive import drive
 from gpufleet.fleet.upgrade.gate import GateSetup
-from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
+from gpufleet.fleet.upgrade.kube_driver import PUBLISHER_SELECTOR, GpuOperatorDriver, InspectStep
 from gpufleet.fleet.upgrade.model import protection
 from gpufleet.fleet.upgrade.rollout import Rollout
 from gpufleet.fleet.upgrade.sandbox_driver import RECORD_FILE, DriverError, PoolShape, SandboxDriver
@@ -187,6 +189,20 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
                              template_annotations=lambda v: {FAILS_TO_LOAD: "true" if v in bad else None})
 
 
+def _inspect_step(driver: GpuOperatorDriver, spec: StackSpec, setup: GateSetup) -> InspectStep | None:
+    """The gate's inspect step when the cluster runs the stack's publisher (ADR 0075); printed
+    either way, since without it the gate is the operator's validation alone."""
+    if not driver.has_publisher():
+        console.print(f"gate: the operator's validation only: no inspect publisher ({PUBLISHER_SELECTOR}) "
+                      f"DaemonSet in {PUBLISHER_NAMESPACE} (the stack's FleetInspect)",
+                      highlight=False, markup=False)
+        return None
+    console.print("gate: the operator's validation, then inspect light on the node's own reading "
+                  "(its publisher pod restarted through the new driver)", highlight=False, markup=False)
+    pools = {p.name: ClusterPoolShape(p.accelerator, p.gpus_per_node) for p in spec.node_pools}
+    return InspectStep(dataclasses.replace(setup, level="light"), pools, spec.upgrade.gate_timeout_seconds)
+
+
 def _resume_cleanup(driver: SandboxDriver | GpuOperatorDriver) -> int:
     rec = driver.record
     if not rec.nodes:
@@ -269,6 +285,7 @@ def run_cmd(
         return
     if isinstance(driver, GpuOperatorDriver):
         driver.hand_over([n.name for n in fleet.nodes])
+        driver.inspect = _inspect_step(driver, spec, setup)
     elif setup.level == "full":
         # The performance floor's reference, as inspect computes it, before any node is taken.
         refs = driver.measure_references()
@@ -322,7 +339,10 @@ def run_cmd(
     if isinstance(driver, GpuOperatorDriver):
         doc["gateNote"] = ("gate: the GPU Operator's upgrade-done, the node's driver pod at the version and "
                            "ready, its validator pods ready, the node Ready without a GpuFleetProblem "
-                           "condition (no inspect or smoke run: docs/fleet-upgrade.md)")
+                           "condition" + (", then inspect light on the node's own reading after its "
+                                          "publisher restarted" if driver.inspect else
+                                          " (no inspect publisher on the cluster)")
+                           + " (no smoke run: docs/fleet-upgrade.md)")
     out = report or driver.record.path.with_name(f"upgrade-{rollout_id}.json")
     out.write_text(json.dumps(doc, indent=2))
     cap = result.capacity()

@@ -19,7 +19,14 @@ from gpufleet.core.kube_client import SYSTEM_NAMESPACE
 INSPECT_NAMESPACE = "gpufleet-inspect"
 PUBLISHER_SERVICE_ACCOUNT = "gpufleet-inspect"  # the nodes' writer (the DaemonSet's pods), in:
 PUBLISHER_NAMESPACE = SYSTEM_NAMESPACE
+# On the publisher's pods (the Pulumi program's DaemonSets): the upgrade gate restarts the one on a
+# node it gates, so that a reading is taken through the node's new driver.
+PUBLISHER_APP_LABEL = ("app.kubernetes.io/name", "gpufleet-inspect")
 NODE_LABEL = "gpufleet.io/inspect-node"  # on each ConfigMap: the node it describes
+# On each ConfigMap: the pod that wrote it (POD_NAME_ENV, from the downward API), so the upgrade
+# gate tells a new publisher's reading from one its deleted predecessor wrote while terminating.
+PUBLISHED_BY_ANNOTATION = "gpufleet.io/published-by"
+POD_NAME_ENV = "POD_NAME"
 DATA_KEY = "observation.json"
 NAME_PREFIX = "inspect-"
 PUBLISH_INTERVAL_S = 300  # how often the Pulumi program's DaemonSet publishes

@@ -14,7 +14,8 @@ What the pods need, and why:
   `utility` capability, which has the NVIDIA Container Toolkit mount nvidia-smi and NVML into the
   container (its documentation: "utility: required for using nvidia-smi and NVML"), as the GPU
   Operator runs dcgm-exporter; no `nvidia.com/gpu` request, so no GPU is withheld from jobs;
-- NODE_NAME from the downward API: the pod's hostname is not the node's;
+- NODE_NAME from the downward API: the pod's hostname is not the node's; POD_NAME, which `--publish`
+  puts on the ConfigMap (the upgrade gate's proof that a reading is a new pod's);
 - the stack: a copy with its secrets redacted (the game-day's `stack_document`), in gpufleet-system
   where the pods run; their ServiceAccount may create and update ConfigMaps in the inspect namespace
   and nothing else (`publisher_rules`).
@@ -41,7 +42,9 @@ from gpufleet.config import NodePool, StackSpec, Vendor, accelerator_spec
 from gpufleet.config.placement import POOL_LABEL
 from gpufleet.core.inspect_contract import (
     INSPECT_NAMESPACE,
+    POD_NAME_ENV,
     PUBLISH_INTERVAL_S,
+    PUBLISHER_APP_LABEL,
     PUBLISHER_NAMESPACE,
     PUBLISHER_SERVICE_ACCOUNT,
     publisher_rules,
@@ -74,9 +77,14 @@ def publish_loop(stack_name: str, pool: str) -> list[str]:
     return ["/bin/sh", "-c", f"while :; do {run}; sleep {PUBLISH_INTERVAL_S}; done"]
 
 
+def daemonset_name(pool: NodePool) -> str:
+    return f"gpufleet-inspect-{pool.name}"
+
+
 def daemonset_spec(pool: NodePool, stack_name: str, image: str,
                    tolerations: list[dict[str, str]]) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/name": "gpufleet-inspect", POOL_LABEL: pool.name}
+    key, app = PUBLISHER_APP_LABEL
+    labels = {key: app, POOL_LABEL: pool.name}
     return {
         "selector": {"matchLabels": labels},
         "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
@@ -97,6 +105,7 @@ def daemonset_spec(pool: NodePool, stack_name: str, image: str,
                     "command": publish_loop(stack_name, pool.name),
                     "env": [
                         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                        {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
                         {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
                     ],
@@ -144,8 +153,10 @@ class FleetInspect(pulumi.ComponentResource):
         self.daemonsets = [
             k8s.apps.v1.DaemonSet(
                 f"{name}-{p.name}",
-                metadata={"name": f"gpufleet-inspect-{p.name}", "namespace": args.system_namespace,
-                          "labels": MANAGED_BY, "annotations": {"pulumi.com/skipAwait": "true"}},
+                metadata={"name": daemonset_name(p), "namespace": args.system_namespace,
+                          # The app label: how the upgrade gate finds the publisher (kube_driver).
+                          "labels": {**MANAGED_BY, PUBLISHER_APP_LABEL[0]: PUBLISHER_APP_LABEL[1]},
+                          "annotations": {"pulumi.com/skipAwait": "true"}},
                 spec=daemonset_spec(p, args.stack_name, args.spec.gameday.image, args.tolerations),
                 opts=child(self, [sa, stack]))
             for p in pools

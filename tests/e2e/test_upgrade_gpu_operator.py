@@ -13,6 +13,10 @@ handled by the rollout alone: its gate fails on the fault, it rolls the node bac
 node; the platform's remediation (the sandbox's stand-in for NVSentinel) sees the fault, logs that it
 stood aside and never quarantines the node. The same fault on a node no rollout holds is quarantined
 by remediation alone.
+
+Last, the gate's inspect step (ADR 0075): with the stack's inspect publisher DaemonSet on the
+cluster, each node's gate restarts the node's publisher pod and judges its first reading; a node the
+operator's validation passes but whose NVML still reports the old driver fails its gate on the drift.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,10 +35,11 @@ import pytest
 from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
 
 from gpufleet.config.gpu_operator import UPGRADE_SKIP_LABEL, UPGRADE_STATE_LABEL
+from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, PUBLISHER_APP_LABEL, PUBLISHER_NAMESPACE
 from gpufleet.core.maintenance import under_upgrade
 from gpufleet.core.node_health import QUARANTINE_ANNOTATION, QUARANTINE_TAINT
 from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
-from gpufleet.fleet.upgrade.kube_driver import MAINTENANCE_ANNOTATION
+from gpufleet.fleet.upgrade.kube_driver import MAINTENANCE_ANNOTATION, PUBLISHER_SELECTOR
 from gpufleet.sandbox.kube import gpu_operator as G
 from gpufleet.sandbox.kube import require_kube_paths, workload
 from gpufleet.sandbox.kube.api import KubeApi
@@ -43,6 +50,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(900)]
 STACK = "sandbox"
 OLD, NEW, BAD = "550.90.07", "570.124.06", "560.0.0-bad"
 NEXT = "575.51.03"  # the one-actor test's rollout, after NEW
+FINAL = "575.57.08"  # the inspect gate's rollout, after the one-actor test
 CHAOS = {"gpufleet_backend": "kubernetes", "gpufleet_stack": STACK}
 
 
@@ -231,3 +239,181 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
         print(clear_gpu_faults(configuration=CHAOS))
     wait_until("remediation releases the node",
                lambda: not quarantined(admin.get(f"/api/v1/nodes/{other}")), 60)
+
+
+# ----------------------------------------------------------------------------- the gate's inspect step
+
+SMI = """#!/bin/sh
+# nvidia-smi test double: 8 H100s, healthy, at the driver version NVML reports ($SMI_DRIVER_FILE).
+v=$(cat "$SMI_DRIVER_FILE")
+case "$1" in
+  --query-gpu=*) for i in 0 1 2 3 4 5 6 7; do
+      printf '%s, 00000000:%02X:00.0, 0, 0, 35, 5, 16, %s, 96.00.89.00.01\\n' "$i" $((i + 16)) "$v"
+    done ;;
+  --query-remapped-rows=*) for i in 0 1 2 3 4 5 6 7; do
+      printf '00000000:%02X:00.0, 0, 0, 0, 0\\n' $((i + 16))
+    done ;;
+  *) echo "unexpected: $*" >&2; exit 9 ;;
+esac
+"""
+LAGS = "580.65.06"  # a version whose kernel module never loads: NVML keeps reporting the one before
+
+
+class PublisherStandIn(threading.Thread):
+    """Plays the inspect publisher's container on the kwok nodes (they run none): for each new
+    publisher pod, what the DaemonSet's container does first (`gpufleet inspect --here --publish`'s
+    read and publish, in this process): the node read through an nvidia-smi test double reporting the
+    driver version NVML would (the node's driver pod's, except LAGS), a sysfs tree with the stack's
+    one 100 Gb/s RoCE port up and a kernel log without NVRM lines. The publishing (the writer's
+    kubeconfig, the ConfigMap), the gate's restart of the pod and its reading of it are real."""
+
+    def __init__(self, admin: KubeApi, kubeconfig: Path, tmp: Path) -> None:
+        super().__init__(daemon=True)
+        from gpufleet.config import load_named_stack
+        from gpufleet.core.kube_client import kube_client
+
+        self.admin, self.client = admin, kube_client(kubeconfig)
+        self.spec = load_named_stack(STACK, REPO / "stacks")
+        self.driver_file = tmp / "nvml-driver"
+        self.klog = tmp / "kern.log"
+        self.klog.write_text("2026-12-06T00:00:00+00:00 gpu kernel: nothing from NVRM\n")
+        self.net = tmp / "net"
+        port = self.net / "fab0"
+        port.mkdir(parents=True)
+        for f, v in {"operstate": "up", "speed": "100000", "carrier_changes": "1"}.items():
+            (port / f).write_text(v + "\n")
+        self.seen: set[str] = set()
+        self.nvml: dict[str, str] = {}  # node -> the version its NVML last reported
+        self.published: list[tuple[str, str]] = []  # (node, version reported)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(0.2):
+                for pod in self.admin.list("Pod", PUBLISHER_NAMESPACE, labelSelector=PUBLISHER_SELECTOR):
+                    uid, node = pod["metadata"]["uid"], pod["spec"].get("nodeName")
+                    if uid in self.seen or not node or pod["metadata"].get("deletionTimestamp") \
+                            or pod["status"].get("phase") != "Running":
+                        continue
+                    self.publish(node, pod["metadata"]["name"])
+                    self.seen.add(uid)
+        except BaseException as e:  # reported by the test
+            self.error = e
+
+    def publish(self, node: str, pod: str) -> None:
+        from gpufleet.fleet.inspect.cluster import publish
+        from gpufleet.fleet.inspect.host import HostTarget, observation_from_host, read_host
+
+        pod_version = G.driver_version(driver_pods(self.admin)[node]) or ""
+        version = self.nvml.get(node, OLD) if pod_version == LAGS else pod_version
+        self.nvml[node] = version
+        self.driver_file.write_text(version + "\n")
+        pool = self.spec.node_pools[0]
+        target = HostTarget(node=node, pool=pool.name, sku=pool.accelerator, expected_gpus=pool.gpus_per_node,
+                            expected_port_gbps=float(self.spec.fabric.link_speed_gbps),
+                            rails=self.spec.fabric.rails_per_node)
+        now = time.time()
+        reads = read_host(target, now=now, kernel_log=self.klog, fabric_ifs=("fab0",), net_root=self.net)
+        publish(self.client, observation_from_host(reads, target, at=now), INSPECT_NAMESPACE, pod)
+        self.published.append((node, version))
+
+
+def _publisher_daemonset() -> tuple[str, dict[str, Any]]:
+    """The Pulumi program's DaemonSet for the stack's pool, from infra.fleet_inspect, built in a child
+    process: the infra layer imports Pulumi's SDK and with it gRPC, whose runtime in this process has
+    aborted the interpreter at its exit (SIGABRT after every test had passed)."""
+    code = f"""
+import json
+from gpufleet.config import load_named_stack
+from gpufleet.infra.fleet_inspect import RUNTIME_CLASS, daemonset_name, daemonset_spec
+pool = load_named_stack({STACK!r}, "stacks").node_pools[0]
+spec = daemonset_spec(pool, {STACK!r}, "gpufleet:e2e", [{{"operator": "Exists"}}])
+print(json.dumps([RUNTIME_CLASS, daemonset_name(pool), spec]))
+"""
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    runtime_class, name, spec = json.loads(res.stdout)
+    key, app = PUBLISHER_APP_LABEL
+    return runtime_class, {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {
+        "name": name, "namespace": PUBLISHER_NAMESPACE, "labels": {key: app}}, "spec": spec}
+
+
+@pytest.fixture
+def publishers(sandbox: tuple[Path, KubeSandboxState], admin: KubeApi, tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[PublisherStandIn]:
+    """The Pulumi program's publisher DaemonSet for the stack's pool (infra.fleet_inspect), the
+    `nvidia` RuntimeClass its pods name (the GPU Operator's, created here if the sandbox's operator
+    has not), and the stand-in for its containers."""
+    state = sandbox[1]
+    assert state.inspect_kubeconfig is not None
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    stand_in = PublisherStandIn(admin, Path(state.inspect_kubeconfig), tmp_path)
+    monkeypatch.setenv("SMI_DRIVER_FILE", str(stand_in.driver_file))
+    runtime_class, ds = _publisher_daemonset()
+    if admin.request("GET", f"/apis/node.k8s.io/v1/runtimeclasses/{runtime_class}").status_code == 404:
+        rc = admin.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", {
+            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": runtime_class},
+            "handler": runtime_class})
+        assert rc.status_code == 201, rc.text
+    made = admin.request("POST", f"/apis/apps/v1/namespaces/{PUBLISHER_NAMESPACE}/daemonsets", ds)
+    assert made.status_code == 201, made.text
+    gone = f"/apis/apps/v1/namespaces/{PUBLISHER_NAMESPACE}/daemonsets/{ds['metadata']['name']}"
+    stand_in.start()
+    try:
+        nodes = set(driver_pods(admin))
+        wait_until("every GPU node's first reading",
+                   lambda: {n for n, _ in stand_in.published} >= nodes or stand_in.error, 120)
+        assert stand_in.error is None, stand_in.error
+        yield stand_in
+    finally:
+        stand_in.stop.set()
+        stand_in.join(10)
+        admin.request("DELETE", gone)
+    assert stand_in.error is None, stand_in.error
+
+
+def test_the_gate_reads_each_node_s_own_inspection_through_its_new_driver(
+        sandbox: tuple[Path, KubeSandboxState], admin: KubeApi, publishers: PublisherStandIn,
+        tmp_path: Path) -> None:
+    root, _ = sandbox
+    # Without the training Job: the evictions under it are the second test's. Here every eviction
+    # would count against its backoff (exponential, from 10 s), and its next pod, and so the
+    # PodDisruptionBudget's leave for the next node's drain, can come after the drain timeout.
+    job = f"/apis/batch/v1/namespaces/{workload.TRAINING_NAMESPACE}/jobs/{workload.JOB_NAME}"
+    gone = admin.request("DELETE", job + "?propagationPolicy=Foreground")
+    assert gone.status_code in (200, 202, 404), gone.text
+    wait_until("the training Job's pods gone", lambda: not admin.list(
+        "Pod", workload.TRAINING_NAMESPACE, labelSelector=f"job-name={workload.JOB_NAME}"), 60)
+    before = driver_pods(admin)
+    # Every node through the operator and then its own reading, taken by a new publisher pod.
+    rc, doc, out = upgrade(root, tmp_path, FINAL)
+    assert rc == 0, out
+    assert "then inspect light on the node's own reading" in out, out
+    assert doc["counts"] == {"done": len(before)}, out
+    gates = [e for e in doc["log"] if e["action"].startswith("gate")]
+    assert len(gates) == len(before) and all(
+        e["action"] == "gate passed" and e["detail"].endswith("; inspect light ok") for e in gates), gates
+    assert {(n, v) for n, v in publishers.published if v == FINAL} == {(n, FINAL) for n in before}
+
+    # A version the operator's validation passes but the node's NVML does not run: the canary's own
+    # reading shows the old driver, its gate fails on the drift, it is rolled back (its reading then
+    # at the old version again: it returns) and the rollout halts with every other node untouched.
+    before = driver_pods(admin)
+    rc, doc, out = upgrade(root, tmp_path, LAGS)
+    assert rc == 1, out
+    assert doc["counts"] == {"failed": 1, "skipped": len(before) - 1}, out
+    canary = next(e["node"] for e in doc["log"] if e["action"] == "cordon")
+    failed = next(e for e in doc["log"] if e["action"] == "gate FAILED")
+    assert failed["node"] == canary and "upgrade-done" in failed["detail"], failed  # the operator passed it
+    assert "driver-drift" in failed["detail"] and FINAL in failed["detail"], failed
+    back = [e for e in doc["log"] if e["action"] == "gate passed"]
+    assert [e["node"] for e in back] == [canary] and back[0]["detail"].endswith("inspect light ok"), back
+    after = driver_pods(admin)
+    assert G.driver_version(after[canary]) == FINAL
+    assert all(p["metadata"]["uid"] == before[n]["metadata"]["uid"] for n, p in after.items() if n != canary)
+    assert not any(n["spec"].get("unschedulable") for n in gpu_nodes(admin).values())

@@ -17,7 +17,8 @@ checks, history and lemon rules as the other backends:
 A ConfigMap per node rather than a Node annotation: a node's writer needs only ConfigMaps in one
 namespace (not patch on Nodes, which is a cordon), and each write wakes no Node watcher.
 
-`publish_body` and `observations_from_cluster` are pure; `publish` and `read_cluster` are the I/O.
+`publish_body`, `published_observation` and `observations_from_cluster` are pure; `publish` and
+`read_cluster` are the I/O.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gpufleet.core.inspect_contract import (
     DATA_KEY,
     DEFAULT_MAX_AGE_S,
     NODE_LABEL,
+    PUBLISHED_BY_ANNOTATION,
     configmap_name,
     node_label_value,
 )
@@ -51,12 +53,14 @@ class PoolShape:
     expected_gpus: int
 
 
-def publish_body(obs: NodeObservation, namespace: str) -> dict[str, Any]:
+def publish_body(obs: NodeObservation, namespace: str, pod: str | None = None) -> dict[str, Any]:
+    """The node's ConfigMap; `pod`: the publisher pod writing it, when it runs in one."""
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": configmap_name(obs.node), "namespace": namespace,
                      "labels": {NODE_LABEL: node_label_value(obs.node),
-                                "app.kubernetes.io/managed-by": "gpufleet"}},
+                                "app.kubernetes.io/managed-by": "gpufleet"},
+                     "annotations": {PUBLISHED_BY_ANNOTATION: pod} if pod else {}},
         "data": {DATA_KEY: obs.model_dump_json()},
     }
 
@@ -102,8 +106,9 @@ def sched_state(node: Mapping[str, Any], in_use: int, expected_gpus: int) -> Sch
     return "allocated" if in_use >= expected_gpus else "mixed"
 
 
-def _published(cm: Mapping[str, Any] | None, node: str, now: float, max_age_s: float
-               ) -> tuple[NodeObservation | None, str | None]:
+def published_observation(cm: Mapping[str, Any] | None, node: str, now: float, max_age_s: float
+                          ) -> tuple[NodeObservation | None, str | None]:
+    """The node's observation in its ConfigMap, or None and why it cannot be judged."""
     if cm is None:
         return None, "no inspect result published by the node (`gpufleet inspect --here --publish`)"
     text = (cm.get("data") or {}).get(DATA_KEY)
@@ -138,7 +143,7 @@ def observations_from_cluster(
             continue
         state = sched_state(n, in_use.get(name, 0), shape.expected_gpus)
         mine = {"pool": pool, "sku": shape.sku, "expected_gpus": shape.expected_gpus, "sched_state": state}
-        obs, why = _published(by_name.get(configmap_name(name)), name, now, max_age_s)
+        obs, why = published_observation(by_name.get(configmap_name(name)), name, now, max_age_s)
         if obs is None:
             out.append(NodeObservation(node=name, at=now, unknown=(why or "",), **mine))
         else:
@@ -149,13 +154,13 @@ def observations_from_cluster(
 # ----------------------------------------------------------------------------- I/O
 
 
-def publish(api_client: Any, obs: NodeObservation, namespace: str) -> str:
+def publish(api_client: Any, obs: NodeObservation, namespace: str, pod: str | None = None) -> str:
     """Create or replace the node's ConfigMap; returns its name."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(api_client)
-    body = publish_body(obs, namespace)
+    body = publish_body(obs, namespace, pod)
     name = body["metadata"]["name"]
     try:
         core.replace_namespaced_config_map(name, namespace, body)

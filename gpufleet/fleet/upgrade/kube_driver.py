@@ -22,7 +22,15 @@ bake, gate or rollback. gpufleet keeps it to the rollout's nodes:
   the 2 minutes.
 - Gate: the controller's state `upgrade-done`, the node's driver pod at the version and ready, the
   node's validator pods ready (what the operator's validation waits for), the node Ready with no
-  `GpuFleetProblem` condition (gpufleet's node-health check through node-problem-detector).
+  `GpuFleetProblem` condition (gpufleet's node-health check through node-problem-detector). Then,
+  on a cluster running the stack's inspect publisher (gpufleet.infra.fleet_inspect), `gpufleet
+  inspect`'s checks on the node's own reading (ADR 0075): the publisher's pod on the node is
+  deleted, and so recreated by its DaemonSet, because the NVIDIA runtime mounted the driver's
+  libraries into the old container when it started (NVML there is the old driver's). The reading
+  judged is the first one a pod other than the deleted ones wrote (the ConfigMap names its writer:
+  a terminating pod may still write once), by the gate's checks (gate.py) at the light level (a
+  published reading has no performance probe), the upgraded driver's version against the one
+  installed.
 - Cordon records the node first (CordonRecord) and marks it with the rollout's reason in the
   MAINTENANCE annotation; Uncordon returns only a node still carrying this run's mark.
 - Hand back, at the end: the controller marks every node `upgrade-required` whose pod is older than
@@ -37,8 +45,10 @@ Firmware is not the operator's to upgrade: this driver upgrades the driver only.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +60,19 @@ from gpufleet.config.gpu_operator import (
     UPGRADE_STATE_LABEL,
 )
 from gpufleet.config.placement import POOL_LABEL
+from gpufleet.core.inspect_contract import (
+    INSPECT_NAMESPACE,
+    PUBLISHED_BY_ANNOTATION,
+    PUBLISHER_APP_LABEL,
+    PUBLISHER_NAMESPACE,
+    configmap_name,
+)
 from gpufleet.core.kube_client import KubeClientError, kube_client
 from gpufleet.core.maintenance import MAINTENANCE_ANNOTATION
 from gpufleet.core.node_health import CONDITION
+from gpufleet.fleet.inspect.cluster import PoolShape, published_observation, sched_state
+from gpufleet.fleet.inspect.observation import NodeObservation as InspectObservation
+from gpufleet.fleet.upgrade.gate import GateSetup, inspect_gate
 from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
 from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, DriverError
 
@@ -67,6 +87,7 @@ EVICT_RETRY_S = 2.0  # a refused eviction (a PodDisruptionBudget) is asked again
 GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-")  # the operator's gpuPodSpecFilter prefixes
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_NAME_LABEL = "job-name"  # the Job controller's label on its pods
+PUBLISHER_SELECTOR = "=".join(PUBLISHER_APP_LABEL)
 
 # What the sandbox adds to the driver pod template for a version (its kwok failure annotation); a
 # key mapped to None is removed.
@@ -221,6 +242,40 @@ def stale_required(nodes: Sequence[Mapping[str, Any]], drivers: Mapping[str, Map
     return sorted(out)
 
 
+@dataclass(frozen=True)
+class InspectStep:
+    """The gate's inspect step (module docstring): the checks, the stack's pools, and how long a
+    gate waits for the node's reading (the rollout's gateTimeoutSeconds)."""
+
+    setup: GateSetup
+    pools: Mapping[str, PoolShape]
+    wait_s: float
+
+
+def gate_reading(cm: Mapping[str, Any] | None, node: Mapping[str, Any], deleted: Collection[str],
+                 pools: Mapping[str, PoolShape]) -> tuple[InspectObservation | None, str]:
+    """The node's reading published after its publisher restarted: a ConfigMap written by a pod
+    other than the `deleted` ones, with the node's pool and SKU from the stack (not from what the
+    node said of itself), or None and why not (yet)."""
+    name = str(node["metadata"]["name"])
+    pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
+    shape = pools.get(pool or "")
+    if shape is None:
+        return None, f"node {name} is in no pool of the stack (label {POOL_LABEL}={pool})"
+    if cm is None:
+        return None, "no reading published since the publisher's restart"
+    writer = (cm["metadata"].get("annotations") or {}).get(PUBLISHED_BY_ANNOTATION)
+    if not writer:
+        return None, f"the reading does not name its publisher pod ({PUBLISHED_BY_ANNOTATION})"
+    if writer in deleted:
+        return None, f"no reading published since the publisher's restart (last by {writer})"
+    obs, why = published_observation(cm, name, 0.0, math.inf)  # fresh by its writer, not its clock
+    if obs is None:
+        return None, why or ""
+    return obs.model_copy(update={"pool": pool, "sku": shape.sku, "expected_gpus": shape.expected_gpus,
+                                  "sched_state": sched_state(node, 0, shape.expected_gpus)}), ""
+
+
 # --------------------------------------------------------------------------- the driver
 
 
@@ -230,7 +285,7 @@ class GpuOperatorDriver:
     def __init__(self, kubeconfig: Path | None, component: Component, record_path: Path, *,
                  namespace: str = OPERATOR_NAMESPACE,
                  template_annotations: TemplateAnnotations = lambda _v: {},
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S, inspect: InspectStep | None = None) -> None:
         if component is not Component.DRIVER:
             raise DriverError("the GPU Operator upgrades the driver only; firmware needs the Slurm driver "
                               "or the vendor's tool")
@@ -246,6 +301,7 @@ class GpuOperatorDriver:
         self.component = component
         self.template_annotations = template_annotations
         self.poll_s = poll_s
+        self.inspect = inspect
         self.record = CordonRecord.load(record_path)
         self._polls = 0
         self._evicting: dict[str, float] = {}  # pod id -> when its eviction was last asked
@@ -442,12 +498,60 @@ class GpuOperatorDriver:
         finally:
             self._labels(node, {UPGRADE_SKIP_LABEL: "true", POLL_LABEL: None})
 
-    def _delete_pod(self, name: str) -> None:
-        self._call(f"delete pod {name}", lambda: self.core.delete_namespaced_pod(name, self.namespace))
+    def _delete_pod(self, name: str, namespace: str | None = None) -> None:
+        ns = namespace or self.namespace
+        self._call(f"delete pod {ns}/{name}", lambda: self.core.delete_namespaced_pod(name, ns))
 
     def gate(self, node: str, version: str) -> tuple[bool, str]:
         validators = self._pods(VALIDATOR_SELECTOR, node)
-        return gate_verdict(self.node(node), self.driver_pod(node), validators, version)
+        passed, detail = gate_verdict(self.node(node), self.driver_pod(node), validators, version)
+        if not passed or self.inspect is None:
+            return passed, detail
+        passed, checked = self._inspect(node, version, self.inspect)
+        return passed, f"{detail}; {checked}"
+
+    # ------------------------------------------------------------------ the gate's inspect step
+
+    def has_publisher(self) -> bool:
+        """Whether the cluster runs the stack's inspect publisher (a DaemonSet in its namespace)."""
+        items = self._call("list inspect DaemonSets", lambda: self.apps.list_namespaced_daemon_set(
+            PUBLISHER_NAMESPACE, label_selector=PUBLISHER_SELECTOR)).items
+        return bool(items)
+
+    def _publisher_pods(self, node: str) -> list[dict[str, Any]]:
+        items = self._call("list inspect publisher pods", lambda: self.core.list_namespaced_pod(
+            PUBLISHER_NAMESPACE, label_selector=PUBLISHER_SELECTOR, field_selector=f"spec.nodeName={node}"))
+        return [self._dict(p) for p in items.items]
+
+    def _reading(self, node: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        name = configmap_name(node)
+        try:
+            return self._dict(self.core.read_namespaced_config_map(name, INSPECT_NAMESPACE))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise DriverError(f"read ConfigMap {INSPECT_NAMESPACE}/{name}: HTTP {e.status} {e.reason}"
+                              ) from None
+
+    def _inspect(self, node: str, version: str, step: InspectStep) -> tuple[bool, str]:
+        """Restart the node's publisher, wait for its first reading, judge it (module docstring)."""
+        end = time.monotonic() + step.wait_s
+        deleted = {str(p["metadata"]["name"]) for p in self._publisher_pods(node)}
+        if not deleted:
+            return False, (f"inspect: no publisher pod ({PUBLISHER_SELECTOR}) on the node in "
+                           f"{PUBLISHER_NAMESPACE}")
+        for name in sorted(deleted):
+            self._delete_pod(name, PUBLISHER_NAMESPACE)
+        why = ""
+        while time.monotonic() < end:
+            obs, why = gate_reading(self._reading(node), self.node(node), deleted, step.pools)
+            if obs is not None:
+                verdict = inspect_gate(obs, step.setup, version)
+                return verdict.passed, verdict.detail
+            time.sleep(self.poll_s)
+        return False, f"inspect: no reading within {step.wait_s:g} s of the publisher's restart: {why}"
 
     def health(self, nodes: Sequence[str]) -> dict[str, str]:
         out = {}

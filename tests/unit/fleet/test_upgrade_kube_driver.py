@@ -6,11 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.catalog import load_catalog, xid_policy
+from gpufleet.config import AcceleratorModel
 from gpufleet.config.gpu_operator import UPGRADE_STATE_LABEL
+from gpufleet.config.placement import POOL_LABEL
+from gpufleet.core.inspect_contract import INSPECT_NAMESPACE
 from gpufleet.core.node_health import CONDITION
+from gpufleet.fleet.inspect.checks import Pins
+from gpufleet.fleet.inspect.cluster import PoolShape, publish_body
+from gpufleet.fleet.inspect.observation import GpuObs, PortObs
+from gpufleet.fleet.inspect.observation import NodeObservation as InspectObservation
+from gpufleet.fleet.inspect.thresholds import load_thresholds
+from gpufleet.fleet.upgrade.gate import GateSetup, inspect_gate
 from gpufleet.fleet.upgrade.kube_driver import (
     MAINTENANCE_ANNOTATION,
     cordoned_by,
+    gate_reading,
     gate_verdict,
     gpu_jobs,
     image_version,
@@ -19,7 +30,7 @@ from gpufleet.fleet.upgrade.kube_driver import (
     stale_required,
     with_version,
 )
-from gpufleet.fleet.upgrade.model import Job
+from gpufleet.fleet.upgrade.model import Component, Job
 
 
 def node(state: str | None = "upgrade-done", unschedulable: bool = False, mark: str | None = None,
@@ -131,3 +142,74 @@ def test_hand_back_clears_only_a_stale_upgrade_required() -> None:
     assert stale_required(nodes, drivers, "550.90.07", {"d"}) == ["a"]
     assert stale_required(nodes, drivers, "560.0.0-bad", set()) == ["b"]
     assert stale_required(nodes, drivers, None, set()) == []
+
+
+# ----------------------------------------------------------------------------- the gate's inspect step
+
+
+def published(node_name: str, pod: str | None, **kw: Any) -> dict[str, Any]:
+    """The node's ConfigMap as its publisher writes it (the pool and SKU it claims are ignored)."""
+    base: dict[str, Any] = dict(node=node_name, pool="what-the-node-says", sku=AcceleratorModel.H100_SXM,
+                                at=5.0, expected_gpus=1, gpus=tuple(GpuObs(index=i) for i in range(8)),
+                                ports=(PortObs(name="mlx5_0", state="up", speed_gbps=400.0),),
+                                expected_port_gbps=400.0, driver_version="570.124.06",
+                                firmware_version="96.00.89.00.01")
+    base.update(kw)
+    return publish_body(InspectObservation(**base), INSPECT_NAMESPACE, pod)
+
+
+def gpu_node(name: str = "gpu-1", pool: str | None = "h200") -> dict[str, Any]:
+    n = node(unschedulable=True)
+    labels = {**n["metadata"]["labels"], **({POOL_LABEL: pool} if pool else {})}
+    n["metadata"].update(name=name, labels=labels)
+    return n
+
+
+POOLS = {"h200": PoolShape(AcceleratorModel.H200_SXM, 8)}
+
+
+def test_the_gate_judges_only_a_reading_published_after_the_publisher_restarted() -> None:
+    # Nothing yet: wait.
+    old = {"gpufleet-inspect-gpu-abcde"}
+    waiting = (None, "no reading published since the publisher's restart")
+    assert gate_reading(None, gpu_node(), old, POOLS) == waiting
+    # The deleted pod's last reading (it may write once more while it terminates): wait.
+    obs, why = gate_reading(published("gpu-1", "gpufleet-inspect-gpu-abcde"), gpu_node(), old, POOLS)
+    assert obs is None and "last by gpufleet-inspect-gpu-abcde" in why
+    # A reading that names no writer (a publisher run by hand, an older gpufleet) is never fresh.
+    obs, why = gate_reading(published("gpu-1", None), gpu_node(), old, POOLS)
+    assert obs is None and "does not name its publisher pod" in why
+    # The new pod's reading; pool, SKU and GPU count are the stack's.
+    obs, why = gate_reading(published("gpu-1", "gpufleet-inspect-gpu-fghij"), gpu_node(), old, POOLS)
+    assert obs is not None and why == ""
+    assert (obs.pool, obs.sku, obs.expected_gpus, obs.sched_state) == (
+        "h200", AcceleratorModel.H200_SXM, 8, "drained")
+    # Not the node's own, or a node of no pool: never judged.
+    other, why = gate_reading(published("gpu-9", "new"), gpu_node(), old, POOLS)
+    assert other is None and "describes node gpu-9" in why
+    stray, why = gate_reading(published("gpu-1", "new"), gpu_node(pool=None), old, POOLS)
+    assert stray is None and "in no pool of the stack" in why
+
+
+def test_the_inspect_step_fails_a_node_the_operator_passed() -> None:
+    catalog = load_catalog()
+    rules, _ = xid_policy(catalog, {})
+    setup = GateSetup(level="light", floor_percent=90.0, thresholds=load_thresholds(), xid_rules=rules,
+                      component=Component.DRIVER, pins={"h200": Pins("550.90.07", "96.00.89.00.01")},
+                      fault_actions={f.id: f.action for f in catalog})
+
+    def judge(**kw: Any) -> tuple[bool, str]:
+        obs, _ = gate_reading(published("gpu-1", "new", **kw), gpu_node(), {"old"}, POOLS)
+        assert obs is not None
+        v = inspect_gate(obs, setup, "570.124.06")
+        return v.passed, v.detail
+
+    assert judge() == (True, "inspect light ok")
+    # NVML still reports the old driver (its kernel module was never unloaded): drift fails the gate.
+    passed, detail = judge(driver_version="550.90.07")
+    assert not passed and "driver-drift" in detail, detail
+    ecc = tuple(GpuObs(index=i, ecc_uncorrectable_volatile=2.0 if i == 5 else 0.0) for i in range(8))
+    passed, detail = judge(gpus=ecc)
+    assert not passed and "GFI013 ecc-uncorrectable GPU 5" in detail, detail
+    passed, detail = judge(gpus=tuple(GpuObs(index=i) for i in range(7)))  # a GPU fell off the bus
+    assert not passed and "gpu-count" in detail, detail

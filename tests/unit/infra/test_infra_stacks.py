@@ -244,6 +244,9 @@ def test_every_nvidia_node_publishes_its_inspection_under_a_writer_of_configmaps
     for pool in nvidia:
         ds = daemonsets[f"gpufleet-inspect-{pool}"]
         assert ds.inputs["metadata"]["namespace"] == "gpufleet-system"
+        # The upgrade gate finds the publisher by this label, on the DaemonSet and on its pods.
+        for labels in (ds.inputs["metadata"]["labels"], ds.inputs["spec"]["template"]["metadata"]["labels"]):
+            assert labels["app.kubernetes.io/name"] == "gpufleet-inspect"
         pod = ds.inputs["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {POOL_LABEL: pool}
         assert pod["serviceAccountName"] == "gpufleet-inspect" and pod["hostNetwork"] is True
@@ -253,6 +256,7 @@ def test_every_nvidia_node_publishes_its_inspection_under_a_writer_of_configmaps
         assert f"gpufleet inspect --here --publish --stack {name} --pool {pool} " in loop
         assert "sleep 300" in loop
         assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+        assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in c["env"]
         assert "resources" in c and "nvidia.com/gpu" not in c["resources"].get("requests", {})  # no GPU held
         (stack_cm,) = [m for m in view.of_type("kubernetes:core/v1:ConfigMap")
                        if m.inputs["metadata"]["name"] == pod["volumes"][0]["configMap"]["name"]]
