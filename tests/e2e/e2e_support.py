@@ -1,5 +1,5 @@
-"""What the end-to-end tests share: running the gpufleet CLI against a private state root, and
-waiting, bounded, for a condition."""
+"""What the end-to-end tests share: running the gpufleet CLI against a private state root, waiting,
+bounded, for a condition, and the nvidia-smi test double that plays a kwok node's GPUs."""
 
 from __future__ import annotations
 
@@ -23,6 +23,31 @@ def gpufleet(root: Path, *args: str, timeout: float = 300, env_extra: dict[str, 
     return subprocess.run(
         [GPUFLEET, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
     )
+
+
+# 8 healthy H100s; GPU $SMI_BAD_GPU (if set) with 2 uncorrectable volatile ECC errors; the driver
+# version NVML reports read from the file $SMI_DRIVER_FILE (if set), else 550.90.07.
+NVIDIA_SMI_DOUBLE = """#!/bin/sh
+v=550.90.07
+[ -n "${SMI_DRIVER_FILE:-}" ] && v=$(cat "$SMI_DRIVER_FILE")
+case "$1" in
+  --query-gpu=*) for i in 0 1 2 3 4 5 6 7; do u=0; [ "$i" = "${SMI_BAD_GPU:-}" ] && u=2
+      printf '%s, 00000000:%02X:00.0, %s, 0, 35, 5, 16, %s, 96.00.89.00.01\\n' "$i" $((i + 16)) "$u" "$v"
+    done ;;
+  --query-remapped-rows=*) for i in 0 1 2 3 4 5 6 7; do
+      printf '00000000:%02X:00.0, 0, 0, 0, 0\\n' $((i + 16))
+    done ;;
+  *) echo "unexpected: $*" >&2; exit 9 ;;
+esac
+"""
+
+
+def nvidia_smi_double(bin_dir: Path) -> str:
+    """Write the double as `bin_dir/nvidia-smi`; returns a PATH with `bin_dir` first."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI_DOUBLE)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
 
 
 def wait_until(what: str, check: Callable[[], T | None], timeout_s: float, interval_s: float = 0.5) -> T:

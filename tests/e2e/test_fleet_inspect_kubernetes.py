@@ -15,13 +15,12 @@ missing; the assertions name the ECC finding and the unknown nodes, not a clean 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import gpufleet
+from e2e_support import gpufleet, nvidia_smi_double
 
 from gpufleet.core.inspect_contract import DATA_KEY, INSPECT_NAMESPACE, configmap_name
 from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
@@ -32,18 +31,6 @@ from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(600)]
 
 STACK = "sandbox"
-SMI = """#!/bin/sh
-# nvidia-smi test double: 8 H100s; GPU $SMI_BAD_GPU has 2 uncorrectable volatile ECC errors.
-case "$1" in
-  --query-gpu=*) for i in 0 1 2 3 4 5 6 7; do u=0; [ "$i" = "${SMI_BAD_GPU:-}" ] && u=2
-      printf '%s, 00000000:%02X:00.0, %s, 0, 35, 5, 16, 550.90.07, 96.00.89.00.01\\n' "$i" $((i + 16)) "$u"
-    done ;;
-  --query-remapped-rows=*) for i in 0 1 2 3 4 5 6 7; do
-      printf '00000000:%02X:00.0, 0, 0, 0, 0\\n' $((i + 16))
-    done ;;
-  *) echo "unexpected: $*" >&2; exit 9 ;;
-esac
-"""
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +56,9 @@ def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, Kub
     root, state = sandbox
     assert state.admin_kubeconfig is not None and state.inspect_kubeconfig is not None
     kubeconfig = state.inspect_kubeconfig  # the nodes' writer: ConfigMaps in gpufleet-inspect only
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
+    path = nvidia_smi_double(tmp_path / "bin")
     klog = tmp_path / "kern.log"
     klog.write_text("2026-12-06T00:00:00+00:00 gpu kernel: nothing from NVRM\n")
-    path = f"{bin_dir}:{os.environ['PATH']}"
 
     def publish(node: str, bad_gpu: str = "") -> str:
         res = gpufleet(root, "inspect", "--here", "--stack", STACK, "--node", node, "--kernel-log", str(klog),

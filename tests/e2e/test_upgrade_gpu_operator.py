@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
+from e2e_support import GPUFLEET, REPO, gpufleet, nvidia_smi_double, wait_until
 
 from gpufleet.config.gpu_operator import UPGRADE_SKIP_LABEL, UPGRADE_STATE_LABEL
 from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, PUBLISHER_APP_LABEL, PUBLISHER_NAMESPACE
@@ -243,19 +243,6 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
 
 # ----------------------------------------------------------------------------- the gate's inspect step
 
-SMI = """#!/bin/sh
-# nvidia-smi test double: 8 H100s, healthy, at the driver version NVML reports ($SMI_DRIVER_FILE).
-v=$(cat "$SMI_DRIVER_FILE")
-case "$1" in
-  --query-gpu=*) for i in 0 1 2 3 4 5 6 7; do
-      printf '%s, 00000000:%02X:00.0, 0, 0, 35, 5, 16, %s, 96.00.89.00.01\\n' "$i" $((i + 16)) "$v"
-    done ;;
-  --query-remapped-rows=*) for i in 0 1 2 3 4 5 6 7; do
-      printf '00000000:%02X:00.0, 0, 0, 0, 0\\n' $((i + 16))
-    done ;;
-  *) echo "unexpected: $*" >&2; exit 9 ;;
-esac
-"""
 LAGS = "580.65.06"  # a version whose kernel module never loads: NVML keeps reporting the one before
 
 
@@ -347,11 +334,7 @@ def publishers(sandbox: tuple[Path, KubeSandboxState], admin: KubeApi, tmp_path:
     has not), and the stand-in for its containers."""
     state = sandbox[1]
     assert state.inspect_kubeconfig is not None
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", nvidia_smi_double(tmp_path / "bin"))
     stand_in = PublisherStandIn(admin, Path(state.inspect_kubeconfig), tmp_path)
     monkeypatch.setenv("SMI_DRIVER_FILE", str(stand_in.driver_file))
     runtime_class, ds = _publisher_daemonset()
