@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,17 @@ import yaml
 from gpufleet.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _end_adhoc_chaos_runs() -> Iterator[None]:
+    """A test that calls chaos actions from Python starts an ad-hoc run whose pollers (the scheduler
+    and training pods, up to 30 minutes) would outlive its sandbox and go on polling it in the
+    later tests' time; stopped after each test."""
+    yield
+    engine = sys.modules.get("gpufleet.chaos.engine")
+    if engine is not None:
+        engine.end_runs()
 
 
 @pytest.fixture(scope="session")
