@@ -22,11 +22,14 @@ from pathlib import Path
 import pytest
 from e2e_support import GPUFLEET, REPO, gpufleet, wait_until
 
+from gpufleet.chaos.settings import RUN_KEY
 from gpufleet.core.agent_client import AgentError, agent_state
 from gpufleet.core.maintenance import UPGRADE_MARK
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
 from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, record_path
+from gpufleet.fleet.upgrade.sandbox_ops import show_node_argv
+from gpufleet.fleet.upgrade.slurm_driver import REBOOTING, parse_show_node
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
 pytestmark = [pytest.mark.sandbox, needs_root, pytest.mark.timeout(1500)]
@@ -46,6 +49,14 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield root
     finally:
         gpufleet(root, "sandbox", "down", "--stack", STACK, "--keep-files", timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def _a_run_per_test() -> Iterator[None]:
+    """The first action of a test names its ad-hoc chaos run in CONFIG; the conftest ends that run
+    after the test, so the next test must not find its id there."""
+    yield
+    CONFIG.pop(RUN_KEY, None)
 
 
 def reasons_set(state: SandboxState, node: str, since: str) -> list[str]:
@@ -78,6 +89,14 @@ def agent_version(state: SandboxState, node: str) -> str | None:
     return str(doc.get("driver_version"))
 
 
+def reboot_complete(state: SandboxState, node: str) -> bool:
+    """Slurm has the node back from its reboot: no reboot flag, responding (the rollout's own test,
+    slurm_driver.reboot_progress, also compares the boot time with its request)."""
+    res = subprocess.run(show_node_argv(state, node), capture_output=True, text=True, timeout=30)
+    view = parse_show_node(res.stdout)
+    return res.returncode == 0 and not view.flags & (REBOOTING | {"NOT_RESPONDING"})
+
+
 def stood_aside_lines(state: SandboxState, node: str) -> list[str]:
     d = Path(state.base_dir) / "nodes" / node
     lines: list[str] = []
@@ -95,11 +114,14 @@ def slurm_now() -> str:
 def upgrade_with_a_fault_before_the_gate(root: Path, state: SandboxState, report: Path, fault_id: str,
                                          gpu: int) -> tuple[int, str, str]:
     """Run `gpufleet upgrade run` and inject the catalog fault `fault_id` on the canary (the idlest
-    node: no drain to wait for) once it is back at the new version and still under upgrade (the
-    rollout's mark is its reason): the fault lands between the reboot and the gate. (A fault injected
-    before the reboot is the agent's to keep, but under load the drain of a busy node can outlast
-    drainTimeoutSeconds, and the node is then handed back.) Returns the rollout's exit code, its
-    output and the node."""
+    node: no drain to wait for) once it is back at the new version, still under upgrade (the
+    rollout's mark is its reason) and its reboot is complete in Slurm's view (registered, no reboot
+    flag): the fault lands between the reboot and the gate. (A fault injected before the reboot is
+    the agent's to keep, but under load the drain of a busy node can outlast drainTimeoutSeconds, and
+    the node is then handed back. One injected after the agent was back but before slurmd had
+    registered failed slurmd's start-up health check, and slurmctld never completed the reboot: the
+    rollout timed out on the reboot, not the gate.) Returns the rollout's exit code, its output and
+    the node."""
     from gpufleet.chaos.gpu.actions import inject_gpu_fault
 
     env = {**os.environ, "GPUFLEET_SANDBOX_ROOT": str(root)}
@@ -110,7 +132,8 @@ def upgrade_with_a_fault_before_the_gate(root: Path, state: SandboxState, report
     try:
         def rebooted_under_upgrade() -> str | None:
             for n in CordonRecord.load(rec).open_nodes():
-                if agent_version(state, n) == NEW and node_reason(state, n).startswith(UPGRADE_MARK + " "):
+                if agent_version(state, n) == NEW and node_reason(state, n).startswith(UPGRADE_MARK + " ") \
+                        and reboot_complete(state, n):
                     return n
             return None
 
