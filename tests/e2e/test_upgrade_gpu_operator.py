@@ -308,8 +308,8 @@ class PublisherStandIn(threading.Thread):
 
 def _publisher_daemonset() -> tuple[str, dict[str, Any]]:
     """The Pulumi program's DaemonSet for the stack's pool, from infra.fleet_inspect, built in a child
-    process: the infra layer imports Pulumi's SDK and with it gRPC, whose runtime in this process has
-    aborted the interpreter at its exit (SIGABRT after every test had passed)."""
+    process: the infra layer imports Pulumi's SDK and with it gRPC's runtime (its own threads and fork
+    handlers), which the one pytest process of the whole e2e tier is better off without."""
     code = f"""
 import json
 from gpufleet.config import load_named_stack
