@@ -31,10 +31,10 @@ from pathlib import Path
 from gpufleet.core.procs import own_boot_offset
 
 WRAPPER = ("unshare", "--time", "--boottime")
-# The uptime a freshly "booted" node starts with. It must not be more than the time from Slurm's
-# reboot request to the restart, or the node's boot time would precede the request and slurmctld
-# would keep waiting (it needs boot time >= the request time). Whole seconds are all `unshare`
-# takes, so the uptime starts between 0 and 1 s.
+# The uptime a freshly "booted" node starts with. The node's boot time must not precede Slurm's
+# reboot request, or slurmctld keeps waiting (it needs boot time >= the request time; see
+# reboot_offset_not_before). Whole seconds are all `unshare` takes, so the uptime starts between 0
+# and 1 s.
 FRESH_UPTIME_S = 0
 
 
@@ -69,6 +69,24 @@ def fresh_offset(ns_uptime_s: float, ns_offset_s: int, uptime_s: int = FRESH_UPT
     (offsets are absolute: the host's uptime is the namespace's minus its offset)."""
     host_uptime = ns_uptime_s - ns_offset_s
     return -(math.floor(host_uptime) - uptime_s)
+
+
+def slurm_boot_time(now_s: float, ns_uptime_s: float) -> int:
+    """The boot time slurmctld computes from a node's registration: its own clock in whole seconds
+    (time(2)) minus the uptime slurmd read with sysinfo(2), which the kernel rounds UP to whole
+    seconds (kernel/sys.c, do_sysinfo; checked on this machine). So it can be up to 2 s older than
+    the true boot."""
+    return math.floor(now_s) - math.ceil(ns_uptime_s)
+
+
+def reboot_offset_not_before(started_s: float) -> float:
+    """The wall time from which a RebootProgram started at `started_s` may take its new boot's
+    offset. slurmctld's reboot request (whole seconds, time(2)) precedes the program, and completes
+    only when slurm_boot_time() is no older than it; a boot taken at t is later than t - 1 s
+    (FRESH_UPTIME_S) and slurm_boot_time() is more than 2 s older than the boot, so t must be at
+    least the request's whole second + 2. One second less stalled a CI run's reboots: slurmctld
+    never logged "returned to service"."""
+    return math.floor(started_s) + 2
 
 
 def boot_time(now_s: float, host_uptime_s: float, offset_s: int) -> float:

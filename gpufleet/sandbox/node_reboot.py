@@ -68,10 +68,10 @@ def reboot(stack: str, root: Path, node: str, started: float) -> int:
     t0 = time.time()
     log.info("reboot of %s: stopping %s", node, ", ".join(p.name for p in procs))
     stop(procs)
-    # Slurm takes the reboot as done when the node's boot time (whole seconds) is no older than
-    # the request; this program starts after the request, and the new boot is at most 1 s before
-    # the offset is taken (gpufleet.sandbox.boot.FRESH_UPTIME_S): so it waits out its first second.
-    time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+    # Slurm takes the reboot as done only when the boot time it computes (whole seconds, rounded
+    # against the node: gpufleet.sandbox.boot.slurm_boot_time) is no older than the request, which
+    # came before this program started.
+    time.sleep(max(0.0, boot.reboot_offset_not_before(started) - time.time()))
     offset = boot.new_boot_offset()
     token = Path(state.agent_token_file).read_text().strip() if state.agent_token_file else ""
     updated: dict[str, SandboxProcess] = {}
@@ -105,7 +105,7 @@ def reboot(stack: str, root: Path, node: str, started: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    started = time.monotonic()
+    started = time.time()  # wall clock: compared with slurmctld's time(2)
     ap = argparse.ArgumentParser(prog="python -m gpufleet.sandbox.node_reboot", description=__doc__)
     ap.add_argument("--stack", required=True)
     ap.add_argument("--state-root", required=True, type=Path)

@@ -3,6 +3,7 @@ parts (gpufleet.sandbox.node_reboot, gpufleet.sandbox.configs)."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.config.load import load_named_stack
 from gpufleet.core import procs
@@ -145,3 +148,37 @@ def test_a_start_time_read_inside_a_time_namespace_converts_back(
         assert abs(seen - host_ticks) <= 1  # wrapped: known to one tick
     assert procs.alive(42, host_ticks)
     assert not procs.alive(42, host_ticks + 2)
+
+
+def test_slurm_boot_time_floors_the_clock_and_rounds_the_uptime_up() -> None:
+    # registration at 36.977 s with an uptime of 1.7 s: the true boot is 35.277, Slurm sees 34
+    assert boot.slurm_boot_time(now_s=36.977, ns_uptime_s=1.7) == 34
+    assert boot.slurm_boot_time(now_s=36.0, ns_uptime_s=1.0) == 35
+
+
+@settings(max_examples=2000, deadline=None)
+@given(request=st.floats(1e6, 2e6), to_start=st.floats(0, 5), host_frac=st.floats(0, 0.999),
+       to_offset=st.floats(0, 3), to_register=st.floats(0, 120))
+def test_a_reboot_that_waits_for_its_time_always_completes_in_slurm(
+        request: float, to_start: float, host_frac: float, to_offset: float, to_register: float) -> None:
+    """The CI stall, modelled: slurmctld's request at `request`, the RebootProgram started after it,
+    the offset taken no earlier than reboot_offset_not_before() (plus any delay), slurmd registering
+    any time later. The boot Slurm computes is never older than the request's whole second."""
+    started = request + to_start
+    taken = boot.reboot_offset_not_before(started) + to_offset
+    # the new namespace's uptime at `taken` is the fraction of the host's uptime (fresh_offset)
+    host_uptime_at_taken = 50_000 + host_frac
+    offset = boot.fresh_offset(host_uptime_at_taken, 0)
+    registered = taken + to_register
+    ns_uptime = host_uptime_at_taken + (registered - taken) + offset
+    assert boot.slurm_boot_time(registered, ns_uptime) >= math.floor(request)
+
+
+def test_waiting_one_second_from_the_start_was_not_enough() -> None:
+    """The CI run's numbers: request 35.048, program started 35.3, offset at 36.3 with the host's
+    uptime 0.9 into its second, slurmd registered at 36.977: Slurm computed a boot before the
+    request. reboot_offset_not_before moves the offset to 37 or later."""
+    request, taken, frac, registered = 35.048, 36.3, 0.9, 36.977
+    ns_uptime_at = frac + (registered - taken)
+    assert boot.slurm_boot_time(registered, ns_uptime_at) < math.floor(request)
+    assert boot.reboot_offset_not_before(35.3) == 37
