@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
         since = {n: o.at for n, o in H.last_observations(past).items()}
         t0 = time.monotonic()
         if kubernetes:
-            obs = _sweep_cluster(stack, spec, kubeconfig, namespace, max_age)
+            obs = _sweep_cluster(stack, spec, kubeconfig, namespace, max_age, since)
         elif state is None:
             # In a pod, the downward API's NODE_NAME names the node (the pod's hostname does not).
             target = HostTarget(node=node or os.environ.get("NODE_NAME") or socket.gethostname(),
@@ -250,7 +250,7 @@ def _cluster_client(stack: str, kubeconfig: Path | None, sandbox_default: bool) 
 
 
 def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespace: str | None,
-                   max_age: float | None) -> list[NodeObservation]:
+                   max_age: float | None, since: dict[str, float]) -> list[NodeObservation]:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -264,7 +264,7 @@ def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespa
     except (ApiException, HTTPError) as e:
         raise fail(f"reading the cluster: {str(e).strip()[:300]}", 2) from None
     return C.observations_from_cluster(nodes, cms, pods, pools, now=time.time(),
-                                       max_age_s=max_age or DEFAULT_MAX_AGE_S)
+                                       max_age_s=max_age or DEFAULT_MAX_AGE_S, since=since)
 
 
 def _publish(obs: NodeObservation, kubeconfig: Path | None, namespace: str | None) -> None:

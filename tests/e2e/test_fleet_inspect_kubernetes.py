@@ -18,9 +18,10 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from e2e_support import gpufleet, nvidia_smi_double
+from e2e_support import gpufleet, nvidia_smi_double, wait_until
 
 from gpufleet.core.inspect_contract import DATA_KEY, INSPECT_NAMESPACE, configmap_name
 from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
@@ -86,6 +87,14 @@ def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, Kub
         published = json.loads(cm["data"][DATA_KEY])
         assert published["node"] == "gpu-2" and len(published["gpus"]) == 8
         _cordon(admin, "gpu-1")
+        # Three jobs keep off gpu-0 the Kubernetes way (required node affinity, hostname NotIn): a
+        # Job of 2 pods, a Job of 1 and a bare pod. The controller manager makes the Jobs' pods.
+        for name, pods in (("avoid-a", 2), ("avoid-b", 1)):
+            admin.create(_avoiding_job(name, "gpu-0", pods))
+        admin.create({"apiVersion": "v1", "kind": "Pod", "spec": _avoiding_pod_spec("gpu-0"),
+                      "metadata": {"name": "avoid-c", "namespace": "default"}})
+        wait_until("the avoiding jobs' 4 pods", lambda: sum(
+            1 for p in admin.list("Pod", "default") if p["metadata"]["name"].startswith("avoid-")) == 4, 60)
         busy = any(p["spec"].get("nodeName") == "gpu-1" and p["status"].get("phase") == "Running"
                    for p in admin.list("Pod"))  # the training Job's pods are the only pods on kwok nodes
 
@@ -110,6 +119,12 @@ def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, Kub
     assert sched["gpu-1"] == ("draining" if busy else "drained"), sched
     assert {sched[n] for n in ("gpu-0", "gpu-2", "gpu-3", "gpu-4")} <= {"idle", "mixed", "allocated"}, sched
     assert (out / "inspect.html").exists() and (out / "inspect.junit.xml").exists()
+    # The jobs that kept off gpu-0: counted once each (not per pod), and more than the lemon rule's 2.
+    assert rows["gpu-0"]["metrics"]["job_exclusions"] == 3, rows["gpu-0"]["metrics"]
+    lemon = rows["gpu-0"]["lemon"]
+    assert lemon["exclusions"] == 3 and "excluded by 3 jobs" in lemon["reason"], lemon
+    assert doc["lemons"] == ["gpu-0"]
+    assert all(rows[n]["metrics"]["job_exclusions"] == 0 for n in rows if n != "gpu-0")
 
     # node-problem-detector's contract from the cluster's view: one node, its code and line.
     npd = gpufleet(root, "inspect", "--kubernetes", "--stack", STACK, "--node", "gpu-2", "--format", "npd",
@@ -126,6 +141,20 @@ def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, Kub
         assert r["status"] == "unknown", r
         if r["node"] in ("gpu-0", "gpu-1", "gpu-2"):
             assert "older than 1 s" in r["unknown"][0], r
+
+
+def _avoiding_pod_spec(node: str) -> dict[str, Any]:
+    return {"restartPolicy": "Never",
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}]}]}}},
+            "containers": [{"name": "c", "image": "busybox"}]}
+
+
+def _avoiding_job(name: str, node: str, pods: int) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                     "template": {"spec": _avoiding_pod_spec(node)}}}
 
 
 def _cordon(admin: KubeApi, node: str) -> None:

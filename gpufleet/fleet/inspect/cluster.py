@@ -12,7 +12,9 @@ checks, history and lemon rules as the other backends:
   (cordon, Ready) and the GPU requests of its pods;
 - a node that published nothing, published something unreadable or for another node, or last
   published more than `max_age_s` ago is UNKNOWN with the reason: old readings are not judged as
-  today's.
+  today's;
+- the jobs that excluded a node since its previous sweep come from the pods' required node
+  affinity (gpufleet.fleet.inspect.exclusions.pod_exclusions), as Slurm's come from ExcNodeList.
 
 A ConfigMap per node rather than a Node annotation: a node's writer needs only ConfigMaps in one
 namespace (not patch on Nodes, which is a cordon), and each write wakes no Node watcher.
@@ -39,6 +41,7 @@ from gpufleet.core.inspect_contract import (
     configmap_name,
     node_label_value,
 )
+from gpufleet.fleet.inspect.exclusions import pod_exclusions
 from gpufleet.fleet.inspect.observation import NodeObservation, SchedState
 
 # The device plugins' extended resources: NVIDIA's, AMD's, Huawei's (their device plugin docs).
@@ -129,11 +132,13 @@ def published_observation(cm: Mapping[str, Any] | None, node: str, now: float, m
 def observations_from_cluster(
     nodes: Sequence[Mapping[str, Any]], configmaps: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]], pools: Mapping[str, PoolShape], *, now: float,
-    max_age_s: float = DEFAULT_MAX_AGE_S,
+    max_age_s: float = DEFAULT_MAX_AGE_S, since: Mapping[str, float] | None = None,
 ) -> list[NodeObservation]:
-    """One observation per node of the stack's `pools` (by the node's pool label), sorted by name."""
+    """One observation per node of the stack's `pools` (by the node's pool label), sorted by name.
+    `since`: each node's previous sweep (job exclusions are counted after it)."""
     by_name = {str(cm["metadata"]["name"]): cm for cm in configmaps}
     in_use = gpus_in_use(pods)
+    excluded = pod_exclusions(pods, nodes, since or {})
     out = []
     for n in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
         name = str(n["metadata"]["name"])
@@ -142,7 +147,8 @@ def observations_from_cluster(
         if pool is None or shape is None:
             continue
         state = sched_state(n, in_use.get(name, 0), shape.expected_gpus)
-        mine = {"pool": pool, "sku": shape.sku, "expected_gpus": shape.expected_gpus, "sched_state": state}
+        mine = {"pool": pool, "sku": shape.sku, "expected_gpus": shape.expected_gpus, "sched_state": state,
+                "job_exclusions": excluded.get(name, 0)}
         obs, why = published_observation(by_name.get(configmap_name(name)), name, now, max_age_s)
         if obs is None:
             out.append(NodeObservation(node=name, at=now, unknown=(why or "",), **mine))
@@ -173,7 +179,8 @@ def publish(api_client: Any, obs: NodeObservation, namespace: str, pod: str | No
 
 def read_cluster(api_client: Any, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                                             list[dict[str, Any]]]:
-    """(nodes, inspect ConfigMaps, pods) as the API server's JSON."""
+    """(nodes, inspect ConfigMaps, pods) as the API server's JSON. Finished pods too: a job that
+    excluded a node counts after it ended (gpus_in_use skips them)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
@@ -184,6 +191,5 @@ def read_cluster(api_client: Any, namespace: str) -> tuple[list[dict[str, Any]],
 
     nodes = plain(core.list_node().items)
     cms = plain(core.list_namespaced_config_map(namespace, label_selector=NODE_LABEL).items)
-    pods = plain(core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,"
-                                                                 "status.phase!=Failed").items)
+    pods = plain(core.list_pod_for_all_namespaces().items)
     return nodes, cms, pods

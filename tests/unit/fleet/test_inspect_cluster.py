@@ -109,3 +109,21 @@ def test_a_published_observation_round_trips_through_json() -> None:
     obs = published("gpu-0", NOW, unknown=("xid: dmesg: denied",))
     doc = json.loads(publish_body(obs, "ns")["data"][DATA_KEY])
     assert doc["node"] == "gpu-0" and doc["unknown"] == ["xid: dmesg: denied"]
+
+
+def test_the_jobs_that_excluded_a_node_since_its_previous_sweep_are_counted() -> None:
+    avoid = {"metadata": {"name": "train-0", "uid": "u0", "creationTimestamp": "2026-12-06T00:00:10Z",
+                          "ownerReferences": [{"kind": "Job", "uid": "j", "controller": True}]},
+             "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                 "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "NotIn",
+                                                         "values": ["gpu-1"]}]}]}}}},
+             "status": {"phase": "Succeeded"}}
+    nodes = [node("gpu-0"), node("gpu-1")]
+    cms = [cm(published("gpu-0", NOW), "gpu-0"), cm(published("gpu-1", NOW), "gpu-1")]
+    sweep = 1_796_515_200.0  # 2026-12-06T00:00:00Z
+    by = {o.node: o for o in observations_from_cluster(nodes, cms, [avoid], POOLS, now=NOW,
+                                                         since={"gpu-1": sweep})}
+    assert (by["gpu-0"].job_exclusions, by["gpu-1"].job_exclusions) == (0, 1)
+    assert by["gpu-1"].sched_state == "idle"  # a finished pod holds no GPU
+    later = observations_from_cluster(nodes, cms, [avoid], POOLS, now=NOW, since={"gpu-1": sweep + 11})
+    assert [o.job_exclusions for o in later] == [0, 0]
