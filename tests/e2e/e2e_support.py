@@ -1,5 +1,6 @@
-"""What the end-to-end tests share: running the gpufleet CLI against a private state root, waiting,
-bounded, for a condition, and the nvidia-smi test double that plays a kwok node's GPUs."""
+"""What the end-to-end tests share: running the gpufleet CLI against a private state root, a
+Kubernetes sandbox for a test module, waiting, bounded, for a condition, and the nvidia-smi test
+double that plays a kwok node's GPUs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
+from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
+from gpufleet.sandbox.kube import require_kube_paths
+
 REPO = Path(__file__).resolve().parents[2]
 GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
 T = TypeVar("T")
@@ -23,6 +29,27 @@ def gpufleet(root: Path, *args: str, timeout: float = 300, env_extra: dict[str, 
     return subprocess.run(
         [GPUFLEET, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
     )
+
+
+@contextmanager
+def kube_sandbox(tmp_path_factory: pytest.TempPathFactory, root_name: str, stack: str, *up_args: str
+                 ) -> Iterator[tuple[Path, KubeSandboxState, subprocess.CompletedProcess[str]]]:
+    """`sandbox up --kubernetes` for one test module, brought down whatever happens; yields the state
+    root, the sandbox's state and what `up` printed. The Kubernetes binaries must be built: `make
+    test` builds them first, so their absence fails the test instead of skipping it."""
+    try:
+        require_kube_paths()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    root = tmp_path_factory.mktemp(root_name)
+    res = gpufleet(root, "sandbox", "up", "--kubernetes", "--stack", stack, *up_args)
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield root, read_kube_state(stack, root), res
+    finally:
+        if kube_state_path(stack, root).exists():
+            down = gpufleet(root, "sandbox", "down", "--kubernetes", "--stack", stack)
+            assert down.returncode == 0, down.stdout + down.stderr
 
 
 # 8 healthy H100s; GPU $SMI_BAD_GPU (if set) with 2 uncorrectable volatile ECC errors; the driver

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import gpufleet, nvidia_smi_double, wait_until
+from e2e_support import gpufleet, kube_sandbox, nvidia_smi_double, wait_until
 
 from gpufleet.core.inspect_contract import DATA_KEY, INSPECT_NAMESPACE, configmap_name
-from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
-from gpufleet.sandbox.kube import require_kube_paths
+from gpufleet.core.sandbox_contract import KubeSandboxState
 from gpufleet.sandbox.kube.api import KubeApi
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
 
@@ -36,20 +35,9 @@ STACK = "sandbox"
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, KubeSandboxState]]:
-    try:
-        require_kube_paths()
-    except RuntimeError as e:
-        pytest.fail(str(e))  # `make test` builds them first: missing is a failure, not a skip
-    root = tmp_path_factory.mktemp("inspect-kube-root")
-    res = gpufleet(root, "sandbox", "up", "--kubernetes", "--stack", STACK, "--no-gpu-operator",
-                   "--timeout", "240")
-    try:
-        assert res.returncode == 0, res.stdout + res.stderr
-        yield root, read_kube_state(STACK, root)
-    finally:
-        if kube_state_path(STACK, root).exists():
-            down = gpufleet(root, "sandbox", "down", "--kubernetes", "--stack", STACK)
-            assert down.returncode == 0, down.stdout + down.stderr
+    with kube_sandbox(tmp_path_factory, "inspect-kube-root", STACK, "--no-gpu-operator",
+                      "--timeout", "240") as (root, state, _):
+        yield root, state
 
 
 def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, KubeSandboxState],

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import REPO, gpufleet, wait_until
+from e2e_support import REPO, kube_sandbox, wait_until
 
 from gpufleet.config import load_named_stack
-from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
-from gpufleet.sandbox.kube import kueue, require_kube_paths, workload
+from gpufleet.core.sandbox_contract import KubeSandboxState
+from gpufleet.sandbox.kube import kueue, workload
 from gpufleet.sandbox.kube.api import KubeApi, object_path
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig, restart_training
 from gpufleet.sandbox.kube.kwok_config import NODE_SELECTOR
@@ -34,24 +34,9 @@ NS = workload.TRAINING_NAMESPACE
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSandboxState]:
-    try:
-        require_kube_paths()
-    except RuntimeError as e:
-        pytest.fail(str(e))  # `make test` builds them first: missing is a failure, not a skip
-    root = tmp_path_factory.mktemp("kueue-root")
-    res = gpufleet(
-        root, "sandbox", "up", "--kubernetes", "--stack", STACK, "--nodes", str(NODES), "--timeout", "240"
-    )
-    state: KubeSandboxState | None = None
-    try:
-        assert res.returncode == 0, res.stdout + res.stderr
-        state = read_kube_state(STACK, root)
+    up = ("--nodes", str(NODES), "--timeout", "240")
+    with kube_sandbox(tmp_path_factory, "kueue-root", STACK, *up) as (_root, state, _out):
         yield state
-    finally:
-        if state is None and kube_state_path(STACK, root).exists():
-            state = read_kube_state(STACK, root)
-        down = gpufleet(root, "sandbox", "down", "--kubernetes", "--stack", STACK)
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 @pytest.fixture(scope="module")

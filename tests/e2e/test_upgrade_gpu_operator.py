@@ -32,16 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import GPUFLEET, REPO, gpufleet, nvidia_smi_double, wait_until
+from e2e_support import GPUFLEET, REPO, gpufleet, kube_sandbox, nvidia_smi_double, wait_until
 
 from gpufleet.config.gpu_operator import UPGRADE_SKIP_LABEL, UPGRADE_STATE_LABEL
 from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, PUBLISHER_APP_LABEL, PUBLISHER_NAMESPACE
 from gpufleet.core.maintenance import under_upgrade
 from gpufleet.core.node_health import QUARANTINE_ANNOTATION, QUARANTINE_TAINT
-from gpufleet.core.sandbox_contract import KubeSandboxState, kube_state_path, read_kube_state
+from gpufleet.core.sandbox_contract import KubeSandboxState
 from gpufleet.fleet.upgrade.kube_driver import MAINTENANCE_ANNOTATION, PUBLISHER_SELECTOR
 from gpufleet.sandbox.kube import gpu_operator as G
-from gpufleet.sandbox.kube import require_kube_paths, workload
+from gpufleet.sandbox.kube import workload
 from gpufleet.sandbox.kube.api import KubeApi
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
 
@@ -56,20 +56,9 @@ CHAOS = {"gpufleet_backend": "kubernetes", "gpufleet_stack": STACK}
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, KubeSandboxState]]:
-    try:
-        require_kube_paths()
-    except RuntimeError as e:
-        pytest.fail(str(e))  # `make test` builds them first: missing is a failure, not a skip
-    root = tmp_path_factory.mktemp("gpu-operator-root")
-    res = gpufleet(root, "sandbox", "up", "--kubernetes", "--stack", STACK, "--timeout", "240")
-    try:
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert "GPU Operator gpu-operator/gpu-operator" in res.stdout
-        yield root, read_kube_state(STACK, root)
-    finally:
-        if kube_state_path(STACK, root).exists():
-            down = gpufleet(root, "sandbox", "down", "--kubernetes", "--stack", STACK)
-            assert down.returncode == 0, down.stdout + down.stderr
+    with kube_sandbox(tmp_path_factory, "gpu-operator-root", STACK, "--timeout", "240") as (root, state, up):
+        assert "GPU Operator gpu-operator/gpu-operator" in up.stdout
+        yield root, state
 
 
 @pytest.fixture(scope="module")
