@@ -208,9 +208,10 @@ class KubeSandboxState(_M):
     chaos_namespace: str | None = None  # where fault pods run: the stack's game-day namespace
     chaos_service_account: str | None = None
     chaos_token_expires_at: float | None = None  # the token stops working then: `up` again
-    # The nodes' inspect writer (core.inspect_contract): `gpufleet inspect --here --publish` with
-    # this kubeconfig may write ConfigMaps in the inspect namespace and nothing else.
-    inspect_kubeconfig: str | None = None
+    # The nodes' inspect writer (core.inspect_contract), one kubeconfig per node: its token is bound
+    # to the Node, so `gpufleet inspect --here --publish` with it may write that node's ConfigMap in
+    # the inspect namespace and nothing else (ADR 0077).
+    inspect_kubeconfigs: dict[str, str] = Field(default_factory=dict)
     nodes: list[str] = Field(default_factory=list)  # kwok node names, spares included
     spare_nodes: list[str] = Field(default_factory=list)  # labelled KUBE_SPARE_LABEL=true
     training_namespace: str | None = None

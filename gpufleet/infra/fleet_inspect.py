@@ -18,7 +18,8 @@ What the pods need, and why:
   puts on the ConfigMap (the upgrade gate's proof that a reading is a new pod's);
 - the stack: a copy with its secrets redacted (the game-day's `stack_document`), in gpufleet-system
   where the pods run; their ServiceAccount may create and update ConfigMaps in the inspect namespace
-  and nothing else (`publisher_rules`).
+  and nothing else (`publisher_rules`), and an admission policy narrows that to the ConfigMap of the
+  node its pod runs on (`own_node_policy`, ADR 0077: the pod's token names its node).
 
 `pulumi up` does not wait for its pods (`pulumi.com/skipAwait`): they need the `nvidia` RuntimeClass,
 which the GPU Operator creates once its toolkit runs on the nodes, after the program's first `up`
@@ -47,6 +48,7 @@ from gpufleet.core.inspect_contract import (
     PUBLISHER_APP_LABEL,
     PUBLISHER_NAMESPACE,
     PUBLISHER_SERVICE_ACCOUNT,
+    own_node_policy,
     publisher_rules,
 )
 from gpufleet.infra.common import MANAGED_BY, child
@@ -145,6 +147,13 @@ class FleetInspect(pulumi.ComponentResource):
             subjects=[{"kind": "ServiceAccount", "name": PUBLISHER_SERVICE_ACCOUNT,
                        "namespace": PUBLISHER_NAMESPACE}],
             opts=child(self, [role, sa]))
+        policy, binding = own_node_policy()
+        vap = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-own-node", metadata={**policy["metadata"], "labels": MANAGED_BY}, spec=policy["spec"],
+            opts=child(self))
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-own-node-binding", metadata={**binding["metadata"], "labels": MANAGED_BY},
+            spec=binding["spec"], opts=child(self, [vap]))
         stack = k8s.core.v1.ConfigMap(
             f"{name}-stack",
             metadata={"name": STACK_CONFIGMAP, "namespace": args.system_namespace, "labels": MANAGED_BY},

@@ -23,10 +23,19 @@ from typing import Any
 import pytest
 from e2e_support import gpufleet, kube_sandbox, nvidia_smi_double, wait_until
 
-from gpufleet.core.inspect_contract import DATA_KEY, INSPECT_NAMESPACE, configmap_name
+from gpufleet.core.inspect_contract import (
+    DATA_KEY,
+    INSPECT_NAMESPACE,
+    NODE_LABEL,
+    PUBLISHED_BY_ANNOTATION,
+    PUBLISHER_NAMESPACE,
+    PUBLISHER_SERVICE_ACCOUNT,
+    configmap_name,
+)
 from gpufleet.core.sandbox_contract import KubeSandboxState
 from gpufleet.sandbox.kube.api import KubeApi
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
+from gpufleet.sandbox.kube.kubeconfig import kubeconfig, write_kubeconfig
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(600)]
 
@@ -43,15 +52,17 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Ku
 def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, KubeSandboxState],
                                                         tmp_path: Path) -> None:
     root, state = sandbox
-    assert state.admin_kubeconfig is not None and state.inspect_kubeconfig is not None
-    kubeconfig = state.inspect_kubeconfig  # the nodes' writer: ConfigMaps in gpufleet-inspect only
+    assert state.admin_kubeconfig is not None
+    # Each node's writer: a token bound to the Node, for its own ConfigMap in gpufleet-inspect only.
+    writers = state.inspect_kubeconfigs
+    assert sorted(writers) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"], writers
     path = nvidia_smi_double(tmp_path / "bin")
     klog = tmp_path / "kern.log"
     klog.write_text("2026-12-06T00:00:00+00:00 gpu kernel: nothing from NVRM\n")
 
     def publish(node: str, bad_gpu: str = "") -> str:
         res = gpufleet(root, "inspect", "--here", "--stack", STACK, "--node", node, "--kernel-log", str(klog),
-                       "--publish", "--kubeconfig", kubeconfig, "--no-record", "--format", "npd",
+                       "--publish", "--kubeconfig", writers[node], "--no-record", "--format", "npd",
                        env_extra={"PATH": path, "SMI_BAD_GPU": bad_gpu})
         assert res.returncode in (0, 1), res.stdout + res.stderr
         assert f"published {INSPECT_NAMESPACE}/{configmap_name(node)}" in res.stderr, res.stderr
@@ -61,7 +72,7 @@ def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, Kub
     assert "ecc" not in publish("gpu-0")
     assert "ecc" not in publish("gpu-1")
     assert publish("gpu-2", bad_gpu="5").startswith("PROBLEM: GFI013 ecc-uncorrectable GPU 5")
-    with api_from_kubeconfig(Path(kubeconfig)) as writer:
+    with api_from_kubeconfig(Path(writers["gpu-0"])) as writer:
         # Least privilege: the writer reads no node, no ConfigMap, and writes nothing outside its namespace.
         assert writer.request("GET", "/api/v1/nodes").status_code == 403
         assert writer.request("GET", f"/api/v1/namespaces/{INSPECT_NAMESPACE}/configmaps").status_code == 403
@@ -70,7 +81,28 @@ def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, Kub
         stray = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}
         refused = writer.request("POST", "/api/v1/namespaces/gpufleet-system/configmaps", stray)
         assert refused.status_code == 403
+        # ... and in its namespace only its own node's ConfigMap, labelled with its node, naming no
+        # pod it is not (ADR 0077: the real API server's admission policy, from the token's node).
+        for name, node, writer_pod, why in (
+                ("inspect-gpu-1", "gpu-1", None, "node gpu-0 may write only ConfigMap inspect-gpu-0"),
+                ("inspect-gpu-0", "gpu-1", None, "must label its ConfigMap gpufleet.io/inspect-node=gpu-0"),
+                ("inspect-gpu-0", "gpu-0", "inspect-xyz", "must name the pod the token is bound to (none)")):
+            forged = _configmap(name, node, writer_pod)
+            r = writer.request("POST", f"/api/v1/namespaces/{INSPECT_NAMESPACE}/configmaps", forged)
+            assert r.status_code == 403 and why in r.text, (name, r.status_code, r.text)
+            # gpu-0 and gpu-1 have published: an update is refused as a create is.
+            r = writer.request("PUT", f"/api/v1/namespaces/{INSPECT_NAMESPACE}/configmaps/{name}", forged)
+            assert r.status_code == 403 and why in r.text, (name, r.status_code, r.text)
     with api_from_kubeconfig(Path(state.admin_kubeconfig)) as admin:
+        # The writer's token bound to nothing names no node: refused whatever it writes.
+        unbound, _ = admin.token(PUBLISHER_NAMESPACE, PUBLISHER_SERVICE_ACCOUNT, 600)
+        assert state.api_url is not None and state.ca_file is not None
+        path = write_kubeconfig(tmp_path / "unbound.kubeconfig", kubeconfig(
+            state.api_url, Path(state.ca_file), PUBLISHER_SERVICE_ACCOUNT, token=unbound))
+        with api_from_kubeconfig(path) as writer:
+            r = writer.request("POST", f"/api/v1/namespaces/{INSPECT_NAMESPACE}/configmaps",
+                               _configmap("inspect-gpu-3", "gpu-3", None))
+            assert r.status_code == 403 and "bound to no node" in r.text, r.text
         cm = admin.get(f"/api/v1/namespaces/{INSPECT_NAMESPACE}/configmaps/{configmap_name('gpu-2')}")
         published = json.loads(cm["data"][DATA_KEY])
         assert published["node"] == "gpu-2" and len(published["gpus"]) == 8
@@ -129,6 +161,13 @@ def test_nodes_publish_and_one_sweep_judges_the_cluster(sandbox: tuple[Path, Kub
         assert r["status"] == "unknown", r
         if r["node"] in ("gpu-0", "gpu-1", "gpu-2"):
             assert "older than 1 s" in r["unknown"][0], r
+
+
+def _configmap(name: str, node: str, writer_pod: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": INSPECT_NAMESPACE, "labels": {NODE_LABEL: node}}
+    if writer_pod:
+        meta["annotations"] = {PUBLISHED_BY_ANNOTATION: writer_pod}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {DATA_KEY: "{}"}}
 
 
 def _avoiding_pod_spec(node: str) -> dict[str, Any]:

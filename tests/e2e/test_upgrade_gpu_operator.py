@@ -35,7 +35,12 @@ import pytest
 from e2e_support import GPUFLEET, REPO, gpufleet, kube_sandbox, nvidia_smi_double, wait_until
 
 from gpufleet.config.gpu_operator import UPGRADE_SKIP_LABEL, UPGRADE_STATE_LABEL
-from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, PUBLISHER_APP_LABEL, PUBLISHER_NAMESPACE
+from gpufleet.core.inspect_contract import (
+    INSPECT_NAMESPACE,
+    PUBLISHER_APP_LABEL,
+    PUBLISHER_NAMESPACE,
+    PUBLISHER_SERVICE_ACCOUNT,
+)
 from gpufleet.core.maintenance import under_upgrade
 from gpufleet.core.node_health import QUARANTINE_ANNOTATION, QUARANTINE_TAINT
 from gpufleet.core.sandbox_contract import KubeSandboxState
@@ -240,15 +245,16 @@ class PublisherStandIn(threading.Thread):
     publisher pod, what the DaemonSet's container does first (`gpufleet inspect --here --publish`'s
     read and publish, in this process): the node read through an nvidia-smi test double reporting the
     driver version NVML would (the node's driver pod's, except LAGS), a sysfs tree with the stack's
-    one 100 Gb/s RoCE port up and a kernel log without NVRM lines. The publishing (the writer's
-    kubeconfig, the ConfigMap), the gate's restart of the pod and its reading of it are real."""
+    one 100 Gb/s RoCE port up and a kernel log without NVRM lines. It publishes with a token bound to
+    the pod, as the kubelet mounts one in the pod's container (the admission policy of ADR 0077 then
+    takes its node and name from it). The publishing (the writer's token, the ConfigMap), the gate's
+    restart of the pod and its reading of it are real."""
 
-    def __init__(self, admin: KubeApi, kubeconfig: Path, tmp: Path) -> None:
+    def __init__(self, admin: KubeApi, state: KubeSandboxState, tmp: Path) -> None:
         super().__init__(daemon=True)
         from gpufleet.config import load_named_stack
-        from gpufleet.core.kube_client import kube_client
 
-        self.admin, self.client = admin, kube_client(kubeconfig)
+        self.admin, self.state, self.tmp = admin, state, tmp
         self.spec = load_named_stack(STACK, REPO / "stacks")
         self.driver_file = tmp / "nvml-driver"
         self.klog = tmp / "kern.log"
@@ -272,12 +278,25 @@ class PublisherStandIn(threading.Thread):
                     if uid in self.seen or not node or pod["metadata"].get("deletionTimestamp") \
                             or pod["status"].get("phase") != "Running":
                         continue
-                    self.publish(node, pod["metadata"]["name"])
+                    self.publish(node, pod)
                     self.seen.add(uid)
         except BaseException as e:  # reported by the test
             self.error = e
 
-    def publish(self, node: str, pod: str) -> None:
+    def client(self, pod: dict[str, Any]) -> Any:
+        """The pod's writer: a token bound to it (what the kubelet mounts), in a kubeconfig."""
+        from gpufleet.core.kube_client import kube_client
+        from gpufleet.sandbox.kube.kubeconfig import kubeconfig, write_kubeconfig
+
+        assert self.state.api_url is not None and self.state.ca_file is not None
+        token, _ = self.admin.token(PUBLISHER_NAMESPACE, PUBLISHER_SERVICE_ACCOUNT, 3600,
+                                    bound_to={**pod, "kind": "Pod", "apiVersion": "v1"})
+        path = write_kubeconfig(self.tmp / "writers" / f"{pod['metadata']['name']}.kubeconfig", kubeconfig(
+            self.state.api_url, Path(self.state.ca_file), PUBLISHER_SERVICE_ACCOUNT, token=token,
+            namespace=INSPECT_NAMESPACE))
+        return kube_client(path)
+
+    def publish(self, node: str, pod: dict[str, Any]) -> None:
         from gpufleet.fleet.inspect.cluster import publish
         from gpufleet.fleet.inspect.host import HostTarget, observation_from_host, read_host
 
@@ -291,7 +310,8 @@ class PublisherStandIn(threading.Thread):
                             rails=self.spec.fabric.rails_per_node)
         now = time.time()
         reads = read_host(target, now=now, kernel_log=self.klog, fabric_ifs=("fab0",), net_root=self.net)
-        publish(self.client, observation_from_host(reads, target, at=now), INSPECT_NAMESPACE, pod)
+        publish(self.client(pod), observation_from_host(reads, target, at=now), INSPECT_NAMESPACE,
+                pod["metadata"]["name"])
         self.published.append((node, version))
 
 
@@ -321,10 +341,8 @@ def publishers(sandbox: tuple[Path, KubeSandboxState], admin: KubeApi, tmp_path:
     """The Pulumi program's publisher DaemonSet for the stack's pool (infra.fleet_inspect), the
     `nvidia` RuntimeClass its pods name (the GPU Operator's, created here if the sandbox's operator
     has not), and the stand-in for its containers."""
-    state = sandbox[1]
-    assert state.inspect_kubeconfig is not None
     monkeypatch.setenv("PATH", nvidia_smi_double(tmp_path / "bin"))
-    stand_in = PublisherStandIn(admin, Path(state.inspect_kubeconfig), tmp_path)
+    stand_in = PublisherStandIn(admin, sandbox[1], tmp_path)
     monkeypatch.setenv("SMI_DRIVER_FILE", str(stand_in.driver_file))
     runtime_class, ds = _publisher_daemonset()
     if admin.request("GET", f"/apis/node.k8s.io/v1/runtimeclasses/{runtime_class}").status_code == 404:

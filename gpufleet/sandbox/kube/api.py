@@ -21,6 +21,7 @@ import httpx
 FIELD_MANAGER = "gpufleet-sandbox"
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body is sent as JSON
 
+_ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 # kind -> (API path prefix, plural, namespaced)
 _KINDS: dict[str, tuple[str, str, bool]] = {
     "Namespace": ("/api/v1", "namespaces", False),
@@ -41,6 +42,8 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "Workload": ("/apis/kueue.x-k8s.io/v1beta1", "workloads", True),
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "ClusterPolicy": ("/apis/nvidia.com/v1", "clusterpolicies", False),
+    "ValidatingAdmissionPolicy": (_ADMISSION, "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": (_ADMISSION, "validatingadmissionpolicybindings", False),
 }
 
 
@@ -166,13 +169,18 @@ class KubeApi:
                 if line.strip():
                     yield json.loads(line)
 
-    def token(self, namespace: str, service_account: str, seconds: int) -> tuple[str, str]:
-        """A ServiceAccount token from the TokenRequest API: (token, expirationTimestamp)."""
+    def token(self, namespace: str, service_account: str, seconds: int,
+              bound_to: Mapping[str, Any] | None = None) -> tuple[str, str]:
+        """A ServiceAccount token from the TokenRequest API: (token, expirationTimestamp).
+        `bound_to`: a Pod, Node or Secret as the API returned it; the token is valid only while that
+        object exists, and a Pod's or a Node's carries the node's name (and the Pod's) into the
+        requester's extra fields, as the kubelet's projected tokens do."""
         path = f"{object_path('ServiceAccount', service_account, namespace)}/token"
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": seconds},
-        }
+        spec: dict[str, Any] = {"expirationSeconds": seconds}
+        if bound_to is not None:
+            meta = bound_to["metadata"]
+            spec["boundObjectRef"] = {"apiVersion": bound_to.get("apiVersion", "v1"),
+                                      "kind": bound_to["kind"], "name": meta["name"], "uid": meta["uid"]}
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         data = self._json(f"TokenRequest for {namespace}/{service_account}", self.request("POST", path, body))
         return str(data["status"]["token"]), str(data["status"]["expirationTimestamp"])

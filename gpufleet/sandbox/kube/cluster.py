@@ -451,6 +451,8 @@ def _bring_up(
             run.wait(f"{len(want)} kwok nodes Ready", nodes_ready, 0.5, KWOK)
             timings.mark("nodes_ready")
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
+            if opts.platform:
+                _inspect_writers(run, api, [n.name for n in nodes])
 
             if wants_gpu_operator(opts, spec, len(nodes)):
                 pools = set(gpu_operator.nvidia_pools(spec))
@@ -521,18 +523,27 @@ def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str, training_name
 
 
 def _inspect_identity(run: _Run, api: KubeApi) -> None:
-    """The inspect namespace and its writer's ServiceAccount and Role; a kubeconfig with its token,
-    for the nodes' `gpufleet inspect --here --publish` (kwok nodes run no processes: whoever plays a
-    node uses it)."""
+    """The inspect namespace, its writer's ServiceAccount and Role, and the policy that holds each
+    node's writer to its own ConfigMap."""
     for obj in rbac.inspect_objects():
         api.apply(obj)
-    token, _ = api.token(PUBLISHER_NAMESPACE, PUBLISHER_SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS)
-    path = write_kubeconfig(
-        run.lay.kubeconfig("inspect"),
-        kubeconfig(run.lay.api_url, run.lay.pki.ca_cert, PUBLISHER_SERVICE_ACCOUNT, token=token,
-                   namespace=INSPECT_NAMESPACE),
-    )
-    run.rec.update(inspect_kubeconfig=str(path))
+
+
+def _inspect_writers(run: _Run, api: KubeApi, nodes: list[str]) -> None:
+    """Per node, a kubeconfig with the writer's token bound to the Node, for the node's `gpufleet
+    inspect --here --publish` (kwok nodes run no processes: whoever plays a node uses its own). On a
+    cluster the DaemonSet's pod has the kubelet's token bound to the pod, which names its node too."""
+    paths: dict[str, str] = {}
+    for name in nodes:
+        node = api.get(object_path("Node", name))
+        token, _ = api.token(PUBLISHER_NAMESPACE, PUBLISHER_SERVICE_ACCOUNT, CHAOS_TOKEN_SECONDS,
+                             bound_to={**node, "kind": "Node"})
+        paths[name] = str(write_kubeconfig(
+            run.lay.kubeconfig(f"inspect-{name}"),
+            kubeconfig(run.lay.api_url, run.lay.pki.ca_cert, PUBLISHER_SERVICE_ACCOUNT, token=token,
+                       namespace=INSPECT_NAMESPACE),
+        ))
+    run.rec.update(inspect_kubeconfigs=paths)
 
 
 def _start_kueue(run: _Run, api: KubeApi) -> None:

@@ -41,6 +41,7 @@ from gpufleet.core.inspect_contract import (
     INSPECT_NAMESPACE,
     PUBLISHER_NAMESPACE,
     PUBLISHER_SERVICE_ACCOUNT,
+    own_node_policy,
     publisher_rules,
 )
 from gpufleet.core.kube_client import SYSTEM_NAMESPACE
@@ -206,14 +207,16 @@ def chaos_objects(fault_namespace: str, training_namespace: str) -> list[dict[st
 
 
 def inspect_objects() -> list[dict[str, Any]]:
-    """Where the nodes' inspect results live (core.inspect_contract), and their writer's
-    ServiceAccount and Role there, as the Pulumi program declares them (infra.fleet_inspect)."""
+    """Where the nodes' inspect results live (core.inspect_contract), their writer's ServiceAccount
+    and Role there, and the admission policy that holds each node's writer to its own ConfigMap, as
+    the Pulumi program declares them (infra.fleet_inspect)."""
     subject = {"kind": "ServiceAccount", "name": PUBLISHER_SERVICE_ACCOUNT, "namespace": PUBLISHER_NAMESPACE}
     return [
         namespace(PUBLISHER_NAMESPACE, privileged=False),
         namespace(INSPECT_NAMESPACE, privileged=False),
         _service_account(PUBLISHER_SERVICE_ACCOUNT, PUBLISHER_NAMESPACE),
         *_role_and_binding(PUBLISHER_SERVICE_ACCOUNT, INSPECT_NAMESPACE, publisher_rules(), subject),
+        *own_node_policy(),
     ]
 
 
