@@ -17,6 +17,7 @@ from gpufleet.config import (
     collective_environment,
 )
 from gpufleet.config.placement import POOL_LABEL, ROLE_LABEL, TOPOLOGY_LABELS, leaf_groups, owns_nodes
+from gpufleet.core.inspect_contract import own_node_policy
 from gpufleet.infra.charts import CHARTS
 from gpufleet.infra.gameday import rules_allow
 from gpufleet.infra.offline import SECRET_MARK
@@ -276,3 +277,14 @@ def test_every_nvidia_node_publishes_its_inspection_under_a_writer_of_configmaps
                   if b.inputs["metadata"]["name"] == "gpufleet-inspect"]
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-inspect",
                                            "namespace": "gpufleet-system"}]
+    # ... and only its own node's ConfigMap (ADR 0077): the admission policy the sandbox applies too.
+    policy_want, binding_want = own_node_policy()
+    (vap,) = view.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    assert vap.inputs["metadata"]["name"] == "gpufleet-inspect-own-node"
+    assert vap.inputs["spec"] == policy_want["spec"]
+    assert vap.inputs["spec"]["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:gpufleet-system:gpufleet-inspect'")
+    (vapb,) = view.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    assert vapb.inputs["spec"] == binding_want["spec"] == {"policyName": "gpufleet-inspect-own-node",
+                                                          "validationActions": ["Deny"]}
+    assert vap.urn in vapb.dependencies
