@@ -82,10 +82,11 @@ def slurm_boot_time(now_s: float, ns_uptime_s: float) -> int:
 def reboot_offset_not_before(started_s: float) -> float:
     """The wall time from which a RebootProgram started at `started_s` may take its new boot's
     offset. slurmctld's reboot request (whole seconds, time(2)) precedes the program, and completes
-    only when slurm_boot_time() is no older than it; a boot taken at t is later than t - 1 s
-    (FRESH_UPTIME_S) and slurm_boot_time() is more than 2 s older than the boot, so t must be at
-    least the request's whole second + 2. One second less stalled a CI run's reboots: slurmctld
-    never logged "returned to service"."""
+    only when slurm_boot_time() is no older than it. slurm_boot_time() is less than 2 s older than
+    the boot, so a boot later than the request's whole second + 1 always completes; a boot taken at
+    t is later than t - 1 s (FRESH_UPTIME_S), so t is the request's whole second + 2. One second
+    from the program's start was not enough and stalled a CI run's reboots: slurmctld never logged
+    "returned to service"."""
     return math.floor(started_s) + 2
 
 
