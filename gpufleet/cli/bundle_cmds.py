@@ -1,5 +1,6 @@
-"""CLI of diagnostic bundles: `gpufleet bundle collect` (a sandbox node, or this real node from the
-vendor table) and `gpufleet bundle show FILE` (the manifest, every member's hash checked).
+"""CLI of diagnostic bundles: `gpufleet bundle collect` (a sandbox node, this real node from the
+vendor table, or a Kubernetes node from the API server) and `gpufleet bundle show FILE` (the
+manifest, every member's hash checked).
 
 Exit codes: collect 0 when the bundle is written (a collector that failed is in its manifest), 2 on
 bad input; show 0 when every hash matches, 1 when the archive disagrees with its manifest, 2 when the
@@ -13,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import console, fail, input_errors, print_json
+from gpufleet.cli.common import cluster_client, console, fail, input_errors, print_json
 
 DEFAULT_OUT = Path(".gpufleet/bundles")
 
@@ -35,6 +36,14 @@ def register(app: typer.Typer) -> None:
         reason: Annotated[str | None, typer.Option(help="the fault, written into the manifest")] = None,
         real: Annotated[bool, typer.Option(help="this machine is the node: run the vendor table's commands "
                                            "(realnode.yaml) here instead of reading a sandbox")] = False,
+        kubernetes: Annotated[bool, typer.Option(help="the node is a Kubernetes node: collect the cluster's "
+                                                 "view of it (Node, its events, its pods, its inspect "
+                                                 "reading) from the API server")] = False,
+        kubeconfig: Annotated[Path | None, typer.Option(
+            help="--kubernetes: the cluster (default: the stack's Kubernetes sandbox, else $KUBECONFIG)")
+                              ] = None,
+        prometheus_url: Annotated[str | None, typer.Option(help="--kubernetes: also the node's series "
+                                                           "from this Prometheus")] = None,
         vendor: Annotated[str, typer.Option(help="--real: nvidia, amd or ascend")] = "nvidia",
         fabric: Annotated[str, typer.Option(help="--real: infiniband, roce or efa")] = "infiniband",
         scheduler: Annotated[str, typer.Option(help="--real: slurm, kubernetes, volcano or kueue")] = "slurm",
@@ -53,12 +62,16 @@ def register(app: typer.Typer) -> None:
         from gpufleet.fleet.bundle.caps import REAL_NODE_CAPS, SANDBOX_CAPS
         from gpufleet.fleet.bundle.service import (
             BundleInputError,
+            collect_kubernetes,
             collect_real,
             collect_sandbox,
             load_sandbox,
             make_caps,
             parse_since,
         )
+
+        if real and kubernetes:
+            raise fail("--real and --kubernetes: give one (this machine, or the cluster's view of a node)", 2)
 
         now = time.time()
         try:
@@ -72,6 +85,10 @@ def register(app: typer.Typer) -> None:
                     ifnames=tuple(i for i in ifnames.split(",") if i),
                     devices=_ints(devices))
                 path, manifest = collect_real(facts, out, caps, with_=tuple(with_ or ()), stack=None)
+            elif kubernetes:
+                path, manifest = collect_kubernetes(
+                    cluster_client(stack, kubeconfig, sandbox_default=True), node, out, caps, stack=stack,
+                    reason=reason, since=start, prometheus_url=prometheus_url)
             else:
                 state = load_sandbox(stack)
                 path, manifest = collect_sandbox(state, node, out, caps, since=start)

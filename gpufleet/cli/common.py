@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
@@ -75,3 +76,22 @@ def input_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(InputError.exit_code) from None
 
     return wrapper
+
+
+def cluster_client(stack: str, kubeconfig: Path | None, sandbox_default: bool) -> object:
+    """A Kubernetes client: `kubeconfig`, else (with `sandbox_default`) the admin of the stack's
+    Kubernetes sandbox, else $KUBECONFIG, ~/.kube/config or the pod's service account; exit 2 when
+    none reaches a cluster."""
+    from gpufleet.core.kube_client import KubeClientError, kube_client
+    from gpufleet.core.sandbox_contract import read_kube_state
+
+    if kubeconfig is None and sandbox_default:
+        try:
+            admin = read_kube_state(stack).admin_kubeconfig
+        except (OSError, ValueError):
+            admin = None  # no Kubernetes sandbox of this stack: the default kubeconfig or in-cluster
+        kubeconfig = Path(admin) if admin else None
+    try:
+        return kube_client(kubeconfig)
+    except KubeClientError as e:
+        raise fail(f"no Kubernetes cluster to reach: {e}", 2) from None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpufleet.cli.common import console, fail, input_errors, print_json
+from gpufleet.cli.common import cluster_client, console, fail, input_errors, print_json
 
 if TYPE_CHECKING:
     from gpufleet.config import StackSpec
@@ -233,22 +233,6 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(1 if any(r.result.status == "fail" for r in outcome.rows) else 0)
 
 
-def _cluster_client(stack: str, kubeconfig: Path | None, sandbox_default: bool) -> object:
-    from gpufleet.core.kube_client import KubeClientError, kube_client
-    from gpufleet.core.sandbox_contract import read_kube_state
-
-    if kubeconfig is None and sandbox_default:
-        try:
-            admin = read_kube_state(stack).admin_kubeconfig
-        except (OSError, ValueError):
-            admin = None  # no Kubernetes sandbox of this stack: the default kubeconfig or in-cluster
-        kubeconfig = Path(admin) if admin else None
-    try:
-        return kube_client(kubeconfig)
-    except KubeClientError as e:
-        raise fail(f"no Kubernetes cluster to reach: {e}", 2) from None
-
-
 def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespace: str | None,
                    max_age: float | None, since: dict[str, float]) -> list[NodeObservation]:
     from kubernetes.client.exceptions import ApiException
@@ -257,7 +241,7 @@ def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespa
     from gpufleet.core.inspect_contract import DEFAULT_MAX_AGE_S, INSPECT_NAMESPACE
     from gpufleet.fleet.inspect import cluster as C
 
-    client = _cluster_client(stack, kubeconfig, sandbox_default=True)
+    client = cluster_client(stack, kubeconfig, sandbox_default=True)
     pools = {p.name: C.PoolShape(p.accelerator, p.gpus_per_node) for p in spec.node_pools}
     try:
         nodes, cms, pods = C.read_cluster(client, namespace or INSPECT_NAMESPACE)
@@ -274,7 +258,7 @@ def _publish(obs: NodeObservation, kubeconfig: Path | None, namespace: str | Non
     from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, POD_NAME_ENV, configmap_name
     from gpufleet.fleet.inspect import cluster as C
 
-    client = _cluster_client("", kubeconfig, sandbox_default=False)
+    client = cluster_client("", kubeconfig, sandbox_default=False)
     ns = namespace or INSPECT_NAMESPACE
     try:
         name = C.publish(client, obs, ns, os.environ.get(POD_NAME_ENV))

@@ -229,6 +229,19 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
         assert MAINTENANCE_ANNOTATION not in (node_now["metadata"].get("annotations") or {})
         assert remediation_lines(state, other, "quarantined")
         assert not remediation_lines(state, other, "stood aside")
+        # Before the quarantine, remediation's hook collected the node's bundle from the API server:
+        # the node as the fault left it (its condition True, no quarantine yet), its pods. The node
+        # the rollout handled has none: remediation never acted on it.
+        bundles = _bundles(Path(state.base_dir) / "bundles")
+        assert node not in bundles, bundles
+        manifest, taints, condition = bundles[other]
+        assert (manifest.trigger, manifest.reason, manifest.source) == (
+            "remediation", "gpu-xid-79", "kubernetes")
+        assert {m.collector: m.status for m in manifest.members if m.collector != "inspect-reading"} == {
+            "kube-node": "ok", "kube-node-events": "ok", "kube-pods": "ok"}, manifest.members
+        reading = manifest.member("inspect-reading")  # no publisher runs in this test: not found, said so
+        assert reading.status == "ok" or "HTTP 404" in (reading.error or ""), reading
+        assert QUARANTINE_TAINT not in taints and condition == "True", (taints, condition)
     finally:
         print(clear_gpu_faults(configuration=CHAOS))
     wait_until("remediation releases the node",
@@ -313,6 +326,28 @@ class PublisherStandIn(threading.Thread):
         publish(self.client(pod), observation_from_host(reads, target, at=now), INSPECT_NAMESPACE,
                 pod["metadata"]["name"])
         self.published.append((node, version))
+
+
+def _bundles(folder: Path) -> dict[str, tuple[Any, list[str], str | None]]:
+    """node -> (manifest, the Node's taint keys, its GpuFleetProblem status) of each bundle, verified."""
+    import tarfile
+
+    from gpufleet.core.node_health import CONDITION
+    from gpufleet.fleet.bundle.archive import verify
+
+    out = {}
+    for path in sorted(folder.glob("*.tar.gz")) if folder.exists() else []:
+        manifest, problems = verify(path)
+        assert not problems, (path, problems)
+        with tarfile.open(path) as tar:
+            f = tar.extractfile("kube/node.json")
+            assert f is not None
+            node = json.loads(f.read())
+        taints = [t["key"] for t in node["spec"].get("taints") or []]
+        cond = next((c["status"] for c in node["status"].get("conditions") or []
+                     if c["type"] == CONDITION), None)
+        out[manifest.node] = (manifest, taints, cond)
+    return out
 
 
 def _publisher_daemonset() -> tuple[str, dict[str, Any]]:

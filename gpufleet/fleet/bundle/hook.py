@@ -1,6 +1,7 @@
 """`python -m gpufleet.fleet.bundle`: collect a sandbox node's bundle, for the node-health check's
-before-drain hook. It imports no CLI framework (the hook's start-up is part of the delay it adds
-before the drain); `gpufleet bundle collect` is the same collection for people."""
+before-drain hook, or a Kubernetes node's from the API server (`--kubeconfig`), for the Kubernetes
+remediation's before-quarantine hook. It imports no CLI framework (the hook's start-up is part of
+the delay it adds before the drain); `gpufleet bundle collect` is the same collection for people."""
 
 from __future__ import annotations
 
@@ -13,12 +14,23 @@ from pathlib import Path
 from typing import IO
 
 from gpufleet.fleet.bundle.caps import SANDBOX_CAPS
-from gpufleet.fleet.bundle.service import BundleInputError, collect_sandbox, load_sandbox, make_caps
+from gpufleet.fleet.bundle.service import (
+    BundleInputError,
+    collect_kubernetes,
+    collect_sandbox,
+    load_sandbox,
+    make_caps,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpufleet.fleet.bundle", description=__doc__)
-    p.add_argument("--state-file", type=Path, required=True, help="the sandbox's state.json")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--state-file", type=Path, help="the sandbox's state.json")
+    where.add_argument("--kubeconfig", type=Path, help="a Kubernetes node: the cluster's view, read with "
+                       "this kubeconfig's identity")
+    p.add_argument("--stack", default=None, help="--kubeconfig: the stack, written into the manifest")
+    p.add_argument("--prometheus-url", default=None, help="--kubeconfig: the node's series from here")
     p.add_argument("--node", required=True)
     p.add_argument("--out", type=Path, required=True, help="folder the bundle is written to")
     p.add_argument("--trigger", default="node-health")
@@ -71,13 +83,19 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout, err: IO[st
             err.write(f"bundle: --ship-to {e}\n")
             return 2
     try:
-        state = load_sandbox("", args.state_file)
         margin = WRITE_MARGIN_S + (SHIP_MARGIN_S if target is not None else 0.0)
         deadline = args.deadline if args.deadline is not None else deadline_within(
             SANDBOX_CAPS.deadline_s, os.environ.get("GPUFLEET_BEFORE_DRAIN_DEADLINE"), time.time(), margin)
         caps = make_caps(SANDBOX_CAPS, deadline_s=deadline)
-        path, manifest = collect_sandbox(state, args.node, args.out, caps, trigger=args.trigger,
-                                         reason=args.reason or None, detected_at=detected)
+        if args.kubeconfig is not None:
+            path, manifest = collect_kubernetes(
+                _kube_client(args.kubeconfig), args.node, args.out, caps, stack=args.stack,
+                trigger=args.trigger, reason=args.reason or None, detected_at=detected,
+                prometheus_url=args.prometheus_url)
+        else:
+            state = load_sandbox("", args.state_file)
+            path, manifest = collect_sandbox(state, args.node, args.out, caps, trigger=args.trigger,
+                                             reason=args.reason or None, detected_at=detected)
     except BundleInputError as e:
         err.write(f"bundle: {e}\n")
         return 2
@@ -93,3 +111,12 @@ def run(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout, err: IO[st
         return 1
     out.write(f"shipped to {shipped['url']} ({shipped['seconds']:.2f} s, sha256 verified)\n")
     return 0
+
+
+def _kube_client(kubeconfig: Path) -> object:
+    from gpufleet.core.kube_client import KubeClientError, kube_client
+
+    try:
+        return kube_client(kubeconfig)
+    except KubeClientError as e:
+        raise BundleInputError(f"--kubeconfig {kubeconfig}: {e}") from None

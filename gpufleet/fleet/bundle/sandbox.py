@@ -112,7 +112,7 @@ def query_range(url: str, expr: str, start: float, end: float, step: float, time
     return body["data"].get("result", [])
 
 
-def _metrics_read(url: str, node: str, start: float, end: float, netns_path: Path | None) -> Read:
+def metrics_read(url: str, node: str, start: float, end: float, netns_path: Path | None) -> Read:
     def read(cap: int, timeout: float) -> tuple[bytes, bool]:
         step = step_for(start, end)
         try:
@@ -150,7 +150,7 @@ def collectors(state: SandboxState, node_name: str, start: float, end: float) ->
     if state.prometheus_url:
         what = ["GET", "/api/v1/query_range", metrics_expr(node.name), f"{start:.0f}", f"{end:.0f}"]
         out.append(Collector("metrics", "metrics/query_range.json", what,
-                             read=_metrics_read(state.prometheus_url, node.name, start, end,
+                             read=metrics_read(state.prometheus_url, node.name, start, end,
                                                  root_netns(state))))
     for p in node_processes(state, node.name):
         out.append(Collector(f"log:{p.name}", f"logs/{_safe(p.name)}.log", ["file", p.launch.log],

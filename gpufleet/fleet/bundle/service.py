@@ -1,5 +1,6 @@
-"""The two ways to collect a bundle (a sandbox node, a real node), shared by `gpufleet bundle collect`
-and the light entry point the node-health check's hook runs (`python -m gpufleet.fleet.bundle`)."""
+"""The three ways to collect a bundle (a sandbox node, a real node, a Kubernetes node from the API
+server), shared by `gpufleet bundle collect` and the light entry point the node-health check's and
+the Kubernetes remediation's hooks run (`python -m gpufleet.fleet.bundle`)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,37 @@ def collect_sandbox(state: SandboxState, node: str, out_dir: Path, caps: Caps, *
     req = Request(node=node, stack=state.stack, source="sandbox", trigger=trigger, reason=reason,
                   detected_at=detected_at, window=(start, end))
     return collect(req, SB.collectors(state, node, start, end), check_caps(caps), out_dir)
+
+
+def collect_kubernetes(api_client: object, node: str, out_dir: Path, caps: Caps, *, stack: str | None = None,
+                       trigger: str = "manual", reason: str | None = None, detected_at: float | None = None,
+                       since: float | None = None, prometheus_url: str | None = None
+                       ) -> tuple[Path, Manifest]:
+    """The cluster's view of a Kubernetes node (fleet.bundle.kube), read with `api_client`."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from gpufleet.fleet.bundle import kube as KB
+
+    try:
+        client.CoreV1Api(api_client).read_node(node, _request_timeout=caps.collector_timeout_s,
+                                               _preload_content=False)
+    except ApiException as e:
+        raise BundleInputError(f"node {node}: HTTP {e.status} {e.reason}"
+                               + (" (no such node in the cluster)" if e.status == 404 else "")) from None
+    except (HTTPError, OSError) as e:
+        raise BundleInputError(f"cannot reach the cluster's API server: {e}") from None
+    now = time.time()
+    at = detected_at if detected_at is not None else now
+    try:
+        start, end = SB.window(at, now, since)
+    except ValueError as e:
+        raise BundleInputError(f"--since: {e}") from None
+    req = Request(node=node, stack=stack, source="kubernetes", trigger=trigger, reason=reason,
+                  detected_at=detected_at, window=(start, end))
+    collectors = KB.collectors(api_client, node, start, end, prometheus_url)
+    return collect(req, collectors, check_caps(caps), out_dir)
 
 
 def collect_real(facts: realnode.NodeFacts, out_dir: Path, caps: Caps, *, with_: tuple[str, ...] = (),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -630,6 +631,9 @@ def remediation_policy_doc(spec: StackSpec) -> dict[str, Any]:
 
 def remediation_argv(lay: KubeLayout) -> list[str]:
     d = lay.base_dir / "remediation"
+    # The node's diagnostic bundle before the quarantine, as the bundle collector's read-only identity.
+    hook = [sys.executable, "-m", "gpufleet.fleet.bundle", "--kubeconfig", str(lay.kubeconfig("bundle")),
+            "--stack", lay.stack, "--out", str(lay.base_dir / "bundles"), "--trigger", "remediation"]
     return [
         sys.executable,
         "-m",
@@ -637,6 +641,7 @@ def remediation_argv(lay: KubeLayout) -> list[str]:
         f"--kubeconfig={lay.kubeconfig('remediation')}",
         f"--policy={d / 'policy.json'}",
         f"--status={d / 'status.json'}",
+        f"--before-quarantine={shlex.join(hook)}",
     ]
 
 
@@ -644,12 +649,13 @@ def _remediation(run: _Run, api: KubeApi, spec: StackSpec) -> None:
     """The platform's remediation (the stand-in for NVSentinel's quarantine and drain): its
     ServiceAccount and ClusterRole, a token, its kubeconfig and policy file, then the process,
     recorded with its Launch recipe like the daemons; waited for until it has reconciled once."""
-    for obj in rbac.remediation_objects():
+    for obj in [*rbac.remediation_objects(), *rbac.bundle_objects()]:
         api.apply(obj)
     ns, sa = rbac.REMEDIATION_NAMESPACE, rbac.REMEDIATION_SERVICE_ACCOUNT
-    token, _ = api.token(ns, sa, CHAOS_TOKEN_SECONDS)
     lay = run.lay
-    write_kubeconfig(lay.kubeconfig("remediation"), kubeconfig(lay.api_url, lay.pki.ca_cert, sa, token=token))
+    for who, account in (("remediation", sa), ("bundle", rbac.BUNDLE_SERVICE_ACCOUNT)):
+        token, _ = api.token(ns, account, CHAOS_TOKEN_SECONDS)
+        write_kubeconfig(lay.kubeconfig(who), kubeconfig(lay.api_url, lay.pki.ca_cert, account, token=token))
     d = lay.base_dir / "remediation"
     d.mkdir(parents=True, exist_ok=True)
     (d / "policy.json").write_text(json.dumps(remediation_policy_doc(spec), indent=2, sort_keys=True))

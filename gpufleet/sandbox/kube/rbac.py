@@ -53,6 +53,9 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 REMEDIATION_NAMESPACE = SYSTEM_NAMESPACE
 REMEDIATION_SERVICE_ACCOUNT = "gpufleet-remediation"
 REMEDIATION_ROLE = "gpufleet-remediation"
+# Who collects a node's diagnostic bundle before remediation quarantines it (fleet.bundle.kube):
+# read-only, the reads that collection makes and nothing else.
+BUNDLE_SERVICE_ACCOUNT = "gpufleet-bundle"
 CHAOS_ROLE = "gpufleet-chaos"  # the ClusterRole and, in the game-day namespace, the Role
 KWOK_ROLE = "gpufleet-kwok"
 MANAGED = {"app.kubernetes.io/managed-by": "gpufleet-sandbox"}
@@ -107,6 +110,19 @@ def remediation_rules() -> list[Rule]:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     ]
+
+
+def bundle_rules() -> list[Rule]:
+    """The node, its events, the pods on it: cluster-wide reads (fleet.bundle.kube)."""
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
+    ]
+
+
+def bundle_inspect_rules() -> list[Rule]:
+    """The node's inspect reading, in the inspect namespace only."""
+    return [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]
 
 
 def kwok_rules() -> list[Rule]:
@@ -229,6 +245,16 @@ def remediation_objects() -> list[dict[str, Any]]:
         namespace(REMEDIATION_NAMESPACE, privileged=False),
         _service_account(REMEDIATION_SERVICE_ACCOUNT, REMEDIATION_NAMESPACE),
         *_cluster_role_and_binding(REMEDIATION_ROLE, remediation_rules(), subject),
+    ]
+
+
+def bundle_objects() -> list[dict[str, Any]]:
+    """The bundle collector's ServiceAccount, its ClusterRole and its Role in the inspect namespace."""
+    subject = {"kind": "ServiceAccount", "name": BUNDLE_SERVICE_ACCOUNT, "namespace": REMEDIATION_NAMESPACE}
+    return [
+        _service_account(BUNDLE_SERVICE_ACCOUNT, REMEDIATION_NAMESPACE),
+        *_cluster_role_and_binding(BUNDLE_SERVICE_ACCOUNT, bundle_rules(), subject),
+        *_role_and_binding(BUNDLE_SERVICE_ACCOUNT, INSPECT_NAMESPACE, bundle_inspect_rules(), subject),
     ]
 
 

@@ -25,7 +25,12 @@ policy with the stack's overrides), as NVSentinel does with the values the Pulum
   threshold). Unlike NVSentinel's, whose tripped breaker stays tripped until an operator resets
   it, this one closes again once the window no longer holds that many quarantines;
 - a quarantined node whose problem has cleared (condition False, Ready again) is released: its
-  taints removed, uncordoned if the quarantine cordoned it.
+  taints removed, uncordoned if the quarantine cordoned it;
+- before it quarantines a node, it runs the before-quarantine hook (`--before-quarantine`: the
+  sandbox gives `python -m gpufleet.fleet.bundle --kubeconfig ...`, the node's diagnostic bundle from
+  the API server, docs/diagnostic-bundles.md) for every node it is about to quarantine, all at once,
+  and waits at most HOOK_TIMEOUT_S: the bundle shows the node before remediation changed it, and a
+  hook that hangs delays the quarantine by that bound and no more.
 
 `decide` is pure (node views + policy + history -> actions) and tested on tables; `Controller`
 is the thin loop: it watches nodes (list, then a watch stream), reconciles at every change and at
@@ -40,7 +45,9 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -73,6 +80,10 @@ DRAIN_TIMEOUT_S = 300.0  # stop retrying evictions a PDB keeps refusing (then sa
 RESYNC_S = 1.0  # reconcile at least this often (eviction retries, the breaker's window)
 WATCH_SECONDS = 300  # the API server ends each watch after this; the loop starts another
 STRATEGIC = "application/strategic-merge-patch+json"
+# The before-quarantine hook's bound: a bundle from the API server is 4 reads (well under a second)
+# plus the interpreter's start; it must stay small against the catalog's isolate budgets for a GPU
+# fault on Kubernetes (our choice, not a vendor's number).
+HOOK_TIMEOUT_S = 5.0
 
 
 # ----------------------------------------------------------------------------- pure
@@ -349,6 +360,8 @@ class Controller:
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_notes: tuple[str, ...] = ()
+    before_quarantine: tuple[str, ...] = ()  # argv; the node, fault and detection time are appended
+    hook_timeout_s: float = HOOK_TIMEOUT_S
 
     def watch_nodes(self) -> None:
         """List, then watch from the list's resourceVersion; start over on any error (410 Gone
@@ -389,6 +402,7 @@ class Controller:
                 self.recent.append((v.quarantine.at, v.name))
         self.recent = [(t, n) for t, n in self.recent if now - t <= self.policy.window_s]
         d = decide(views, self.policy, self.recent, now)
+        self._before_quarantine(d.quarantine, now)
         for name, finding in d.quarantine:
             if self._patch(name, quarantine_patch(nodes[name], finding, now, name in d.fence), "quarantine"):
                 self.recent.append((now, name))
@@ -409,6 +423,32 @@ class Controller:
             self.last_notes = tuple(notes)
         self._write_status(nodes, d, notes, now)
         return d
+
+    def _before_quarantine(self, quarantine: Sequence[tuple[str, Finding]], now: float) -> None:
+        """Run the hook for every node about to be quarantined, at once; never longer than the bound."""
+        if not self.before_quarantine or not quarantine:
+            return
+        env = {**os.environ, "GPUFLEET_BEFORE_DRAIN_DEADLINE": f"{now + self.hook_timeout_s:.3f}"}
+        procs = []
+        for name, finding in quarantine:
+            argv = [*self.before_quarantine, "--node", name, "--reason", finding.fault,
+                    "--detected-at", f"{now:.3f}"]
+            try:
+                procs.append((name, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                     stdin=subprocess.DEVNULL, env=env, text=True)))
+            except OSError as e:
+                logger.warning("before-quarantine hook for %s did not start: %s", name, e)
+        deadline = time.monotonic() + self.hook_timeout_s
+        for name, proc in procs:
+            try:
+                out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                logger.warning("before-quarantine hook for %s killed after %g s", name, self.hook_timeout_s)
+                continue
+            logger.info("before-quarantine hook for %s: exit %s: %s", name, proc.returncode,
+                        out.strip()[-300:])
 
     def _patch(self, node: str, body: dict[str, Any], what: str) -> bool:
         from gpufleet.sandbox.kube.api import ApiError
@@ -480,12 +520,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kubeconfig", required=True, type=Path)
     p.add_argument("--policy", required=True, type=Path, help="the policy file `sandbox up` writes")
     p.add_argument("--status", type=Path, help="status file to rewrite after every reconcile")
+    p.add_argument("--before-quarantine", default="", help="a command (shell words) run before a node is "
+                   "quarantined, with --node N --reason FAULT --detected-at T appended; bounded by "
+                   f"--hook-timeout (default {HOOK_TIMEOUT_S:g} s)")
+    p.add_argument("--hook-timeout", type=float, default=HOOK_TIMEOUT_S)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     policy = load_policy(args.policy)
     with api_from_kubeconfig(args.kubeconfig, timeout=30) as api:
-        ctl = Controller(api, policy, args.status)
+        hook = tuple(shlex.split(args.before_quarantine))
+        ctl = Controller(api, policy, args.status, before_quarantine=hook, hook_timeout_s=args.hook_timeout)
         signal.signal(signal.SIGTERM, lambda *_: ctl.stop.set())
         logger.info("remediation: mode %s, circuit breaker %.0f%% of nodes in %g min", policy.mode,
                     policy.max_quarantined_share * 100, policy.window_s / 60)

@@ -4,6 +4,7 @@ decision on tables of node views, the patches it sends, and one reconcile agains
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +308,55 @@ def test_a_pdb_refusal_is_retried_and_said(tmp_path: Path) -> None:
     assert status.notes == [
         "gpu-0: eviction of default/train-0 refused for now (PodDisruptionBudget); retrying"
     ]
+
+
+def _sick(name: str) -> dict[str, Any]:
+    n = node_obj(name, [GPU_TAINT])
+    n["status"]["conditions"].append({"type": CONDITION, "status": "True", "message": XID79})
+    return n
+
+
+def test_the_before_quarantine_hook_runs_first_with_the_node_and_its_fault(tmp_path: Path) -> None:
+    """The hook (the sandbox's: the node's bundle) sees the node before the quarantine patch; every
+    node of the round gets its own run, at once."""
+    seen = tmp_path / "seen"
+    hook = tmp_path / "hook.py"
+    hook.write_text(f"import sys\nwith open({str(seen)!r}, 'a') as f:\n"
+                    "    f.write(' '.join(sys.argv[1:]) + '\\n')\n")
+
+    class Checking(RecordingApi):
+        def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                    params: Any = None) -> httpx.Response:
+            if method == "PATCH":  # both hooks have run by the first quarantine
+                assert len(seen.read_text().splitlines()) == 2
+            return super().request(method, path, body, content_type, params)
+
+    api = Checking([])
+    ctl = rem.Controller(api, policy(), None, before_quarantine=(sys.executable, str(hook)))
+    ctl.nodes = {"gpu-0": _sick("gpu-0"), "gpu-1": _sick("gpu-1"), "gpu-2": node_obj("gpu-2", [GPU_TAINT])}
+    d = ctl.reconcile(NOW)
+    assert sorted(n for n, _ in d.quarantine) == ["gpu-0", "gpu-1"]
+    assert sorted(seen.read_text().splitlines()) == [
+        f"--node gpu-{i} --reason gpu-xid-79 --detected-at {NOW:.3f}" for i in (0, 1)]
+    assert [m for m, _, _ in api.calls].count("PATCH") == 2
+
+
+def test_a_hook_that_hangs_is_killed_at_its_bound_and_the_node_quarantined(
+        caplog: pytest.LogCaptureFixture) -> None:
+    api = RecordingApi([])
+    sleeper = (sys.executable, "-c", "import time; time.sleep(60)")
+    ctl = rem.Controller(api, policy(), None, before_quarantine=sleeper, hook_timeout_s=0.5)
+    ctl.nodes = {"gpu-0": _sick("gpu-0")}
+    with caplog.at_level("WARNING", logger="gpufleet.remediation"):
+        d = ctl.reconcile(NOW)
+    assert "before-quarantine hook for gpu-0 killed after 0.5 s" in caplog.text
+    assert [n for n, _ in d.quarantine] == ["gpu-0"]
+    assert ("PATCH", "/api/v1/nodes/gpu-0") in [(m, p) for m, p, _ in api.calls]
+
+
+def test_a_hook_that_cannot_start_does_not_stop_the_quarantine(tmp_path: Path) -> None:
+    api = RecordingApi([])
+    ctl = rem.Controller(api, policy(), None, before_quarantine=(str(tmp_path / "no-such-program"),))
+    ctl.nodes = {"gpu-0": _sick("gpu-0")}
+    assert [n for n, _ in ctl.reconcile(NOW).quarantine] == ["gpu-0"]
+    assert ("PATCH", "/api/v1/nodes/gpu-0") in [(m, p) for m, p, _ in api.calls]
