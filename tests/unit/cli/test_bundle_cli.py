@@ -85,3 +85,18 @@ def test_bad_input_exits_2_with_the_reason(tmp_path: Path, monkeypatch: pytest.M
     res = run(["bundle", "collect", "--node", "n1", "--out", str(tmp_path), *args])
     assert res.exit_code == 2, res.output
     assert message in " ".join(res.stderr.split())
+
+
+def test_kubernetes_and_real_together_is_bad_input(tmp_path: Path) -> None:
+    res = run(["bundle", "collect", "--real", "--kubernetes", "--node", "n1", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "--real and --kubernetes" in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_kubernetes_without_a_reachable_cluster_is_bad_input(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such.kubeconfig"
+    res = run(["bundle", "collect", "--kubernetes", "--node", "gpu-0", "--kubeconfig", str(missing),
+               "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and "no Kubernetes cluster to reach" in res.output
+    assert str(missing) in res.output.replace("\n", "")
+    assert not (tmp_path / "out").exists()
