@@ -8,18 +8,20 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpufleet.core.sandbox_contract import read_state
+from gpufleet.core.sandbox_contract import read_kube_state, read_state
 from gpufleet.fleet.bundle.archive import BundleError, read_manifest
 
 BUNDLES_DIR = "bundles"  # under the sandbox's run directory and under the report directory
 
 
-def sandbox_bundle_dir(stack: str) -> Path | None:
-    """Where the stack's running sandbox's node-health hook writes bundles; None without a sandbox."""
+def sandbox_bundle_dir(stack: str, backend: str = "sandbox") -> Path | None:
+    """Where the stack's running sandbox writes bundles (the Slurm sandbox's node-health hook; the
+    Kubernetes sandbox's remediation, before a quarantine); None without a sandbox."""
     try:
-        return Path(read_state(stack).base_dir) / BUNDLES_DIR
+        base = read_kube_state(stack).base_dir if backend == "kubernetes" else read_state(stack).base_dir
     except (OSError, ValueError):
         return None
+    return Path(base) / BUNDLES_DIR
 
 
 def collect_for_report(source: Path | None, since: float, report_dir: Path) -> list[dict[str, Any]]:

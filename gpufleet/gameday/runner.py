@@ -419,8 +419,9 @@ def run_gameday(opts: GamedayOptions, listener: Listener | None = None) -> Suite
                     started_at=run_started, wall_seconds=outcome.wall_seconds, error=outcome.error,
                 )
             result = dataclasses.replace(result, healing=healing)
-            if opts.backend == "sandbox":  # the node-health hook's diagnostic bundles of this run
-                found = collect_for_report(sandbox_bundle_dir(opts.stack), run_started, opts.report_dir)
+            if opts.backend in ("sandbox", "kubernetes"):  # the diagnostic bundles of this run
+                found = collect_for_report(sandbox_bundle_dir(opts.stack, opts.backend), run_started,
+                                           opts.report_dir)
                 result = dataclasses.replace(result, extra={**result.extra, "bundles": found})
             results.append(result)
             listener.experiment_done(i, result)

@@ -79,6 +79,14 @@ def test_gameday_on_the_kubernetes_backend_meets_the_budgets(tmp_path: Path) -> 
         assert any(ev["kind"] == "detected" and "XID 79" in ev["detail"] for ev in xid)
         assert any(ev["kind"] == "isolated" and "gpufleet.io/quarantine" in ev["detail"] for ev in xid)
         assert any(ev["kind"] == "returned" for ev in xid)  # released once the condition cleared
+        # The remediation's before-quarantine bundle of the XID's node, copied into the report.
+        bundles = by_name["k8s-gpu-xid79-quarantine-drain"]["bundles"]
+        xid_bundles = [b for b in bundles if b["reason"] == "gpu-xid-79"]
+        assert len(xid_bundles) == 1, bundles
+        assert (report / xid_bundles[0]["path"]).exists(), xid_bundles
+        # no node publishes an inspect reading in this game-day: that member alone may be missing
+        not_ok = [x for x in xid_bundles[0]["not_ok"] if not x.startswith("inspect-reading:")]
+        assert not_ok == [], xid_bundles
 
         state = read_kube_state("sandbox", root)
         ledger = _ledger(state, namespace)
