@@ -131,11 +131,11 @@ def _osd_states(state: StorageSandboxState) -> dict[int, tuple[bool, bool]]:
     return {int(o["osd"]): (bool(o["up"]), bool(o["in"])) for o in doc.get("osds", [])}
 
 
-def _pg_summary(state: StorageSandboxState) -> tuple[bool, bool, bool]:
-    """(every PG active, every PG active+clean, HEALTH_OK)."""
+def _pg_summary(state: StorageSandboxState) -> tuple[bool, bool, bool, dict[str, int]]:
+    """(every PG active, every PG active+clean, HEALTH_OK, PG count by state)."""
     pgs = pg_counts(ceph_json(state, "pg", "stat", timeout_s=30))
     health = ceph_json(state, "health", timeout_s=30).get("status")
-    return pgs.all_active, pgs.all_clean, health == "HEALTH_OK"
+    return pgs.all_active, pgs.all_clean, health == "HEALTH_OK", pgs.by_state
 
 
 class Thrasher:
@@ -297,9 +297,10 @@ class Thrasher:
     def _settle(self, change: Change) -> None:
         """Wait until every PG is active, and active+clean where this state allows it (bounded)."""
         deadline = time.monotonic() + self.settings.settle_timeout_s
+        by_state: dict[str, int] = {}
         while time.monotonic() < deadline:
             try:
-                active, clean, ok = _pg_summary(self.state)
+                active, clean, ok, by_state = _pg_summary(self.state)
                 if self.view.marked_down:
                     self.refresh_marked_down()
                     change.clean_reachable = clean_reachable(self.view, self.limits)
@@ -318,7 +319,10 @@ class Thrasher:
                 return
             time.sleep(POLL_S)
         what = "active+clean" if change.active_at is not None else "active"
-        change.error = f"not every PG {what} within {self.settings.settle_timeout_s:g} s"
+        # The states last seen say why (a CI run's change stayed unclean for 120 s at HEALTH_OK, and
+        # nothing kept them).
+        last = ", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "no answer"
+        change.error = f"not every PG {what} within {self.settings.settle_timeout_s:g} s (last seen: {last})"
         self.problems.append(f"change {change.n} ({change.move} osd.{change.osd}): {change.error}")
 
     def restore_all(self) -> Change | None:
@@ -403,7 +407,7 @@ def thrash(configuration: dict[str, Any], settings: ThrashSettings) -> dict[str,
     deadline = time.monotonic() + settings.settle_timeout_s
     while True:
         try:
-            _active, clean, _ = _pg_summary(state)
+            _active, clean, _, _ = _pg_summary(state)
             osd_states = _osd_states(state)
         except CephCommandError as e:
             raise ActivityFailed(str(e)) from None

@@ -29,6 +29,14 @@ ADMIN = "client.admin"
 # Ceph's minimum for osd_memory_target is 896 MiB (the option's documented minimum, Pacific
 # "osd_memory_target"); the OSD trims its caches towards it. Idle OSDs use far less.
 OSD_MEMORY_TARGET = 896 * 1024 * 1024
+# Ceph sleeps osd_recovery_sleep_hdd (0.1 s, Pacific's default) between recovery and backfill ops on
+# a rotational device, to spare client I/O on spinning disks; on SSDs the sleep is 0
+# (osd_recovery_sleep_ssd). The OSDs' block files sit on this machine's virtual disk, which reports
+# itself rotational, while the clusters the sandbox stands for keep checkpoints on flash. With the HDD
+# sleep, one OSD marked down under the checkpoint writer left PGs backfilling for 118 s (2026-12-06,
+# seed 20261205; a CI run's thrash timed out at 120 s on it); without it every change of the same
+# thrash was clean within 12 s.
+OSD_RECOVERY_SLEEP_HDD_S = 0.0
 # Each OSD's BlueStore device: a sparse file; only what is written takes disk space.
 OSD_BLOCK_BYTES = 4 * 1024**3
 # Placement groups per pool: radosgw creates ~7 pools, so 8 PGs each keeps every OSD far below
@@ -187,6 +195,7 @@ bluestore_block_size = {OSD_BLOCK_BYTES}
 bluestore_block_db_create = false
 bluestore_block_wal_create = false
 osd_memory_target = {OSD_MEMORY_TARGET}
+osd_recovery_sleep_hdd = {OSD_RECOVERY_SLEEP_HDD_S:g}
 
 [mon]
 # `ceph-mon --mkfs` keeps the monitor's own key in its data folder.

@@ -43,11 +43,11 @@ class FakeCeph:
             self.up[o] = self.alive[o]
         return {o: (self.up[o], self.inn[o]) for o in self.up}
 
-    def pg_summary(self, state: Any) -> tuple[bool, bool, bool]:
+    def pg_summary(self, state: Any) -> tuple[bool, bool, bool, dict[str, int]]:
         up_in = [o for o in self.up if self.up[o] and self.inn[o]]
         dead_in = [o for o in self.up if not self.alive[o] and self.inn[o]]
         clean = len(up_in) >= 2 and not dead_in
-        return True, clean, clean
+        return True, clean, clean, {"active+clean" if clean else "active+undersized+degraded": 32}
 
 
 @pytest.fixture
