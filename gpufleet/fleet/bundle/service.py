@@ -104,15 +104,19 @@ def collect_sandbox(state: SandboxState, node: str, out_dir: Path, caps: Caps, *
     if node not in {n.name for n in state.nodes}:
         raise BundleInputError(f"no node {node!r} in sandbox {state.stack}; nodes: "
                                f"{', '.join(n.name for n in state.nodes)}")
-    now = time.time()
-    at = detected_at if detected_at is not None else now
-    try:
-        start, end = SB.window(at, now, since)
-    except ValueError as e:
-        raise BundleInputError(f"--since: {e}") from None
+    start, end = _window(detected_at, since)
     req = Request(node=node, stack=state.stack, source="sandbox", trigger=trigger, reason=reason,
                   detected_at=detected_at, window=(start, end))
     return collect(req, SB.collectors(state, node, start, end), check_caps(caps), out_dir)
+
+
+def _window(detected_at: float | None, since: float | None) -> tuple[float, float]:
+    """The metrics and log window around the detection (now when not given), or bad input."""
+    now = time.time()
+    try:
+        return SB.window(detected_at if detected_at is not None else now, now, since)
+    except ValueError as e:
+        raise BundleInputError(f"--since: {e}") from None
 
 
 def collect_kubernetes(api_client: object, node: str, out_dir: Path, caps: Caps, *, stack: str | None = None,
@@ -134,12 +138,7 @@ def collect_kubernetes(api_client: object, node: str, out_dir: Path, caps: Caps,
                                + (" (no such node in the cluster)" if e.status == 404 else "")) from None
     except (HTTPError, OSError) as e:
         raise BundleInputError(f"cannot reach the cluster's API server: {e}") from None
-    now = time.time()
-    at = detected_at if detected_at is not None else now
-    try:
-        start, end = SB.window(at, now, since)
-    except ValueError as e:
-        raise BundleInputError(f"--since: {e}") from None
+    start, end = _window(detected_at, since)
     req = Request(node=node, stack=stack, source="kubernetes", trigger=trigger, reason=reason,
                   detected_at=detected_at, window=(start, end))
     collectors = KB.collectors(api_client, node, start, end, prometheus_url)
