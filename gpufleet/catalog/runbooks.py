@@ -104,8 +104,9 @@ _ACTION_STEPS: dict[LadderAction, list[str]] = {
     ],
     LadderAction.RESET_GPU: [
         _DRAIN,
-        "Reset the GPU once no process uses it: `nvidia-smi -r -i <gpu>` (on NVSwitch systems all GPUs "
-        "of the node reset together).",
+        "Reset the GPU once no process uses it: `gpufleet gpu-reset <pci>` runs `nvidia-smi -r -i <pci>` "
+        "and records the reset in the kernel log, so the health checks stop counting the XIDs before it "
+        "(on NVSwitch systems all GPUs of the node reset together).",
         _RESUME,
     ],
     LadderAction.REBOOT_NODE: [

@@ -112,7 +112,7 @@ def gather_sandbox(args: argparse.Namespace, now: float) -> Observations:
     klog = args.kernel_log or (Path(doc["kernel_log"]) if doc.get("kernel_log") else None)
     if klog is not None:
         try:
-            xids = merge_xids(events, S.read_kernel_log(klog, pci, now))
+            xids = merge_xids(events, S.read_kernel_log(klog, pci, now).xids)
         except S.SourceError as e:
             unknown.append(str(e))
     names = _ifnames(args.fabric_ifnames) or [str(f["ifname"]) for f in doc.get("fabric", [])]
@@ -144,16 +144,23 @@ def gather_real(args: argparse.Namespace, now: float) -> Observations:
         except S.SourceError as e:
             if gpus is None:
                 unknown.append(f"no GPU source: {e}; {nvml_err}")
+    xids: tuple[XidSeen, ...] = ()
     try:
-        xids = S.read_kernel_log(args.kernel_log, pci, now) if args.kernel_log else S.read_dmesg(pci, now)
+        log = S.read_kernel_log(args.kernel_log, pci, now) if args.kernel_log else S.read_dmesg(pci, now)
     except S.SourceError as e:
-        xids = []
         unknown.append(str(e))
+    else:
+        xids = log.xids
+        if gpus is not None:
+            # A reset recorded in the log (`gpufleet gpu-reset`) dates the GPU's reset, as the sandbox
+            # agent's /clear does: XIDs before it are history (escalation still counts them).
+            pci_of = {i: p for p, i in pci.items()}
+            gpus = [dataclasses.replace(g, reset_at=log.reset_at(pci_of.get(g.index))) for g in gpus]
     names = _ifnames(args.fabric_ifnames)
     links: tuple[LinkReading, ...] | None
     links = _links(names, unknown) if names else tuple(S.read_ib_ports())
     readings = None if gpus is None else tuple(gpus)
-    obs = Observations(args.node, now, readings, tuple(xids), links, unknown=tuple(unknown))
+    obs = Observations(args.node, now, readings, xids, links, unknown=tuple(unknown))
     return _with_mount(args, obs)
 
 

@@ -83,3 +83,14 @@ def query_gpus() -> list[SmiGpu]:
 def query_remapped_rows() -> list[RemappedRows]:
     return parse_remapped_rows(run_tool(["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_QUERY)}",
                                          CSV_FORMAT]))
+
+
+# A reset bound of our own, not a vendor figure: a GPU reset takes seconds; 120 s leaves room for a
+# GPU whose driver is slow to tear down, and bounds a hung one.
+RESET_TIMEOUT_S = 120.0
+
+
+def reset_gpu(pci: str) -> None:
+    """`nvidia-smi --gpu-reset -i <pci>`: resets one GPU (root, and no process may hold it; the tool
+    refuses otherwise). `-i` takes a PCI bus id as well as an index or UUID (nvidia-smi(1))."""
+    run_tool(["nvidia-smi", "--gpu-reset", "-i", pci], timeout=RESET_TIMEOUT_S)

@@ -7,7 +7,8 @@ Slurm's HealthCheckProgram or a node-problem-detector plugin would run it (docs/
   totals, PCIe link, driver and VBIOS/IFWI versions), from gpufleet.core.host.amd_smi; on Ascend,
   `npu-smi info -l` and per NPU `info -t board`, `-t ecc`, `-t ecc-enable` (count, HBM ECC counts,
   driver and firmware versions; no PCIe link), from gpufleet.core.host.npu_smi;
-- XIDs: the kernel log since boot (`dmesg`, or a log file), mapped to GPUs by PCI address;
+- XIDs: the kernel log since each GPU's last reset recorded in it, or since boot (`dmesg`, or a log
+  file), mapped to GPUs by PCI address;
 - fabric ports: HCA ports in /sys/class/infiniband, or the named interfaces in /sys/class/net.
 
 `read_host` does the reading (thin I/O); `observation_from_host` (pure) turns what was read, or why
@@ -179,7 +180,8 @@ def read_host(target: HostTarget, *, now: float, kernel_log: Path | None = None,
     pci_map = {g.pci: g.index for g in gpus} if isinstance(gpus, list) else {}
     xids: list[XidSeen] | str
     try:
-        xids = read_kernel_log(kernel_log, pci_map, now) if kernel_log else read_dmesg(pci_map, now)
+        log = read_kernel_log(kernel_log, pci_map, now) if kernel_log else read_dmesg(pci_map, now)
+        xids = list(log.current)  # a GPU reset recorded in the log ends what came before it
     except HostReadError as e:
         xids = str(e)
     ports: list[LinkReading] | str

@@ -1,4 +1,5 @@
-"""The node's "kmsg": `NVRM: Xid` lines appended to a per-node kernel-log file in kern.log format.
+"""The node's "kmsg": `NVRM: Xid` lines, and the mark of each GPU reset, appended to a per-node
+kernel-log file in kern.log format.
 
 Format of the driver's line (gpu-faults.md): `NVRM: Xid (PCI:0000:xx:00): <code>, pid=<pid>,
 name=<process>, <text>`. The driver prints pid='<unknown>' / name=<unknown> when no process context
@@ -12,6 +13,8 @@ import datetime as dt
 import os
 from pathlib import Path
 
+from gpufleet.core.host.kernel_log import reset_mark
+
 
 def xid_line(
     *, host: str, at: float, uptime: float, pci: str, xid: int, pid: int | None, proc: str | None, text: str
@@ -23,6 +26,13 @@ def xid_line(
         f"{stamp} {host} kernel: [{uptime:12.6f}] NVRM: Xid (PCI:{pci}): {xid}, "
         f"pid={pid_s}, name={name}, {text}\n"
     )
+
+
+def reset_line(*, host: str, at: float, pci: str) -> str:
+    """The mark `gpufleet gpu-reset` leaves after a GPU reset (core.host.kernel_log.RESET_MARK), as
+    syslog files it: a userspace /dev/kmsg record, so no `kernel:` tag and no uptime."""
+    stamp = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="microseconds")
+    return f"{stamp} {host} {reset_mark(pci)}\n"
 
 
 def append_lines(path: Path, lines: list[str]) -> None:

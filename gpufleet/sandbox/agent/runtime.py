@@ -195,7 +195,14 @@ class Agent:
 
     def clear(self, gpu: int | None) -> dict[str, Any]:
         with self._lock:
-            self.state = clear(self.state, gpu, self.clock())
+            now = self.clock()
+            self.state = clear(self.state, gpu, now)
+            # As `gpufleet gpu-reset` on a real node: the reset's mark in the kernel log, so that a
+            # reader of the log alone (node-health, `inspect --here`) dates the reset too.
+            kmsg.append_lines(self.kernel_log, [
+                kmsg.reset_line(host=self.node, at=now, pci=F.pci_bus_id(i))
+                for i in range(self.gpus) if gpu is None or i == gpu
+            ])
             self._persist()
             log.info("clear gpu=%s", "all" if gpu is None else gpu)
             return {"cleared": "all" if gpu is None else gpu}

@@ -15,6 +15,8 @@ from typing import IO
 import httpx
 import pytest
 
+from gpufleet.core.host.kernel_log import parse_kernel_log
+
 TOKEN = "s3cret-token"
 
 
@@ -141,7 +143,21 @@ def test_inject_metrics_kmsg_health_restart_and_clear(agent: AgentProc) -> None:
         assert st["gpus"][3]["fault"]["fault_id"] == "gpu-xid-79"
         assert [e["xid"] for e in st["events"]] == [79, 45, 45, 45, 45, 45]
         assert st["fabric"][0]["ifname"] == "lo"
+        # A GPU reset of GPU 3 leaves its mark in the node's kernel log: a reader of the log alone
+        # (node-health, `inspect --here`) sees the XIDs before it as history, and a new one after it.
+        assert c.post("/clear", json={"gpu": 3}).status_code == 200
+        log = parse_kernel_log((agent.tmp / "kern.log").read_text().splitlines(), {"0000:5d:00": 3}, 0.0)
+        assert len(log.xids) == 6 and log.current == ()
+        reset_at = c.get("/state").json()["gpus"][3]["reset_at"]
+        assert log.reset_at("0000:5d:00") == pytest.approx(reset_at, abs=1e-5)
+        c.post("/inject", json={"gpu": 3, "field_id": 230, "value": 79, "kmsg": True})
+        log = parse_kernel_log((agent.tmp / "kern.log").read_text().splitlines(), {"0000:5d:00": 3}, 0.0)
+        assert [(x.gpu, x.xid) for x in log.current] == [(3, 79)]
         assert c.post("/clear", json={"gpu": None}).status_code == 200
+    kern = (agent.tmp / "kern.log").read_text().splitlines()
+    # GPU 3's reset, then one for each of the 8 GPUs at the reboot
+    assert sum("gpufleet: GPU reset done (PCI:" in ln for ln in kern) == 1 + 8
+    assert parse_kernel_log(kern, {}, 0.0).current == ()
     assert json.loads((agent.tmp / "state" / "gpu-health.json").read_text())["gpus"] == {}
     assert not any(ln.startswith("DCGM_FI_DEV_XID_ERRORS{") and ln.endswith(" 79.0")
                    for ln in agent.metrics().splitlines())
