@@ -429,6 +429,7 @@ class Controller:
         if not self.before_quarantine or not quarantine:
             return
         env = {**os.environ, "GPUFLEET_BEFORE_DRAIN_DEADLINE": f"{now + self.hook_timeout_s:.3f}"}
+        t0 = time.monotonic()
         procs = []
         for name, finding in quarantine:
             argv = [*self.before_quarantine, "--node", name, "--reason", finding.fault,
@@ -438,7 +439,7 @@ class Controller:
                                                      stdin=subprocess.DEVNULL, env=env, text=True)))
             except OSError as e:
                 logger.warning("before-quarantine hook for %s did not start: %s", name, e)
-        deadline = time.monotonic() + self.hook_timeout_s
+        deadline = t0 + self.hook_timeout_s
         for name, proc in procs:
             try:
                 out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
@@ -447,8 +448,8 @@ class Controller:
                 proc.communicate()
                 logger.warning("before-quarantine hook for %s killed after %g s", name, self.hook_timeout_s)
                 continue
-            logger.info("before-quarantine hook for %s: exit %s: %s", name, proc.returncode,
-                        out.strip()[-300:])
+            logger.info("before-quarantine hook for %s: exit %s after %.2f s: %s", name, proc.returncode,
+                        time.monotonic() - t0, out.strip()[-300:])
 
     def _patch(self, node: str, body: dict[str, Any], what: str) -> bool:
         from gpufleet.sandbox.kube.api import ApiError
