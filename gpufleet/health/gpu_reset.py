@@ -22,9 +22,8 @@ from gpufleet.core.host.nvidia_smi import reset_gpu
 @dataclass(frozen=True)
 class ResetOutcome:
     pci: str
-    reset: bool  # nvidia-smi reset it (or --mark-only)
-    marked: bool  # the mark is in the log
-    error: str | None = None
+    reset: bool  # nvidia-smi reset it (or --mark-only: another tool did)
+    error: str | None = None  # None: reset and recorded
 
 
 def check_inputs(pcis: Sequence[str], kmsg: Path) -> list[str]:
@@ -56,12 +55,12 @@ def reset_and_mark(pcis: Sequence[str], kmsg: Path, *, mark_only: bool,
             try:
                 reset(pci)
             except HostReadError as e:
-                out.append(ResetOutcome(pci, False, False, str(e)))
+                out.append(ResetOutcome(pci, False, str(e)))
                 continue
         try:
             write_reset_mark(pci, kmsg)
         except OSError as e:
-            out.append(ResetOutcome(pci, True, False, f"{kmsg}: {e.strerror}"))
+            out.append(ResetOutcome(pci, True, f"{kmsg}: {e.strerror}"))
             continue
-        out.append(ResetOutcome(pci, True, True))
+        out.append(ResetOutcome(pci, True))
     return out

@@ -13,7 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
+from gpufleet.core.host import HostReadError
 from gpufleet.health.cli import run as node_health
+from gpufleet.health.gpu_reset import ResetOutcome, reset_and_mark
 
 SMI = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/calls"
@@ -92,3 +94,18 @@ def test_bad_input_is_refused_before_any_reset(host: Path) -> None:
     assert "PCI: a GPU is named twice" in res.output
     assert f"--kmsg: {host / 'no-dir' / 'kmsg'}: not writable here" in res.output
     assert calls(host) == []
+
+
+def test_a_reset_whose_mark_cannot_be_written_says_so(tmp_path: Path) -> None:
+    resets: list[str] = []
+    gone = tmp_path / "gone" / "kmsg"
+    got = reset_and_mark(["0000:18:00"], gone, mark_only=False, reset=resets.append)
+    assert resets == ["0000:18:00"]
+    assert got == [ResetOutcome("0000:18:00", True, f"{gone}: No such file or directory")]
+
+    def refuse(pci: str) -> None:
+        raise HostReadError(f"nvidia-smi exited 255: GPU {pci} is in use")
+
+    got = reset_and_mark(["0000:2a:00"], tmp_path / "kmsg", mark_only=False, reset=refuse)
+    assert got == [ResetOutcome("0000:2a:00", False, "nvidia-smi exited 255: GPU 0000:2a:00 is in use")]
+    assert not (tmp_path / "kmsg").exists()
