@@ -53,6 +53,7 @@ class SmiGpu:
     pcie_width: int | None
     driver_version: str | None
     vbios_version: str | None  # NVIDIA's VBIOS; AMD's VBIOS/IFWI version; Ascend's NPU firmware version
+    pcie_width_max: int | None = None  # lanes the device supports (sysfs max_link_width; pci_link)
 
 
 # What the SMI tools print for a value they cannot give: nvidia-smi "[N/A]", "[Not Supported]" (CSV);

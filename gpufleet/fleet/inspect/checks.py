@@ -133,7 +133,7 @@ def check_pcie(obs: NodeObservation, ctx: Context) -> tuple[list[Finding], list[
     if obs.gpus is None:
         return [], []
     if sku.pcie_gen is None or sku.pcie_width is None:
-        return [], [f"pcie: no PCIe pin for {obs.sku.value} in thresholds.yaml"]
+        return _pcie_against_capability(obs)
     if all(g.pcie_gen is None and g.pcie_width is None for g in obs.gpus):
         return [], [f"pcie: {obs.not_observable.get('pcie', 'the source reports no PCIe link state')}"]
     out: list[Finding] = []
@@ -145,6 +145,19 @@ def check_pcie(obs: NodeObservation, ctx: Context) -> tuple[list[Finding], list[
             out.append(_f("pcie-gen-low", f"GPU {g.index}", f"PCIe Gen{g.pcie_gen}, expected "
                           f"Gen{sku.pcie_gen.value:g}", g.pcie_gen, sku.pcie_gen.value))
     return out, []
+
+
+def _pcie_against_capability(obs: NodeObservation) -> tuple[list[Finding], list[str]]:
+    """No datasheet pin for the SKU: each device's width against the lanes it reports it supports (a
+    link trained narrower than its own capability is degraded whatever the SKU). The generation is
+    not judged: a device's current speed drops when idle, and its capability says nothing of the slot."""
+    assert obs.gpus is not None
+    pairs = [(g, g.pcie_width, g.pcie_width_max) for g in obs.gpus]
+    if not any(w is not None and m is not None for _, w, m in pairs):
+        return [], [f"pcie: no PCIe pin for {obs.sku.value} in thresholds.yaml, and no device reports "
+                    "its link capability"]
+    return [_f("pcie-width-low", f"GPU {g.index}", f"PCIe x{w}, the device supports x{m}", w, m)
+            for g, w, m in pairs if w is not None and m is not None and w < m], []
 
 
 def flaps_since(port: PortObs, previous: NodeObservation | None) -> int | None:

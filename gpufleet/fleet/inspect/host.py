@@ -7,6 +7,8 @@ Slurm's HealthCheckProgram or a node-problem-detector plugin would run it (docs/
   totals, PCIe link, driver and VBIOS/IFWI versions), from gpufleet.core.host.amd_smi; on Ascend,
   `npu-smi info -l` and per NPU `info -t board`, `-t ecc`, `-t ecc-enable` (count, HBM ECC counts,
   driver and firmware versions; no PCIe link), from gpufleet.core.host.npu_smi;
+- each device's PCIe link from sysfs (gpufleet.core.host.pci_link): the lanes it supports on every
+  vendor, and the link itself where the SMI tool prints none (Ascend);
 - XIDs: the kernel log since each GPU's last reset recorded in it, or since boot (`dmesg`, or a log
   file), mapped to GPUs by PCI address;
 - fabric ports: HCA ports in /sys/class/infiniband, or the named interfaces in /sys/class/net.
@@ -17,6 +19,7 @@ it could not be, into the NodeObservation every check takes. Anything unread is 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from gpufleet.core.host import HostReadError, SmiGpu, amd_smi, npu_smi, nvidia_s
 from gpufleet.core.host.kernel_log import XidSeen, read_dmesg, read_kernel_log
 from gpufleet.core.host.links import SYS_CLASS_IB, SYS_CLASS_NET, LinkReading, read_ib_ports, read_net_links
 from gpufleet.core.host.nvidia_smi import RemappedRows
+from gpufleet.core.host.pci_link import SYS_BUS_PCI, PciLink, read_pci_link
 from gpufleet.fleet.inspect.observation import GpuObs, NodeObservation, PortObs
 
 
@@ -92,7 +96,7 @@ def _gpus(reads: HostReads, unknown: list[str]) -> tuple[GpuObs, ...] | None:
             uncorrectable_remapped_rows=(r.uncorrectable or 0.0) if r else 0.0,
             row_remap_failed=(r.failure or 0.0) if r else 0.0,
             row_remap_pending=(r.pending or 0.0) if r else 0.0,
-            pcie_gen=g.pcie_gen, pcie_width=g.pcie_width,
+            pcie_gen=g.pcie_gen, pcie_width=g.pcie_width, pcie_width_max=g.pcie_width_max,
         ))
     return tuple(out)
 
@@ -134,9 +138,20 @@ def expected_ports(found: list[LinkReading], rails: int) -> list[LinkReading]:
     return [*found, *missing]
 
 
+def with_pci_link(g: SmiGpu, link: PciLink | None) -> SmiGpu:
+    """The SMI tool's reading, with what the kernel's PCI core says of the device's link where the tool
+    said nothing (npu-smi prints no link) and the lanes the device supports (pure)."""
+    if link is None:
+        return g
+    return dataclasses.replace(
+        g, pcie_width=g.pcie_width if g.pcie_width is not None else link.width,
+        pcie_gen=g.pcie_gen if g.pcie_gen is not None else link.max_gen, pcie_width_max=link.max_width)
+
+
 def read_host(target: HostTarget, *, now: float, kernel_log: Path | None = None,
               fabric_ifs: Sequence[str] = (), hcas: Sequence[str] | None = None,
-              net_root: Path = SYS_CLASS_NET, ib_root: Path = SYS_CLASS_IB) -> HostReads:
+              net_root: Path = SYS_CLASS_NET, ib_root: Path = SYS_CLASS_IB,
+              pci_root: Path = SYS_BUS_PCI) -> HostReads:
     """Read this host. `fabric_ifs`: Ethernet interfaces to read instead of the HCA ports (a RoCE
     node's netdevs, a sandbox node's fab0); `hcas`: the stack's HCA names (fabric.hcas)."""
     vendor = accelerator_spec(target.sku).vendor
@@ -177,6 +192,8 @@ def read_host(target: HostTarget, *, now: float, kernel_log: Path | None = None,
         # DRAM row replaced by a spare; no Huawei document read defines a "remap failed" state or a row
         # count. Mapping pages onto the row-remap checks would be a made-up equivalence. Not read here.
         remaps = None
+    if isinstance(gpus, list):
+        gpus = [with_pci_link(g, read_pci_link(g.pci, pci_root)) for g in gpus]
     pci_map = {g.pci: g.index for g in gpus} if isinstance(gpus, list) else {}
     xids: list[XidSeen] | str
     try:

@@ -37,6 +37,9 @@ class GpuObs(_M):
     row_remap_pending: float = 0.0  # DCGM field 396
     pcie_gen: int | None = None  # current link generation (nvidia-smi pcie.link.gen.current)
     pcie_width: int | None = None  # current link width (nvidia-smi pcie.link.width.current)
+    # Lanes the device itself supports (its Link Capabilities, sysfs max_link_width): what the width is
+    # judged against when thresholds.yaml pins none for the SKU.
+    pcie_width_max: int | None = None
 
 
 class PortObs(_M):

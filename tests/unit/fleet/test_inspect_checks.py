@@ -118,7 +118,22 @@ def test_unpinned_versions_and_unobservable_pcie_are_skipped_with_reasons() -> N
 
 def test_a_sku_without_pcie_pins_skips_the_pcie_check() -> None:
     r = check_node(node(sku=AcceleratorModel.B200, gpus=gpu(pcie_width=1)), None, CTX, run_full=False)
-    assert r.status == "ok" and any("no PCIe pin for nvidia-b200" in s for s in r.skipped)
+    assert r.status == "ok" and any("no PCIe pin for nvidia-b200" in s and "no device reports its link "
+                                    "capability" in s for s in r.skipped)
+
+
+def test_without_a_pin_each_link_is_judged_against_its_own_capability() -> None:
+    links = {0: (None, 16, 16), 1: (None, 4, 16), 2: (None, 8, None), 3: (1, 16, 16)}
+    gpus = tuple(GpuObs(index=i, pcie_gen=gen, pcie_width=width, pcie_width_max=most)
+                 for i in range(8) for gen, width, most in [links.get(i, (5, 16, 16))])
+    r = check_node(node(sku=AcceleratorModel.B200, gpus=gpus), None, CTX, run_full=False)
+    # GPU 1 narrower than it supports; GPU 2's capability unknown: not judged; GPU 3's generation
+    # is not judged without a pin (an idle link trains its speed down).
+    assert [(f.name, f.subject, f.value, f.limit) for f in r.findings] == [("pcie-width-low", "GPU 1", 4, 16)]
+    assert not any(s.startswith("pcie:") for s in r.skipped)
+    # a pinned SKU keeps its datasheet figure, whatever the device reports
+    pinned = check_node(node(gpus=gpu(0, pcie_width=8, pcie_width_max=8)), None, CTX, run_full=False)
+    assert [(f.name, f.limit) for f in pinned.findings] == [("pcie-width-low", 16)]
 
 
 @pytest.mark.parametrize(

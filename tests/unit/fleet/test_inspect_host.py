@@ -163,7 +163,8 @@ def read_vendor_host(tmp_path: Path, bin_dir: Path, target: HostTarget, monkeypa
     klog = tmp_path / "kern.log"
     klog.write_text(f"2026-12-05T10:00:00+00:00 {target.node} kernel: {kernel_line}\n")
     return observation_from_host(read_host(target, now=100.0, kernel_log=klog, fabric_ifs=["ens1"],
-                                           net_root=tmp_path / "net"), target, at=100.0)
+                                           net_root=tmp_path / "net", pci_root=tmp_path / "pci"),
+                                 target, at=100.0)
 
 
 AMD_SMI = """#!/bin/sh
@@ -264,22 +265,36 @@ def test_an_ascend_910b_host_is_read_through_npu_smi(tmp_path: Path, monkeypatch
                 ("HBM Double Bit Next-Isolated Pages Count", double), ("Chip ID", 0)) + "\n")
         (bin_dir / f"ecc-enable-{i}.txt").write_text(npu_lines(30, ("HBM ECC-Enable Status", "True")))
     (bin_dir / "list.txt").write_text(listing)
+    # The kernel's view of each NPU's link (sysfs, as Documentation/ABI/testing/sysfs-bus-pci names
+    # the files): x16 at up to 32 GT/s, but NPU 5 trained to x8; NPU 7 has no PCI device directory.
+    for i, bus in enumerate(ASCEND_BUSES[:7]):
+        dev = tmp_path / "pci" / f"0000:{bus.lower()}:00.0"
+        dev.mkdir(parents=True)
+        for name, value in (("current_link_width", 8 if i == 5 else 16), ("max_link_width", 16),
+                            ("current_link_speed", "2.5 GT/s PCIe"), ("max_link_speed", "32.0 GT/s PCIe")):
+            (dev / name).write_text(f"{value}\n")
     target = HostTarget(node="npu-a", pool="npu", sku=AcceleratorModel.ASCEND_910B, expected_gpus=8,
                         expected_port_gbps=200.0, rails=1)
     o = read_vendor_host(tmp_path, bin_dir, target, monkeypatch, "drv_devmng: device 0 is ready")
     assert o.gpus is not None and [g.index for g in o.gpus] == list(range(8))
     assert [g.ecc_uncorrectable_volatile for g in o.gpus] == [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert [g.ecc_correctable_volatile for g in o.gpus] == [0.0] * 6 + [12000.0, 0.0]
-    # npu-smi prints no PCIe link state: unknown, and the SKU has no PCIe pin anyway.
-    assert all((g.pcie_gen, g.pcie_width) == (None, None) for g in o.gpus)
+    # npu-smi prints no PCIe link state: the kernel's is read instead (generation: the device's
+    # capability, as an idle link trains its speed down); NPU 7's stays unknown.
+    assert [(g.pcie_gen, g.pcie_width, g.pcie_width_max) for g in o.gpus] == (
+        [(5, 16, 16)] * 5 + [(5, 8, 16), (5, 16, 16), (None, None, None)])
     # No row remapper on Ascend: 0, and no unknown line for it; Ascend has no XIDs.
     assert all((g.row_remap_pending, g.row_remap_failed, g.uncorrectable_remapped_rows, g.xids)
                == (0.0, 0.0, 0.0, ()) for g in o.gpus)
     assert (o.driver_version, o.firmware_version) == ("24.1.rc2", ASCEND_FW)
     assert o.unknown == ()  # in particular no "no host reader for ascend NPUs"
     r = check_node(o, None, ctx(Pins("24.1.rc2", ASCEND_FW)), run_full=False)
+    # No PCIe pin for the 910B: NPU 5's x8 is judged against the x16 it reports it supports.
     assert {(f.name, f.subject) for f in r.findings} == {("ecc-uncorrectable", "GPU 2"),
-                                                         ("ecc-correctable-high", "GPU 6")}
+                                                         ("ecc-correctable-high", "GPU 6"),
+                                                         ("pcie-width-low", "GPU 5")}
+    detail = next(f.detail for f in r.findings if f.name == "pcie-width-low")
+    assert detail == "PCIe x8, the device supports x16"
     assert r.status == "fail"
 
 
