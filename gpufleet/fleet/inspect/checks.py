@@ -7,14 +7,14 @@ backend cannot observe at all, or that has no threshold for the SKU, is listed a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from gpufleet.catalog import XidRule
 from gpufleet.core.taxonomy import LadderAction
 from gpufleet.fleet.inspect.codes import CODES, PERF_METRIC_CODES, Severity, spec
-from gpufleet.fleet.inspect.observation import Level, NodeObservation, PortObs
+from gpufleet.fleet.inspect.observation import GpuObs, Level, NodeObservation, PortObs
 from gpufleet.fleet.inspect.thresholds import Sourced, Thresholds
 
 Status = Literal["ok", "warn", "fail", "unknown"]
@@ -133,7 +133,7 @@ def check_pcie(obs: NodeObservation, ctx: Context) -> tuple[list[Finding], list[
     if obs.gpus is None:
         return [], []
     if sku.pcie_gen is None or sku.pcie_width is None:
-        return _pcie_against_capability(obs)
+        return _pcie_against_capability(obs.gpus, obs.sku.value)
     if all(g.pcie_gen is None and g.pcie_width is None for g in obs.gpus):
         return [], [f"pcie: {obs.not_observable.get('pcie', 'the source reports no PCIe link state')}"]
     out: list[Finding] = []
@@ -147,14 +147,13 @@ def check_pcie(obs: NodeObservation, ctx: Context) -> tuple[list[Finding], list[
     return out, []
 
 
-def _pcie_against_capability(obs: NodeObservation) -> tuple[list[Finding], list[str]]:
+def _pcie_against_capability(gpus: Sequence[GpuObs], sku: str) -> tuple[list[Finding], list[str]]:
     """No datasheet pin for the SKU: each device's width against the lanes it reports it supports (a
     link trained narrower than its own capability is degraded whatever the SKU). The generation is
     not judged: a device's current speed drops when idle, and its capability says nothing of the slot."""
-    assert obs.gpus is not None
-    pairs = [(g, g.pcie_width, g.pcie_width_max) for g in obs.gpus]
+    pairs = [(g, g.pcie_width, g.pcie_width_max) for g in gpus]
     if not any(w is not None and m is not None for _, w, m in pairs):
-        return [], [f"pcie: no PCIe pin for {obs.sku.value} in thresholds.yaml, and no device reports "
+        return [], [f"pcie: no PCIe pin for {sku} in thresholds.yaml, and no device reports "
                     "its link capability"]
     return [_f("pcie-width-low", f"GPU {g.index}", f"PCIe x{w}, the device supports x{m}", w, m)
             for g, w, m in pairs if w is not None and m is not None and w < m], []

@@ -16,10 +16,15 @@ from pathlib import Path
 from gpufleet.core.host.kernel_log import reset_mark
 
 
+def _stamp(at: float) -> str:
+    """rsyslog's RFC 3339 timestamp of a line."""
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="microseconds")
+
+
 def xid_line(
     *, host: str, at: float, uptime: float, pci: str, xid: int, pid: int | None, proc: str | None, text: str
 ) -> str:
-    stamp = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="microseconds")
+    stamp = _stamp(at)
     pid_s = str(pid) if pid is not None else "'<unknown>'"
     name = proc if proc else "<unknown>"
     return (
@@ -31,8 +36,7 @@ def xid_line(
 def reset_line(*, host: str, at: float, pci: str) -> str:
     """The mark `gpufleet gpu-reset` leaves after a GPU reset (core.host.kernel_log.RESET_MARK), as
     syslog files it: a userspace /dev/kmsg record, so no `kernel:` tag and no uptime."""
-    stamp = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="microseconds")
-    return f"{stamp} {host} {reset_mark(pci)}\n"
+    return f"{_stamp(at)} {host} {reset_mark(pci)}\n"
 
 
 def append_lines(path: Path, lines: list[str]) -> None:
