@@ -17,6 +17,8 @@ APT_PACKAGES += redis-server
 APT_PACKAGES += haproxy
 # The game-day CronJob's image (docs/gameday.md): built with buildah on a debootstrap root filesystem.
 APT_PACKAGES += buildah debootstrap
+# The Kubernetes sandbox's kubelet nodes (ADR 0081): runc is built with seccomp (libseccomp's headers).
+APT_PACKAGES += libseccomp-dev
 REPORT      ?= reports/gameday
 # torch (the training workload) comes from PyPI as a ~3 GiB CUDA build with its nvidia-* wheels, and
 # PyPI's answers here carry no-store, so pip's HTTP cache keeps nothing: keep the wheels ourselves in

@@ -76,7 +76,9 @@ def take_down(
             ok = False
             console.print(
                 f"[red]{kind.title} {s} (run {report.run_id}) NOT fully removed[/]: processes "
-                f"{report.left_processes} still run; state kept, run `down {kind.flag}` again",
+                f"{report.left_processes} still run"
+                + "".join(f"; {x}" for x in report.left_other)
+                + f"; state kept, run `down {kind.flag}` again",
                 highlight=False,
             )
     return ok

@@ -94,6 +94,14 @@ def up_cmd(
             "gpu-operator` (default: on up to 200 nodes; its first pass took 262 s at 1,250)",
         ),
     ] = None,
+    kubelet_nodes: Annotated[
+        int,
+        typer.Option(
+            "--kubelet-nodes",
+            help="Kubernetes: this many more nodes run by a real kubelet with containerd and runc, "
+            "tainted gpufleet.io/kubelet-node (pods that tolerate it run real containers), 0-4",
+        ),
+    ] = 0,
 ) -> None:
     """Build the sandbox of a stack and wait until it is ready: Slurm nodes idle and training
     progressing, or with --kubernetes kwok nodes Ready and the training Job's pods Running."""
@@ -102,6 +110,8 @@ def up_cmd(
     if operator is not None and (not kubernetes or cluster_only):
         raise fail("--gpu-operator is for the Kubernetes sandbox's platform: add --kubernetes, "
                    "without --cluster-only", code=2)
+    if kubelet_nodes and not kubernetes:
+        raise fail("--kubelet-nodes is for the Kubernetes sandbox: add --kubernetes", code=2)
     if cluster_only and not kubernetes:
         raise fail("--cluster-only is for the Kubernetes sandbox: add --kubernetes", code=2)
     spec = load_named_stack(stack, stacks_dir)
@@ -121,6 +131,7 @@ def up_cmd(
             600.0 if timeout is None else timeout,
             platform=not cluster_only,
             gpu_operator=operator,
+            kubelet_nodes=kubelet_nodes,
         )
         return
     timeout = 180.0 if timeout is None else timeout
@@ -143,7 +154,7 @@ def up_cmd(
 
 def _kube_up(
     stack: str, spec: StackSpec, nodes: int | None, training: bool, timeout: float, platform: bool = True,
-    gpu_operator: bool | None = None,
+    gpu_operator: bool | None = None, kubelet_nodes: int = 0,
 ) -> None:
     from gpufleet.sandbox.kube.binaries import KubeBinariesMissing
     from gpufleet.sandbox.kube.cluster import KubeSandboxError, KubeUpOptions, kube_up
@@ -153,7 +164,7 @@ def _kube_up(
             stack,
             spec,
             KubeUpOptions(nodes=nodes, training=training, timeout_s=timeout, platform=platform,
-                          gpu_operator=gpu_operator),
+                          gpu_operator=gpu_operator, kubelet_nodes=kubelet_nodes),
             say=lambda m: console.print(m, highlight=False),
         )
     except KubeBinariesMissing as e:

@@ -214,6 +214,7 @@ class KubeSandboxState(_M):
     inspect_kubeconfigs: dict[str, str] = Field(default_factory=dict)
     nodes: list[str] = Field(default_factory=list)  # kwok node names, spares included
     spare_nodes: list[str] = Field(default_factory=list)  # labelled KUBE_SPARE_LABEL=true
+    kubelet_nodes: list[str] = Field(default_factory=list)  # run by a real kubelet (kubelet_node.py)
     training_namespace: str | None = None
     training_job_name: str | None = None  # an Indexed Job whose pods kwok runs; PDB of the same name
     # The platform's remediation (the sandbox's stand-in for NVSentinel's quarantine and drain,

@@ -40,10 +40,11 @@ class RunDownReport:
     run_id: str
     stopped: int = 0
     left_processes: list[int] = field(default_factory=list)
+    left_other: list[str] = field(default_factory=list)  # what `after_stop` could not remove
 
     @property
     def clean(self) -> bool:
-        return not self.left_processes
+        return not (self.left_processes or self.left_other)
 
 
 def _tier_of(name: str, order: Sequence[str | None]) -> int:
@@ -87,15 +88,19 @@ def remove_run(
     programs: frozenset[str],
     grace_s: float,
     keep_files: bool = False,
+    after_stop: Callable[[], list[str]] | None = None,
 ) -> RunDownReport:
     """Mark the run "deleting" (a crash from here on leaves a state `down` retries), stop its
-    processes, and, when none is left, remove its folder (only the run's own, `run-<id>` beside the
+    processes, then what `after_stop` removes (it returns what it could not), and, when nothing is
+    left, remove its folder (only the run's own, `run-<id>` beside the
     state file), the state file and the then empty parent folders (the sandbox kind's, the
     stack's)."""
     if state.phase != "deleting":
         mark_deleting()
     stopped, left = stop_in_order(reversed(state.processes), order, state.base_dir, programs, grace_s)
     report = RunDownReport(state.stack, state.run_id, stopped, left)
+    if after_stop is not None and not left:
+        report.left_other = after_stop()
     if not report.clean:
         return report  # keep the state file: a second `down` retries
     base = Path(state.base_dir)

@@ -21,7 +21,6 @@ backup CronJob's `juicefs dump` through gpufleet.core.juicefs (the image is also
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -33,11 +32,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run with any Python >= 3.11
+
+from gpufleet.sandbox import rootfs  # noqa: E402
+
 CONTAINERFILE = REPO / "images" / "gameday" / "Containerfile"
 DEFAULT_TAG = "localhost/gpufleet/gameday:0.1.0"
-SUITE = "bookworm"  # Debian 12, as these machines; its python3 is 3.11 (pyproject: >=3.11)
-MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ("python3", "python3-venv", "ca-certificates")  # beyond debootstrap's minbase
 WORKDIR = "/etc/gpufleet"  # gpufleet.infra.gameday.WORKDIR: where the CronJob runs
 BUILDAH_ISOLATION = "chroot"  # RUN steps without an OCI runtime
 BUILD_CA = "/run/gpufleet-build-ca.crt"  # where the builder's CA bundle is mounted during RUN steps
@@ -48,8 +48,7 @@ class ImageError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    configured = os.environ.get("GPUFLEET_IMAGE_CACHE", "")
-    return Path(configured) if configured else Path.home() / ".cache" / "gpufleet" / "images"
+    return rootfs.cache_dir()
 
 
 def run(argv: Sequence[str], what: str, cwd: Path | None = None, capture: bool = False) -> str:
@@ -79,28 +78,12 @@ def builder_problem() -> str | None:
 
 
 def rootfs_tar() -> Path:
-    """The Debian root filesystem as a tar file, made once per (suite, mirror, packages)."""
-    key = hashlib.sha256(json.dumps([SUITE, MIRROR, sorted(PACKAGES)]).encode()).hexdigest()[:12]
-    out = cache_dir() / f"rootfs-{SUITE}-{key}.tar"
-    if out.is_file():
-        print(f"gameday-image: {out.name} cached", flush=True)
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".rootfs.") as tmp:
-        root = Path(tmp) / "rootfs"
-        t = time.monotonic()
-        run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), MIRROR],
-            "debootstrap")
-        # Nothing the image needs: the package lists and downloaded archives.
-        for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for p in (root / sub).glob("*"):
-                if p.is_file():
-                    p.unlink()
-        partial = Path(tmp) / "rootfs.tar"
-        run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], "tar of the rootfs")
-        partial.replace(out)
-        print(f"gameday-image: debootstrap {SUITE} in {time.monotonic() - t:.0f} s -> {out}", flush=True)
-    return out
+    """The Debian root filesystem as a tar file (gpufleet.sandbox.rootfs, shared with the Kubernetes
+    sandbox's kubelet node image)."""
+    try:
+        return rootfs.rootfs_tar(say=lambda m: print(f"gameday-image: {m}", flush=True))
+    except rootfs.RootfsError as e:
+        raise ImageError(str(e)) from None
 
 
 def constraints() -> str:

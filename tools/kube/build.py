@@ -171,6 +171,8 @@ def component_step(root: Path, comp: Component) -> Step:
     # Only where they apply, so that the stamps of the other components stay as they were.
     if comp.release is not None:
         inputs["release"] = comp.release
+    if comp.cgo:
+        inputs["cgo"] = True
     if comp.local_packages():
         inputs["sources"] = sources_digest(go_dir, comp.local_packages())
     if comp.generate is not None:
@@ -319,6 +321,7 @@ def build_component(step: Step, comp: Component, go: Go, go_version: str) -> Tim
             ],
             TOOLS / comp.go_dir,
             f"building {comp.name} {comp.version}",
+            env={"CGO_ENABLED": "1"} if comp.cgo else None,
         )
         timing = Timing.since(started, cpu_started)
         shutil.rmtree(staging / "generate", ignore_errors=True)

@@ -49,8 +49,8 @@ from gpufleet.core.sandbox_contract import (
     write_kube_state,
 )
 from gpufleet.core.yamlio import safe_load_all
-from gpufleet.sandbox import processes, run_teardown
-from gpufleet.sandbox.kube import daemons, gpu_operator, kueue, rbac, workload
+from gpufleet.sandbox import processes, rootfs, run_teardown
+from gpufleet.sandbox.kube import daemons, gpu_operator, kubelet_node, kueue, oci_archive, rbac, workload
 from gpufleet.sandbox.kube.api import ApiError, KubeApi, object_path, owned_by, ssl_context
 from gpufleet.sandbox.kube.binaries import KubePaths, require_kube_paths
 from gpufleet.sandbox.kube.daemons import (
@@ -66,7 +66,7 @@ from gpufleet.sandbox.kube.daemons import (
 from gpufleet.sandbox.kube.kubeconfig import kubeconfig, write_kubeconfig
 from gpufleet.sandbox.kube.kwok_config import NODE_SELECTOR, kwok_config_text
 from gpufleet.sandbox.kube.nodes import KwokNode, plan_nodes, plan_storage_nodes
-from gpufleet.sandbox.kube.pki import write_pki
+from gpufleet.sandbox.kube.pki import issue_files, node_cert_specs, write_pki
 from gpufleet.sandbox.kube.versions import load_versions
 from gpufleet.sandbox.layout import new_run_id
 from gpufleet.sandbox.processes import Timings
@@ -75,7 +75,7 @@ from gpufleet.sandbox.run_teardown import RunDownReport
 
 # What `down` may stop when it finds one of them naming the run's directory (a daemon `up` started
 # but had no time to record): the Kubernetes programs, and Python (the remediation stand-in).
-PROGRAMS = frozenset({*daemons.DAEMONS, "python"})
+PROGRAMS = frozenset({*daemons.DAEMONS, "python", kubelet_node.KUBELET, kubelet_node.CONTAINERD})
 REMEDIATION = "gpufleet-remediation"  # the process: the sandbox's stand-in for NVSentinel (remediation.py)
 CHAOS_TOKEN_SECONDS = 24 * 3600  # the chaos backend's token; `status` shows when it expires
 NODE_WORKERS = 8  # concurrent node creations (the API server's own limit is 400 in flight)
@@ -101,6 +101,11 @@ class KubeUpOptions:
     # GPU_OPERATOR_MAX_NODES nodes. Its first pass costs little at 6 nodes (1.6 s) and 262 s at 1,250
     # (two DaemonSet pods per node and a label write per node; benchmarks/kube_sandbox.py, 2026-12-05).
     gpu_operator: bool | None = None
+    # Nodes run by a real kubelet with containerd and runc beside the kwok ones (kubelet_node.py).
+    kubelet_nodes: int = 0
+
+
+MAX_KUBELET_NODES = 4  # each is a kubelet, a containerd and their pods on a 2-core machine
 
 
 # Above this many nodes the GPU Operator runs only when asked for (`--gpu-operator`).
@@ -312,6 +317,9 @@ def kube_up(
             f"run `gpufleet sandbox down --kubernetes --stack {stack}` first"
         )
     nodes = plan_nodes(spec, opts.nodes)  # InputError before anything is made
+    if not 0 <= opts.kubelet_nodes <= MAX_KUBELET_NODES:
+        problem = Problem("kubelet_nodes", f"must be 0 to {MAX_KUBELET_NODES}, got {opts.kubelet_nodes}")
+        raise InputError("--kubelet-nodes", [problem])
     if opts.training and not opts.platform:
         problem = Problem("training", "the training Job needs the platform: add --no-training")
         raise InputError("--cluster-only", [problem])
@@ -333,7 +341,8 @@ def kube_up(
     paths = require_kube_paths(unused=frozenset() if opts.platform else frozenset({KUEUE}))
     run_id = new_run_id()
     base = kube_state_path(stack, root).parent / f"run-{run_id}"
-    lay = KubeLayout(stack, run_id, base, daemons.free_ports())
+    lay = KubeLayout(stack, run_id, base,
+                     daemons.free_ports(daemons.PORT_NAMES + kubelet_node.port_names(opts.kubelet_nodes)))
     timings = Timings()
     rec = KubeRecorder(
         KubeSandboxState(
@@ -454,6 +463,9 @@ def _bring_up(
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
             if opts.platform:
                 _inspect_writers(run, api, [n.name for n in nodes])
+            if opts.kubelet_nodes:
+                _start_kubelet_nodes(run, api, opts.kubelet_nodes, say)
+                timings.mark("kubelet_nodes")
 
             if wants_gpu_operator(opts, spec, len(nodes)):
                 pools = set(gpu_operator.nvidia_pools(spec))
@@ -497,6 +509,62 @@ def _bring_up(
     finally:
         probe.close()
         etcd_probe.close()
+
+
+def _start_kubelet_nodes(run: _Run, api: KubeApi, count: int, say: Callable[[str], None]) -> None:
+    """Start each kubelet node (containerd, its image, the kubelet) and wait until all are Ready."""
+    lay, bins = run.lay, run.paths.binaries
+    try:
+        base = rootfs.rootfs_tar(say=lambda m: say(f"kubelet nodes' image: {m}"))
+    except rootfs.RootfsError as e:
+        raise KubeSandboxError(f"kubelet nodes: {e}") from None
+    archive = lay.base_dir / "node-image.tar"
+    oci_archive.write_archive(base, archive, kubelet_node.NODE_IMAGE, kubelet_node.SANDBOX_ENTRYPOINT)
+    # containerd finds its shim on PATH.
+    shim_path = f"{bins['containerd-shim-runc-v2'].parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    names = kubelet_node.node_names(count)
+    run.rec.update(kubelet_nodes=names)  # before any is started: `down` then cleans up after them
+    for index, name in enumerate(names):
+        nl = kubelet_node.layout(lay.run_id, lay.base_dir, name, lay.ports)
+        client, serving = node_cert_specs(name)
+        issue_files(lay.pki, (client, serving))
+        kubelet_node.write_node_files(nl, bins["runc"], bins["loopback"].parent, lay.pki.ca_cert,
+                                      lay.pki.cert(serving.name), lay.pki.key(serving.name), index)
+        write_kubeconfig(nl.kubeconfig, kubeconfig(lay.api_url, lay.pki.ca_cert, client.common_name,
+                                                   client_cert=lay.pki.cert(client.name),
+                                                   client_key=lay.pki.key(client.name)))
+        kubelet_node.make_cgroup(nl.cgroup)
+        run.start(f"{kubelet_node.CONTAINERD}-{name}", kubelet_node.containerd_argv(nl, bins["containerd"]),
+                  env={"PATH": shim_path})
+        containerd_pid = run.started[-1].popen.pid
+        ctr = [str(bins["ctr"]), "--address", str(nl.socket), "--namespace", "k8s.io"]
+
+        def serving_ctr(ctr: list[str] = ctr) -> bool:
+            proc = subprocess.run([*ctr, "version"], capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr.strip()[-200:])
+            return True
+
+        run.wait(f"containerd of {name}", serving_ctr, 0.2, f"{kubelet_node.CONTAINERD}-{name}")
+        imported = subprocess.run([*ctr, "images", "import", str(archive)], capture_output=True, text=True,
+                                  check=False, timeout=max(run.left(), 1.0))
+        if imported.returncode != 0:
+            raise KubeSandboxError(f"{name}: `ctr images import` failed: {imported.stderr.strip()[-300:]}")
+        run.start(f"{kubelet_node.KUBELET}-{name}",
+                  kubelet_node.kubelet_argv(nl, bins["kubelet"], containerd_pid,
+                                            {kubelet_node.KUBELET_NODE_LABEL: "true"}))
+
+    def all_ready() -> bool:
+        listed = api.list("Node", labelSelector=kubelet_node.KUBELET_NODE_LABEL)
+        ready = {n["metadata"]["name"] for n in listed if node_ready(n)}
+        left = set(names) - ready
+        if left:
+            raise RuntimeError(f"not Ready yet: {', '.join(sorted(left))}")
+        return True
+
+    run.wait(f"{count} kubelet node(s) Ready", all_ready, 0.5, f"{kubelet_node.KUBELET}-{names[-1]}")
+    say(f"{count} kubelet node(s) Ready: {', '.join(names)} (containerd and runc, image "
+        f"{kubelet_node.NODE_IMAGE})")
 
 
 def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str, training_namespace: str) -> None:
@@ -732,6 +800,14 @@ def kube_down(
             raise KubeSandboxError(f"unreadable state file {error}; remove the run by hand")
         return None
     deleting = state.model_copy(update={"phase": "deleting"})
+
+    def after_stop() -> list[str]:
+        left = kubelet_node.remove_cgroups(state.run_id)
+        others = [s for s in all_kube_stacks(root) if s != stack]
+        if state.kubelet_nodes and not left and not others:  # another run's namespace may use them
+            kubelet_node.remove_mount_points()
+        return left
+
     return run_teardown.remove_run(
         state,
         kube_state_path(stack, root),
@@ -740,6 +816,7 @@ def kube_down(
         PROGRAMS,
         grace_s,
         keep_files,
+        after_stop,
     )
 
 

@@ -50,6 +50,7 @@ ADMIN_USER = "gpufleet-admin"
 MASTERS_GROUP = "system:masters"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 SCHEDULER_USER = "system:kube-scheduler"
+NODES_GROUP = "system:nodes"  # the Node authorizer's group; a kubelet is system:node:<name>
 KWOK_USER = "gpufleet:kwok"
 
 
@@ -264,3 +265,23 @@ def write_pki(pki: Pki, cluster: str, now: dt.datetime | None = None) -> None:
     private, public = service_account_key_pair()
     _write(pki.sa_key, private, 0o600)
     _write(pki.sa_pub, public, 0o644)
+
+
+def node_cert_specs(node: str) -> tuple[CertSpec, CertSpec]:
+    """A kubelet's client certificate (`system:node:<node>` in `system:nodes`, what the Node
+    authorizer and NodeRestriction expect) and its serving certificate on loopback (pure)."""
+    return (
+        CertSpec(f"kubelet-{node}", f"system:node:{node}", organizations=(NODES_GROUP,), client=True),
+        CertSpec(f"kubelet-{node}-serving", f"system:node:{node}", dns_names=(node, "localhost"),
+                 ip_addresses=(LOOPBACK_IP,), server=True),
+    )
+
+
+def issue_files(pki: Pki, specs: Sequence[CertSpec], now: dt.datetime | None = None) -> None:
+    """Issue more certificates with a run's CA (its files), written as write_pki writes them."""
+    now = now or dt.datetime.now(dt.UTC)
+    ca = KeyPair(pki.ca_cert.read_bytes(), pki.ca_key.read_bytes())
+    for spec in specs:
+        pair = issue(ca, spec, now)
+        _write(pki.cert(spec.name), pair.cert_pem, 0o644)
+        _write(pki.key(spec.name), pair.key_pem, 0o600)

@@ -78,6 +78,7 @@ class Component:
     group: str = KUBE_GROUP  # the make target that builds it (GROUPS)
     release: str | None = None  # the upstream release `version` is, where that is a pseudo-version
     tags: tuple[str, ...] = ()  # go build -tags, as the upstream release build sets them
+    cgo: bool = False  # built with CGO_ENABLED=1 (a program with C parts: runc's nsexec)
     generate: Generate | None = None
     plugin: Plugin | None = None
 
@@ -199,7 +200,7 @@ def _component(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> Co
         raw,
         path,
         {"module", "version", "dir", "binaries"},
-        {"stamp", "also_pinned", "staging_version", "group", "release", "tags", "generate", "plugin"},
+        {"stamp", "also_pinned", "staging_version", "group", "release", "tags", "cgo", "generate", "plugin"},
     )
     binaries = _str_map(raw.get("binaries", {}), f"{path}.binaries", problems)
     if "binaries" in raw and not binaries:
@@ -224,6 +225,10 @@ def _component(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> Co
     if not isinstance(tags, list) or not all(isinstance(t, str) and _TAG.match(t) for t in tags):
         problems.append(Problem(f"{path}.tags", "must list go build tags (letters, digits, '_', '.')"))
         tags = []
+    cgo = raw.get("cgo", False)
+    if not isinstance(cgo, bool):
+        problems.append(Problem(f"{path}.cgo", f"must be true or false, got {cgo!r}"))
+        cgo = False
     generate = None
     if "generate" in raw:
         generate = _generate(raw["generate"], f"{path}.generate", binaries, problems)
@@ -248,6 +253,7 @@ def _component(name: str, raw: Mapping[str, Any], problems: list[Problem]) -> Co
         group=str(group),
         release=release,
         tags=tuple(tags),
+        cgo=cgo,
         generate=generate,
         plugin=plugin,
     )

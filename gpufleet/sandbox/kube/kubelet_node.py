@@ -1,0 +1,331 @@
+"""Kubelet nodes of the Kubernetes sandbox: a real kubelet with containerd and runc that runs real
+containers, beside the kwok nodes (`sandbox up --kubernetes --kubelet-nodes N`; ADR 0081,
+docs/kubernetes-sandbox.md "Kubelet nodes").
+
+kwok nodes run no container, so anything judged by what a pod does (a gate's smoke run, a probe)
+needs one of these. Each node is `kubelet-<i>`: the kubelet (its identity `system:node:<name>`, a
+client certificate of the run's CA) registers it, labelled KUBELET_NODE_LABEL and tainted with it
+(NoSchedule), so only pods that tolerate the taint land there; the sandbox's own workloads (training,
+the GPU Operator's DaemonSets) stay on kwok nodes.
+
+What it must not touch on the host, and how it does not:
+- mounts: containerd and the kubelet run in a mount namespace of their own (containerd starts it,
+  the kubelet joins it); the folders the kubelet and CNI write at fixed paths (/var/lib/kubelet,
+  whose device-plugins/ is hard-coded in the kubelet, and /var/lib/cni) are tmpfs there; everything
+  else is under the node's folder in the run directory. The namespace goes when its last process
+  does, and with it every mount of the node;
+- the firewall: `makeIPTablesUtilChains: false`, or the kubelet adds a KUBE-FIREWALL chain to the
+  host's INPUT and OUTPUT (kubelet_network_linux.go; seen here before that setting);
+- the network: containerd, and so every pod, runs in a network namespace of the node's own (the
+  node's network: its loopback and the pods' bridge, CNI's bridge and host-local plugins); a pod with
+  hostNetwork shares it. Nothing there routes to the host or beyond. The kubelet stays in the host's
+  network namespace, on 127.0.0.1, to reach the API server (it joins the node's mount namespace
+  only: it talks to containerd by its socket);
+- cgroups: the node's pods live under a cgroup root of its own, `gpufleet-kube-<run>-<node>`, in each
+  hierarchy; `down` kills what is left there and removes it.
+- no registry: the pods' image (and the pod sandbox's) is the sandbox's Debian root filesystem
+  (gpufleet.sandbox.rootfs), imported as NODE_IMAGE with `ctr images import`; a pod names it with
+  `imagePullPolicy: Never`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufleet.sandbox.kube.pki import LOOPBACK_IP
+from gpufleet.sandbox.rootfs import rootfs_key
+
+KUBELET = "kubelet"
+CONTAINERD = "containerd"
+NAME_PREFIX = "kubelet-"
+KUBELET_NODE_LABEL = "gpufleet.io/kubelet-node"
+# The pods' image: the sandbox's Debian root filesystem, tagged by its cache key.
+NODE_IMAGE = f"localhost/gpufleet/node-base:{rootfs_key()}"
+# The pod sandbox's process only holds the pod's namespaces; containerd stops it with SIGKILL.
+SANDBOX_ENTRYPOINT = ("/bin/sleep", "infinity")
+NAMESPACE_TMPFS = ("/var/lib/kubelet", "/var/lib/cni")  # fixed paths the kubelet and CNI write
+CNI_NETWORK = "gpufleet-pods"
+BRIDGE = "gpufleet0"
+CGROUP_FS = Path("/sys/fs/cgroup")
+KILL_WAIT_S = 10.0
+
+
+def node_names(count: int) -> list[str]:
+    return [f"{NAME_PREFIX}{i}" for i in range(count)]
+
+
+def port_names(count: int) -> tuple[str, ...]:
+    """The ports each kubelet node needs, by name (KubeLayout.ports)."""
+    return tuple(p for n in node_names(count) for p in (n, f"{n}-healthz"))
+
+
+def node_taint() -> dict[str, str]:
+    return {"key": KUBELET_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+
+
+def cgroup_prefix(run_id: str) -> str:
+    return f"gpufleet-kube-{run_id}-"
+
+
+@dataclass(frozen=True)
+class KubeletNodeLayout:
+    """Where one kubelet node's files are, its ports and its cgroup root."""
+
+    run_id: str
+    name: str
+    dir: Path  # <run dir>/<name>: short, for the sockets' 107-byte path limit (unix(7))
+    port: int  # the kubelet's API (TLS)
+    healthz_port: int
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "ctd.sock"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.dir / "containerd.toml"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.dir / "kubelet.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubelet.kubeconfig"
+
+    @property
+    def root_dir(self) -> Path:
+        """In the namespace's tmpfs: the kubelet's own sockets there (pod-resources/<n>) would pass
+        the 107-byte limit under the run directory, and its volume mounts go with the namespace."""
+        return Path(NAMESPACE_TMPFS[0])
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.dir / "cni"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.dir / "pod-logs"
+
+    @property
+    def cgroup(self) -> str:
+        return f"{cgroup_prefix(self.run_id)}{self.name}"
+
+    @property
+    def healthz_url(self) -> str:
+        return f"http://{LOOPBACK_IP}:{self.healthz_port}/healthz"
+
+
+def layout(run_id: str, base_dir: Path, name: str, ports: Mapping[str, int]) -> KubeletNodeLayout:
+    folder = base_dir / name
+    return KubeletNodeLayout(run_id, name, folder, ports[name], ports[f"{name}-healthz"])
+
+
+def _toml_str(s: str | Path) -> str:
+    return json.dumps(str(s))  # a TOML basic string: JSON's escapes are TOML's
+
+
+def containerd_config_text(nl: KubeletNodeLayout, runc: Path, cni_bin_dir: Path) -> str:
+    """containerd's configuration (version 3, containerd 2.x): its root, state and sockets in the
+    node's folder, runc by path, the pinned pod sandbox image, the loopback CNI network (pure)."""
+    return "\n".join([
+        "version = 3",
+        f"root = {_toml_str(nl.dir / 'containerd-root')}",
+        f"state = {_toml_str(nl.dir / 'containerd-state')}",
+        "[grpc]",
+        f"  address = {_toml_str(nl.socket)}",
+        "[ttrpc]",
+        f"  address = {_toml_str(str(nl.socket) + '.ttrpc')}",
+        "[plugins.'io.containerd.cri.v1.images'.pinned_images]",
+        f"  sandbox = {_toml_str(NODE_IMAGE)}",
+        "[plugins.'io.containerd.cri.v1.runtime']",
+        # No process here may lower its OOM score (the machine's sandboxing refuses it): the pod
+        # sandbox's -998 would fail runc's init; restricted, it gets at least containerd's own score.
+        "  restrict_oom_score_adj = true",
+        # Pod network namespaces under the state folder, not /var/run/netns.
+        "  netns_mounts_under_state_dir = true",
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]",
+        f"  BinaryName = {_toml_str(runc)}",
+        "[plugins.'io.containerd.cri.v1.runtime'.cni]",
+        f"  bin_dirs = [{_toml_str(cni_bin_dir)}]",
+        f"  conf_dir = {_toml_str(nl.cni_conf_dir)}",
+        "",
+    ])
+
+
+def cni_conflist(subnet: str) -> dict[str, Any]:
+    """The pods' network (CNI spec 1.0), all inside the node's network namespace: a bridge, a veth
+    pair per pod, an address of `subnet` from host-local IPAM; containerd adds the loopback itself.
+    No masquerading (no iptables rule): nothing routes out of the node's namespace anyway."""
+    ipam = {"type": "host-local", "ranges": [[{"subnet": subnet}]]}
+    bridge = {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "ipam": ipam}
+    return {"cniVersion": "1.0.0", "name": CNI_NETWORK, "plugins": [bridge]}
+
+
+def pod_subnet(index: int) -> str:
+    """Node `index`'s pod addresses: within daemons.POD_CIDR's last /16, which kwok's few pods never
+    reach (it hands out addresses from the start of the range)."""
+    return f"10.143.{index}.0/24"
+
+
+def kubelet_config(nl: KubeletNodeLayout, ca_file: Path, cert: Path, key: Path) -> dict[str, Any]:
+    """The KubeletConfiguration (kubelet.config.k8s.io/v1beta1) of one node (pure)."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        # These machines have the cgroup v1 hierarchy; the kubelet refuses it unless told (1.35+).
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",  # no systemd here
+        "cgroupRoot": f"/{nl.cgroup}",
+        "cgroupsPerQOS": True,
+        "enforceNodeAllocatable": [],
+        "failSwapOn": False,
+        "makeIPTablesUtilChains": False,  # the host's firewall is not ours (module docstring)
+        "address": LOOPBACK_IP,
+        "port": nl.port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": LOOPBACK_IP,
+        "healthzPort": nl.healthz_port,
+        "tlsCertFile": str(cert),
+        "tlsPrivateKeyFile": str(key),
+        # Only the run's certificates are accepted, and the API server decides what each may do.
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                           "x509": {"clientCAFile": str(ca_file)}},
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": f"unix://{nl.socket}",
+        "imageServiceEndpoint": f"unix://{nl.socket}",
+        "podLogsDir": str(nl.pod_logs),
+        "resolvConf": "",
+        "serializeImagePulls": False,
+        # The machine's disk is shared and its fill is not this node's: no eviction (an empty map
+        # turns the kubelet's default thresholds off), no image GC.
+        "evictionHard": {},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "localStorageCapacityIsolation": False,
+        "nodeStatusReportFrequency": "10s",
+    }
+
+
+def write_node_files(nl: KubeletNodeLayout, runc: Path, cni_bin_dir: Path, ca_file: Path, cert: Path,
+                     key: Path, index: int) -> None:
+    nl.dir.mkdir(parents=True, exist_ok=True)
+    nl.cni_conf_dir.mkdir(exist_ok=True)
+    nl.pod_logs.mkdir(exist_ok=True)
+    nl.containerd_config.write_text(containerd_config_text(nl, runc, cni_bin_dir))
+    (nl.cni_conf_dir / f"10-{CNI_NETWORK}.conflist").write_text(json.dumps(cni_conflist(pod_subnet(index)), indent=2) + "\n")
+    nl.kubelet_config.write_text(yaml.safe_dump(kubelet_config(nl, ca_file, cert, key), sort_keys=True))
+
+
+def containerd_argv(nl: KubeletNodeLayout, binary: Path) -> list[str]:
+    """containerd in new mount and network namespaces (the node's), the first with NAMESPACE_TMPFS
+    as tmpfs, the second with its loopback up; `exec` keeps the PID the recorded one. The kubelet
+    joins the mount namespace (kubelet_argv)."""
+    mounts = " && ".join(f"mkdir -p {d} && mount -t tmpfs -o mode=0755 gpufleet-kubelet {d}"
+                         for d in NAMESPACE_TMPFS)
+    script = f'ip link set lo up && {mounts} && exec "$0" "$@"'
+    return ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script,
+            str(binary), "--config", str(nl.containerd_config)]
+
+
+def kubelet_argv(nl: KubeletNodeLayout, binary: Path, containerd_pid: int,
+                 labels: dict[str, str]) -> list[str]:
+    taint = node_taint()
+    return [
+        "nsenter", f"--mount=/proc/{containerd_pid}/ns/mnt", "--", str(binary),
+        f"--config={nl.kubelet_config}",
+        f"--kubeconfig={nl.kubeconfig}",
+        f"--root-dir={nl.root_dir}",
+        f"--hostname-override={nl.name}",
+        # The node has no address: the kubelet refuses a loopback node IP ("nodeIP can't be loopback
+        # address", logged at each status update) and would take the host's own address without
+        # one. So the API server cannot reach it for logs or exec; pod logs are in pod_logs.
+        f"--node-ip={LOOPBACK_IP}",
+        "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        f"--register-with-taints={taint['key']}={taint['value']}:{taint['effect']}",
+    ]
+
+
+# ----------------------------------------------------------------------------- cgroups (I/O)
+
+
+def _hierarchies() -> list[Path]:
+    """The cgroup hierarchies to make a root in: each v1 controller's, or the v2 root."""
+    if (CGROUP_FS / "cgroup.controllers").is_file():
+        return [CGROUP_FS]
+    # v1: one folder per controller (cpu,cpuacct may be links to one); "unified" is the v2 tree of a
+    # hybrid host, where the kubelet's cgroupfs driver makes nothing.
+    return sorted(p for p in CGROUP_FS.iterdir() if p.is_dir() and not p.is_symlink()
+                  and (p / "cgroup.procs").is_file() and p.name != "unified")
+
+
+def make_cgroup(name: str) -> None:
+    """The node's cgroup root in every hierarchy (the kubelet refuses a cgroupRoot missing in one);
+    cpuset needs its CPUs and memory nodes before a task may join."""
+    for h in _hierarchies():
+        d = h / name
+        d.mkdir(exist_ok=True)
+        for f in ("cpuset.cpus", "cpuset.mems"):
+            if (h / f).is_file() and not (d / f).read_text().strip():
+                (d / f).write_text((h / f).read_text())
+        if h == CGROUP_FS:  # v2: the controllers the kubelet's QoS cgroups use, for its children
+            with contextlib.suppress(OSError):
+                (d / "cgroup.subtree_control").write_text("+cpu +memory +pids")
+
+
+def _cgroup_dirs(prefix: str) -> list[Path]:
+    """The run's cgroups in every hierarchy, the hybrid host's "unified" one too (runc makes the
+    containers' cgroups there as well)."""
+    trees = [*_hierarchies(), *([CGROUP_FS / "unified"] if (CGROUP_FS / "unified").is_dir() else [])]
+    return [d for h in trees for d in h.glob(f"{prefix}*") if d.is_dir()]
+
+
+def _pids_under(root: Path) -> set[int]:
+    pids: set[int] = set()
+    for procs in root.rglob("cgroup.procs"):
+        with contextlib.suppress(OSError, ValueError):
+            pids.update(int(x) for x in procs.read_text().split())
+    return pids
+
+
+def remove_cgroups(run_id: str, wait_s: float = KILL_WAIT_S) -> list[str]:
+    """Kill every process left in the run's kubelet node cgroups (the containers: their shims are
+    gone by now) and remove the cgroups, deepest first. Returns what could not be removed."""
+    dirs = _cgroup_dirs(cgroup_prefix(run_id))
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = set().union(*(_pids_under(d) for d in dirs)) if dirs else set()
+        if not pids or time.monotonic() > deadline:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    left: list[str] = []
+    for d in dirs:
+        for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                sub.rmdir()
+        try:
+            d.rmdir()
+        except OSError as e:
+            left.append(f"{d}: {e.strerror}")
+    return left
+
+
+def remove_mount_points(paths: Sequence[str] = NAMESPACE_TMPFS) -> None:
+    """The folders containerd's namespace made as mount points, on the host: removed when empty (a
+    real kubelet's /var/lib/kubelet is not, and stays)."""
+    for p in paths:
+        with contextlib.suppress(OSError):
+            Path(p).rmdir()
