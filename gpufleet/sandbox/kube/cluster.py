@@ -803,8 +803,7 @@ def kube_down(
 
     def after_stop() -> list[str]:
         left = kubelet_node.remove_cgroups(state.run_id)
-        others = [s for s in all_kube_stacks(root) if s != stack]
-        if state.kubelet_nodes and not left and not others:  # another run's namespace may use them
+        if state.kubelet_nodes:
             kubelet_node.remove_mount_points()
         return left
 

@@ -10,9 +10,10 @@ the GPU Operator's DaemonSets) stay on kwok nodes.
 
 What it must not touch on the host, and how it does not:
 - mounts: containerd and the kubelet run in a mount namespace of their own (containerd starts it,
-  the kubelet joins it); the folders the kubelet and CNI write at fixed paths (/var/lib/kubelet,
-  whose device-plugins/ is hard-coded in the kubelet, and /var/lib/cni) are tmpfs there; everything
-  else is under the node's folder in the run directory. The namespace goes when its last process
+  the kubelet joins it); the folders the kubelet, CNI and containerd write at fixed paths
+  (NAMESPACE_TMPFS: the kubelet's device-plugins/ is hard-coded, containerd's shim sockets are
+  under /run/containerd/s) are tmpfs there; everything else is under the node's folder in the run
+  directory. The namespace goes when its last process
   does, and with it every mount of the node;
 - the firewall: `makeIPTablesUtilChains: false`, or the kubelet adds a KUBE-FIREWALL chain to the
   host's INPUT and OUTPUT (kubelet_network_linux.go; seen here before that setting);
@@ -53,7 +54,9 @@ KUBELET_NODE_LABEL = "gpufleet.io/kubelet-node"
 NODE_IMAGE = f"localhost/gpufleet/node-base:{rootfs_key()}"
 # The pod sandbox's process only holds the pod's namespaces; containerd stops it with SIGKILL.
 SANDBOX_ENTRYPOINT = ("/bin/sleep", "infinity")
-NAMESPACE_TMPFS = ("/var/lib/kubelet", "/var/lib/cni")  # fixed paths the kubelet and CNI write
+# Fixed paths the kubelet (its root, and device-plugins/ whatever the root), CNI (its IPAM state and
+# cache) and containerd (its shims' sockets, /run/containerd/s, and runc's state) write.
+NAMESPACE_TMPFS = ("/var/lib/kubelet", "/var/lib/cni", "/run/containerd")
 CNI_NETWORK = "gpufleet-pods"
 BRIDGE = "gpufleet0"
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -223,7 +226,8 @@ def write_node_files(nl: KubeletNodeLayout, runc: Path, cni_bin_dir: Path, ca_fi
     nl.cni_conf_dir.mkdir(exist_ok=True)
     nl.pod_logs.mkdir(exist_ok=True)
     nl.containerd_config.write_text(containerd_config_text(nl, runc, cni_bin_dir))
-    (nl.cni_conf_dir / f"10-{CNI_NETWORK}.conflist").write_text(json.dumps(cni_conflist(pod_subnet(index)), indent=2) + "\n")
+    conflist = json.dumps(cni_conflist(pod_subnet(index)), indent=2) + "\n"
+    (nl.cni_conf_dir / f"10-{CNI_NETWORK}.conflist").write_text(conflist)
     nl.kubelet_config.write_text(yaml.safe_dump(kubelet_config(nl, ca_file, cert, key), sort_keys=True))
 
 
@@ -323,9 +327,28 @@ def remove_cgroups(run_id: str, wait_s: float = KILL_WAIT_S) -> list[str]:
     return left
 
 
+def _mounted_in_a_node(path: str) -> bool:
+    """Whether a kubelet node's namespace (any run's, any state root's) has a mount at `path`:
+    removing the folder would unmount it there (rmdir of another namespace's mount point detaches it,
+    Linux >= 3.18)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.path.basename(os.readlink(entry / "exe")) != CONTAINERD:
+                continue
+            mounts = (entry / "mountinfo").read_text().splitlines()
+        except OSError:
+            continue
+        if any(line.split()[4] == path for line in mounts):
+            return True
+    return False
+
+
 def remove_mount_points(paths: Sequence[str] = NAMESPACE_TMPFS) -> None:
     """The folders containerd's namespace made as mount points, on the host: removed when empty (a
-    real kubelet's /var/lib/kubelet is not, and stays)."""
+    real kubelet's /var/lib/kubelet is not, and stays) and no other kubelet node mounts them."""
     for p in paths:
-        with contextlib.suppress(OSError):
-            Path(p).rmdir()
+        if not _mounted_in_a_node(p):
+            with contextlib.suppress(OSError):
+                Path(p).rmdir()

@@ -139,11 +139,13 @@ def test_new_keys_are_validated_all_at_once() -> None:
     comp["generate"]["reads"] = ["../schema.json"]
     comp["generate"]["env"] = {"VERSION": "{colour}"}
     comp["binaries"]["odd"] = "../outside"
+    comp["cgo"] = "yes"
     with pytest.raises(InputError) as err:
         parse_versions(data, "v.toml")
     prefix = "components.pulumi-kubernetes"
     assert sorted(str(p) for p in err.value.problems) == [
         f"{prefix}.binaries.odd: a package of the project's own is ./<folder> of its dir",
+        f"{prefix}.cgo: must be true or false, got 'yes'",
         f"{prefix}.generate.env.VERSION: unknown field(s) ['colour']",
         f"{prefix}.generate.into: must be one of this component's own packages (./<folder>)",
         f"{prefix}.generate.reads: must list file names (no folders)",
@@ -260,7 +262,8 @@ def test_build_flags_and_stamps_of_the_pulumi_components(tmp_path: Path) -> None
     assert step.inputs["generate"]["env"] == {"VERSION": "4.25.0"}
     assert re.fullmatch(r"[0-9a-f]{64}", step.inputs["sources"])
     # The sandbox's components keep the stamp they had, so extending build.py rebuilt none of them.
-    # (A component built from a pseudo-version also records the release it is, as the GPU Operator.)
+    # (A component built from a pseudo-version also records the release it is, as the GPU Operator;
+    # one built with cgo records that, as runc.)
     for comp in v.in_group("kube"):
         assert set(build.component_step(tmp_path, comp).inputs) == {
             "format",
@@ -270,7 +273,8 @@ def test_build_flags_and_stamps_of_the_pulumi_components(tmp_path: Path) -> None
             "binaries",
             "build_flags",
             "go_mod_sum",
-        } | ({"release"} if comp.release else set())
+        } | ({"release"} if comp.release else set()) | ({"cgo"} if comp.cgo else set())
+    assert [c.name for c in v.in_group("kube") if c.cgo] == ["runc"]
 
 
 # --- the committed files ------------------------------------------------------------------------------

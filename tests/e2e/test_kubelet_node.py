@@ -1,0 +1,149 @@
+"""End-to-end: a kubelet node of the Kubernetes sandbox (`sandbox up --kubernetes --kubelet-nodes 1`,
+ADR 0081): the real kubelet v1.37.2 with containerd 2.4.2 and runc registers a node, runs real
+containers of the sandbox's Debian image, reports their exit codes and termination messages through
+the API server, keeps pods that do not tolerate its taint away, and leaves the host as it found it:
+no firewall rule, no interface in the host's network namespace, and after `down` no process, cgroup
+or mount point.
+
+Needs root (cgroups, mount and network namespaces) and the programs `make kube-bins` builds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import kube_sandbox, wait_until
+from test_kubernetes_sandbox import assert_nothing_left
+
+from gpufleet.core.sandbox_contract import KubeSandboxState
+from gpufleet.sandbox.kube import kubelet_node
+from gpufleet.sandbox.kube.api import KubeApi, object_path
+from gpufleet.sandbox.kube.cluster import api_from_kubeconfig, node_ready
+
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="kubelet nodes need root (cgroups, namespaces)"),
+]
+
+STACK = "sandbox"
+NODE = "kubelet-0"
+NAMESPACE = "default"
+
+
+def host_firewall() -> str:
+    out = []
+    for cmd in ("iptables-save", "ip6tables-save"):
+        proc = subprocess.run([cmd], capture_output=True, text=True, check=False)
+        # The counters and the dump's time change by themselves; the rules are what matters.
+        out += [ln for ln in proc.stdout.splitlines() if not ln.startswith(("#", ":"))]
+    return "\n".join(sorted(out))
+
+
+def host_links() -> set[str]:
+    return {p.name for p in Path("/sys/class/net").iterdir()}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeSandboxState, dict[str, Any]]]:
+    before = {"firewall": host_firewall(), "links": host_links(),
+              "mount_points": {p for p in kubelet_node.NAMESPACE_TMPFS if Path(p).exists()}}
+    with kube_sandbox(tmp_path_factory, "kubelet-root", STACK, "--nodes", "2", "--no-training",
+                      "--no-gpu-operator", "--kubelet-nodes", "1") as (root, state, up):
+        assert f"1 kubelet node(s) Ready: {NODE}" in up.stdout
+        yield state, before
+    assert_nothing_left(state, root)
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{kubelet_node.cgroup_prefix(state.run_id)}*"))
+    assert {p for p in kubelet_node.NAMESPACE_TMPFS if Path(p).exists()} == before["mount_points"]
+
+
+@pytest.fixture(scope="module")
+def admin(sandbox: tuple[KubeSandboxState, dict[str, Any]]) -> Iterator[KubeApi]:
+    state, _ = sandbox
+    assert state.admin_kubeconfig is not None
+    with api_from_kubeconfig(Path(state.admin_kubeconfig)) as api:
+        yield api
+
+
+def pod(name: str, script: str, *, tolerate: bool = True, host_network: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "hostNetwork": host_network,
+        "containers": [{"name": "c", "image": kubelet_node.NODE_IMAGE, "imagePullPolicy": "Never",
+                        "command": ["/bin/sh", "-c", script]}],
+    }
+    if tolerate:
+        spec["tolerations"] = [{"key": kubelet_node.KUBELET_NODE_LABEL, "operator": "Exists"}]
+        spec["nodeSelector"] = {kubelet_node.KUBELET_NODE_LABEL: "true"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": spec}
+
+
+def finished(api: KubeApi, name: str) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        p = api.get(object_path("Pod", name, NAMESPACE))
+        return p if p["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    return wait_until(f"pod {name} to finish", done, 60)
+
+
+def test_the_node_is_a_real_kubelet_with_containerd(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi
+) -> None:
+    state, _ = sandbox
+    assert state.kubelet_nodes == [NODE]
+    assert [p.name for p in state.processes][-2:] == [f"containerd-{NODE}", f"kubelet-{NODE}"]
+    node = admin.get(object_path("Node", NODE))
+    assert node_ready(node)
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.37.2"
+    assert info["containerRuntimeVersion"] == "containerd://2.4.2"
+    assert node["metadata"]["labels"][kubelet_node.KUBELET_NODE_LABEL] == "true"
+    assert kubelet_node.node_taint() in [{k: t[k] for k in ("key", "value", "effect")}
+                                        for t in node["spec"].get("taints") or []]
+
+
+def test_containers_run_and_report_through_the_api_server(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi
+) -> None:
+    _, before = sandbox
+    admin.create(pod("ok", "echo -n step-1-ok > /dev/termination-log; "
+                           "grep -q 'ID=debian' /etc/os-release"))
+    admin.create(pod("fails", "exit 3"))
+    admin.create(pod("host-net", "test -e /proc/net/dev", host_network=True))
+    ok, fails, host_net = (finished(admin, n) for n in ("ok", "fails", "host-net"))
+
+    assert ok["status"]["phase"] == "Succeeded", ok["status"]
+    term = ok["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term["message"]) == (0, "step-1-ok")
+    assert ok["spec"]["nodeName"] == NODE
+    assert ok["status"]["podIP"].startswith("10.143.0.")  # the node's own pod network
+    assert fails["status"]["phase"] == "Failed"
+    assert fails["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+    assert host_net["status"]["phase"] == "Succeeded", host_net["status"]
+
+    # The node's network and firewall are its own: nothing appeared in the host's.
+    assert host_links() == before["links"]
+    assert host_firewall() == before["firewall"]
+
+
+def test_pods_that_do_not_tolerate_the_taint_stay_off(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi
+) -> None:
+    manifest = pod("untolerated", "true", tolerate=False)
+    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    admin.create(manifest)
+
+    def unschedulable() -> str | None:
+        conds = admin.get(object_path("Pod", "untolerated", NAMESPACE))["status"].get("conditions") or []
+        return next((c["message"] for c in conds
+                     if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"), None)
+
+    # The node the selector names is tainted, and so are the kwok nodes (the pool's GPU taint).
+    message = wait_until("the scheduler to refuse the pod", unschedulable, 30)
+    assert "had untolerated taint" in message
+    assert "nodeName" not in admin.get(object_path("Pod", "untolerated", NAMESPACE))["spec"]
