@@ -29,6 +29,7 @@ from gpufleet.fleet.upgrade import (
 )
 from gpufleet.fleet.upgrade.drive import drive
 from gpufleet.fleet.upgrade.gate import GateSetup
+from gpufleet.fleet.upgrade.gate_pod import GatePod
 from gpufleet.fleet.upgrade.kube_driver import PUBLISHER_SELECTOR, GpuOperatorDriver, InspectStep
 from gpufleet.fleet.upgrade.model import protection
 from gpufleet.fleet.upgrade.rollout import Rollout
@@ -173,10 +174,12 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
                         kubeconfig: Path | None) -> GpuOperatorDriver:
     """The cluster's (--kubeconfig) or the stack's Kubernetes sandbox's GPU Operator. On the sandbox
     a version in `sandbox.badVersions` gets kwok's failure annotation on the driver pod template."""
+    smoke = gate_smoke_pod(spec)
     if kubeconfig is not None:
         if not kubeconfig.is_file():
             raise InputError("--kubeconfig", [Problem(str(kubeconfig), "not a file")])
-        return GpuOperatorDriver(kubeconfig, component, Path(".gpufleet/upgrade") / f"{name}-cordons.json")
+        return GpuOperatorDriver(kubeconfig, component, Path(".gpufleet/upgrade") / f"{name}-cordons.json",
+                                 smoke=smoke)
     from gpufleet.core.sandbox_contract import kube_state_path, read_kube_state
     from gpufleet.sandbox.kube.gpu_operator import FAILS_TO_LOAD
 
@@ -186,7 +189,18 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
     bad = frozenset(spec.sandbox.bad_versions if spec.sandbox else ())
     return GpuOperatorDriver(Path(state.admin_kubeconfig), component,
                              kube_state_path(name, state_root).with_name(RECORD_FILE),
-                             template_annotations=lambda v: {FAILS_TO_LOAD: "true" if v in bad else None})
+                             template_annotations=lambda v: {FAILS_TO_LOAD: "true" if v in bad else None},
+                             smoke=smoke)
+
+
+def gate_smoke_pod(spec: StackSpec) -> GatePod | None:
+    """The Kubernetes gate's smoke pod: the stack's `upgrade.gate.smokePod` when `smokeRun` is on."""
+    gate = spec.upgrade.gate
+    if not gate.smoke_run or gate.smoke_pod is None:
+        return None
+    sp = gate.smoke_pod
+    return GatePod(image=sp.image, command=tuple(sp.command), deadline_s=sp.deadline_seconds,
+                   namespace=sp.namespace or spec.gameday.namespace)
 
 
 def _inspect_step(driver: GpuOperatorDriver, spec: StackSpec, setup: GateSetup) -> InspectStep | None:
@@ -342,7 +356,9 @@ def run_cmd(
                            "condition" + (", then inspect light on the node's own reading after its "
                                           "publisher restarted" if driver.inspect else
                                           " (no inspect publisher on the cluster)")
-                           + " (no smoke run: docs/fleet-upgrade.md)")
+                           + (f", then the smoke pod ({driver.smoke.image}) on the node" if driver.smoke
+                              else " (no smoke run: upgrade.gate.smokePod is not set; "
+                                   "docs/fleet-upgrade.md)"))
     out = report or driver.record.path.with_name(f"upgrade-{rollout_id}.json")
     out.write_text(json.dumps(doc, indent=2))
     cap = result.capacity()

@@ -777,6 +777,18 @@ class ProtectedJobs(Model):
     name_patterns: list[str] = Field(default_factory=list)
 
 
+class GateSmokePod(Model):
+    """The Kubernetes gate's smoke run (`upgrade.gate.smokePod`, ADR 0082): a pod on the node under
+    upgrade, from the site's training image running one step of its own job; it must exit 0 within
+    `deadlineSeconds`. It holds every GPU the node advertises and tolerates every taint."""
+
+    image: Annotated[str, Field(min_length=1)]
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 300.0
+    # None: the stack's game-day namespace (it exists wherever gpufleet is deployed).
+    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] | None = None
+
+
 class UpgradeGate(Model):
     """What must pass before an upgraded node returns to service."""
 
@@ -785,6 +797,9 @@ class UpgradeGate(Model):
     performance_floor_percent: Annotated[float, Field(gt=0, le=100)] = 90.0
     inspect_level: Literal["light", "full"] = "full"
     smoke_run: bool = True  # a one-step training run on the node
+    # On Kubernetes the smoke run is this pod; without it the Kubernetes gate has none (the Slurm
+    # and sandbox gates run gpufleet's own one-step run on the node).
+    smoke_pod: GateSmokePod | None = None
 
 
 class UpgradeSpec(Model):

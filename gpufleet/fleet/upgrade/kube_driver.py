@@ -30,7 +30,8 @@ bake, gate or rollback. gpufleet keeps it to the rollout's nodes:
   judged is the first one a pod other than the deleted ones wrote (the ConfigMap names its writer:
   a terminating pod may still write once), by the gate's checks (gate.py) at the light level (a
   published reading has no performance probe), the upgraded driver's version against the one
-  installed.
+  installed. Last, with the stack's `upgrade.gate.smokePod`, the smoke pod on the node (gate_pod.py,
+  ADR 0082): the site's one training step, which must exit 0.
 - Cordon records the node first (CordonRecord) and marks it with the rollout's reason in the
   MAINTENANCE annotation; Uncordon returns only a node still carrying this run's mark.
 - Hand back, at the end: the controller marks every node `upgrade-required` whose pod is older than
@@ -73,6 +74,7 @@ from gpufleet.core.node_health import CONDITION
 from gpufleet.fleet.inspect.cluster import PoolShape, published_observation, sched_state
 from gpufleet.fleet.inspect.observation import NodeObservation as InspectObservation
 from gpufleet.fleet.upgrade.gate import GateSetup, inspect_gate
+from gpufleet.fleet.upgrade.gate_pod import START_MARGIN_S, GatePod, gate_pod_manifest, run_gate_pod
 from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
 from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, DriverError
 
@@ -285,7 +287,8 @@ class GpuOperatorDriver:
     def __init__(self, kubeconfig: Path | None, component: Component, record_path: Path, *,
                  namespace: str = OPERATOR_NAMESPACE,
                  template_annotations: TemplateAnnotations = lambda _v: {},
-                 poll_s: float = POLL_S, inspect: InspectStep | None = None) -> None:
+                 poll_s: float = POLL_S, inspect: InspectStep | None = None,
+                 smoke: GatePod | None = None) -> None:
         if component is not Component.DRIVER:
             raise DriverError("the GPU Operator upgrades the driver only; firmware needs the Slurm driver "
                               "or the vendor's tool")
@@ -302,6 +305,7 @@ class GpuOperatorDriver:
         self.template_annotations = template_annotations
         self.poll_s = poll_s
         self.inspect = inspect
+        self.smoke = smoke
         self.record = CordonRecord.load(record_path)
         self._polls = 0
         self._evicting: dict[str, float] = {}  # pod id -> when its eviction was last asked
@@ -505,10 +509,46 @@ class GpuOperatorDriver:
     def gate(self, node: str, version: str) -> tuple[bool, str]:
         validators = self._pods(VALIDATOR_SELECTOR, node)
         passed, detail = gate_verdict(self.node(node), self.driver_pod(node), validators, version)
-        if not passed or self.inspect is None:
-            return passed, detail
-        passed, checked = self._inspect(node, version, self.inspect)
-        return passed, f"{detail}; {checked}"
+        if passed and self.inspect is not None:
+            passed, checked = self._inspect(node, version, self.inspect)
+            detail = f"{detail}; {checked}"
+        if passed and self.smoke is not None:
+            passed, ran = self.smoke_pod(node)
+            detail = f"{detail}; {ran}"
+        return passed, detail
+
+    # ------------------------------------------------------------------ the gate's smoke pod
+
+    def smoke_pod(self, node: str) -> tuple[bool, str]:
+        """The gate's smoke run on the node (gate_pod.py), if the driver has one."""
+        from kubernetes.client.exceptions import ApiException
+
+        if self.smoke is None:
+            return False, "no smoke pod configured (upgrade.gate.smokePod)"
+        ns = self.smoke.namespace
+        manifest = gate_pod_manifest(self.node(node), self.smoke, self.record.rollout_id or "gate")
+
+        def read(name: str) -> dict[str, Any] | None:
+            try:
+                return self._dict(self.core.read_namespaced_pod(name, ns))
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                raise DriverError(f"read pod {ns}/{name}: HTTP {e.status} {e.reason}") from None
+
+        def delete(name: str) -> None:
+            try:
+                self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+            except ApiException as e:
+                if e.status != 404:
+                    raise DriverError(f"delete pod {ns}/{name}: HTTP {e.status} {e.reason}") from None
+
+        def create(obj: dict[str, Any]) -> None:
+            self._call(f"create pod {ns}/{obj['metadata']['name']}",
+                       lambda: self.core.create_namespaced_pod(ns, obj))
+
+        return run_gate_pod(create, read, delete, manifest, self.smoke.deadline_s + START_MARGIN_S,
+                            poll_s=self.poll_s)
 
     # ------------------------------------------------------------------ the gate's inspect step
 

@@ -15,11 +15,18 @@ checkpoints, events and logs live in a scratch folder removed afterwards (kept o
 the detail); its rendezvous port is outside the job's range and it serves no metrics.
 
 Prints one JSON object {"passed", "detail", "seconds"}; exit 0 passed, 1 failed, 2 bad input.
+
+`--standalone` runs it where no sandbox is around it: in a pod (the Kubernetes gate's smoke pod on a
+kubelet node, gpufleet.fleet.upgrade.gate_pod). It then makes its own scratch folder with the
+node's folder and a hosts file that puts the node on loopback, so the ranks meet over the loopback
+of whatever network namespace it runs in, and with `--termination-log /dev/termination-log` it also
+writes its JSON where the kubelet takes the container's termination message from.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -41,7 +48,8 @@ STEPS = 1
 # past them, so it never meets a socket of the job's.
 RENDEZVOUS_PORT = 29650
 JOB_ID = 0  # no Slurm job: the checkpoint key and the events say job 0
-STOP_GRACE_S = 2.0  # SIGTERM (the rank unregisters from its GPUs), then SIGKILL
+STOP_GRACE_S = 2.0
+LOG_TAIL_LINES = 20  # SIGTERM (the rank unregisters from its GPUs), then SIGKILL
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,17 @@ def task_env(node: str, rank: int, ranks: int, gpus: int) -> dict[str, str]:
         "SLURM_JOB_GPUS": ",".join(str(g) for g in range(gpus)),
         "GPUFLEET_INCARNATION": "0",
     }
+
+
+def standalone_base(scratch: Path, node: str) -> tuple[Path, Path]:
+    """A base folder with the node's folder, and a hosts file that puts the node on loopback (its
+    management and fabric address 127.0.0.1 on `lo`), in `scratch`."""
+    base = scratch / "base"
+    (base / "nodes" / node).mkdir(parents=True)
+    hosts = scratch / "hosts.json"
+    hosts.write_text(json.dumps({node: {"mgmt_ip": "127.0.0.1", "fabric_ip": "127.0.0.1",
+                                        "fabric_ifname": "lo"}}))
+    return base, hosts
 
 
 def judge_smoke(exits: Sequence[int | None], events: Sequence[TrainingEvent],
@@ -149,28 +168,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--node", required=True)
     p.add_argument("--ranks", type=int, default=1, help="ranks on the node (the job's ranks per node)")
     p.add_argument("--gpus", type=int, required=True, help="the node's GPUs (every rank holds all)")
-    p.add_argument("--base-dir", type=Path, required=True, help="the sandbox's run folder")
-    p.add_argument("--hosts-file", type=Path, required=True)
+    p.add_argument("--base-dir", type=Path, help="the sandbox's run folder")
+    p.add_argument("--hosts-file", type=Path)
+    p.add_argument("--standalone", action="store_true",
+                   help="no sandbox around it (a pod): its own scratch folder and a loopback hosts file")
+    p.add_argument("--termination-log", type=Path, help="also write the JSON verdict here")
     p.add_argument("--deadline", type=float, default=20.0, help="seconds for the ranks to finish")
     p.add_argument("--rendezvous-port", type=int, default=RENDEZVOUS_PORT)
     args = p.parse_args(argv)
     problems = []
     if args.ranks < 1 or args.gpus < 1:
         problems.append(f"--ranks {args.ranks} and --gpus {args.gpus} must be at least 1")
-    if not (args.base_dir / "nodes" / args.node).is_dir():
-        problems.append(f"{args.base_dir / 'nodes' / args.node}: no such node folder")
-    if not args.hosts_file.is_file():
-        problems.append(f"{args.hosts_file}: no hosts file")
+    if args.standalone:
+        if args.base_dir or args.hosts_file:
+            problems.append("--standalone makes its own --base-dir and --hosts-file: give neither")
+    else:
+        if args.base_dir is None or not (args.base_dir / "nodes" / args.node).is_dir():
+            problems.append(f"{args.base_dir and args.base_dir / 'nodes' / args.node}: no such node folder "
+                            "(--base-dir, or --standalone)")
+        if args.hosts_file is None or not args.hosts_file.is_file():
+            problems.append(f"{args.hosts_file}: no hosts file (--hosts-file, or --standalone)")
     if args.deadline <= 0:
         problems.append(f"--deadline {args.deadline} must be positive")
     if problems:
         print(f"smoke: {'; '.join(problems)}", file=sys.stderr)
         return 2
     t = time.monotonic()
-    verdict = run_smoke(args.node, args.ranks, args.gpus, args.base_dir, args.hosts_file, args.deadline,
-                        args.rendezvous_port)
-    print(json.dumps({"passed": verdict.passed, "detail": verdict.detail,
-                      "seconds": round(time.monotonic() - t, 2)}))
+    if args.standalone:
+        with tempfile.TemporaryDirectory(prefix="gpufleet-smoke-") as tmp:
+            base, hosts = standalone_base(Path(tmp), args.node)
+            verdict = run_smoke(args.node, args.ranks, args.gpus, base, hosts, args.deadline,
+                                args.rendezvous_port)
+            if not verdict.passed:  # the scratch folder goes with the pod: its ranks' logs go to stderr
+                for log in sorted(Path(tmp).rglob("rank-*.log")):
+                    tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+                    print(f"--- {log.name} (last {len(tail)} lines)", *tail, sep="\n", file=sys.stderr)
+                detail = verdict.detail.split(" (logs in ", 1)[0]
+                verdict = SmokeVerdict(False, f"{detail} (rank logs on stderr)")
+    else:
+        verdict = run_smoke(args.node, args.ranks, args.gpus, args.base_dir, args.hosts_file, args.deadline,
+                            args.rendezvous_port)
+    line = json.dumps({"passed": verdict.passed, "detail": verdict.detail,
+                       "seconds": round(time.monotonic() - t, 2)})
+    print(line)
+    if args.termination_log is not None:
+        with contextlib.suppress(OSError):  # the verdict is on stdout whatever happens here
+            args.termination_log.write_text(line)
     return 0 if verdict.passed else 1
 
 
