@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,9 @@ from e2e_support import kube_sandbox, wait_until
 from test_kubernetes_sandbox import assert_nothing_left
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
+from gpufleet.fleet.upgrade.gate_pod import GATE_APP, GatePod
+from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
+from gpufleet.fleet.upgrade.model import Component
 from gpufleet.sandbox.kube import kubelet_node
 from gpufleet.sandbox.kube.api import KubeApi, object_path
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig, node_ready
@@ -33,6 +37,7 @@ pytestmark = [
 STACK = "sandbox"
 NODE = "kubelet-0"
 NAMESPACE = "default"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def host_firewall() -> str:
@@ -147,3 +152,41 @@ def test_pods_that_do_not_tolerate_the_taint_stay_off(
     message = wait_until("the scheduler to refuse the pod", unschedulable, 30)
     assert "had untolerated taint" in message
     assert "nodeName" not in admin.get(object_path("Pod", "untolerated", NAMESPACE))["spec"]
+
+
+def smoke_pod(deadline_s: float) -> GatePod:
+    """gpufleet's own one-step training run (smoke.py --standalone, 2 ranks over gloo on the pod's
+    loopback) in the node image, with this machine's Python environment mounted read-only: the
+    project (an editable install), its virtual environment and the interpreter it was made from."""
+    argv = [sys.executable, "-m", "gpufleet.sandbox.training.smoke", "--standalone", "--node", NODE,
+            "--gpus", "8", "--ranks", "2", "--deadline", str(deadline_s),
+            "--termination-log", "/dev/termination-log"]
+    return GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", command=argv,
+                   deadline_s=120, namespace=NAMESPACE,
+                   env={"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"},
+                   host_paths=sorted({str(REPO), sys.prefix, sys.base_prefix}))
+
+
+def test_the_gates_smoke_pod_runs_a_training_step_on_the_node(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi, tmp_path: Path
+) -> None:
+    state, _ = sandbox
+    assert state.admin_kubeconfig is not None
+    good = GpuOperatorDriver(Path(state.admin_kubeconfig), Component.DRIVER, tmp_path / "cordons.json",
+                             smoke=smoke_pod(60.0))
+    passed, detail = good.smoke_pod(NODE)
+    assert passed, detail
+    assert "smoke run ok: 2 rank(s), step 1 loss" in detail and "checkpoint verified" in detail
+
+    # A step that cannot finish in time (torch's import alone takes longer): the pod exits 1 and
+    # its verdict says why; either way the pod is removed.
+    bad = GpuOperatorDriver(Path(state.admin_kubeconfig), Component.DRIVER, tmp_path / "cordons.json",
+                            smoke=smoke_pod(0.3))
+    passed, detail = bad.smoke_pod(NODE)
+    assert not passed
+    assert "smoke pod exit 1 (Error)" in detail and "rank 0 did not finish within 0.3 s" in detail
+
+    def gone() -> bool:
+        return not admin.list("Pod", NAMESPACE, labelSelector=f"app={GATE_APP}")
+
+    wait_until("the smoke pods to be deleted", gone, 30)

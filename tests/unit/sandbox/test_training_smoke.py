@@ -133,3 +133,41 @@ def test_bad_input_exits_2_naming_it(tmp_path: Path) -> None:
     assert "--gpus 0 must be at least 1" in res.stderr
     assert f"{tmp_path / 'nodes' / 'gpu-9'}: no such node folder" in res.stderr
     assert f"{tmp_path / 'nope.json'}: no hosts file" in res.stderr
+
+
+# ------------------------------------------------------------------ --standalone (the Kubernetes smoke pod)
+
+
+def run_standalone(tmp_path: Path, deadline: float) -> tuple[subprocess.CompletedProcess[str], Path]:
+    pytest.importorskip("torch")
+    term = tmp_path / "termination-log"
+    res = subprocess.run(
+        [sys.executable, "-m", "gpufleet.sandbox.training.smoke", "--standalone", "--node", "kubelet-0",
+         "--gpus", "8", "--ranks", "2", "--deadline", str(deadline), "--rendezvous-port", str(free_port()),
+         "--termination-log", str(term)],
+        capture_output=True, text=True, timeout=deadline + 60, check=False)
+    return res, term
+
+
+def test_standalone_runs_on_loopback_and_writes_the_termination_log(tmp_path: Path) -> None:
+    res, term = run_standalone(tmp_path, 60.0)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout.strip().splitlines()[-1])
+    assert doc["passed"] is True and "2 rank(s), step 1" in str(doc["detail"])
+    assert json.loads(term.read_text()) == doc
+
+
+def test_standalone_failure_puts_the_rank_logs_on_stderr(tmp_path: Path) -> None:
+    res, term = run_standalone(tmp_path, 0.3)  # torch's import alone takes longer
+    assert res.returncode == 1
+    doc = json.loads(term.read_text())
+    assert doc["passed"] is False and "rank 0 did not finish within 0.3 s" in str(doc["detail"])
+    assert str(doc["detail"]).endswith("(rank logs on stderr)")
+    assert "--- rank-0.log" in res.stderr and "--- rank-1.log" in res.stderr
+
+
+def test_standalone_refuses_a_base_dir(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "gpufleet.sandbox.training.smoke", "--standalone", "--node", "n",
+         "--gpus", "1", "--base-dir", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert res.returncode == 2 and "--standalone makes its own --base-dir and --hosts-file" in res.stderr

@@ -1,0 +1,134 @@
+"""The Kubernetes gate's smoke pod (gpufleet.fleet.upgrade.gate_pod, ADR 0082): where it runs, what
+it holds, how its end is judged, and that it is bounded and removed whatever happens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gpufleet.config.model import GateSmokePod, UpgradeGate
+from gpufleet.fleet.upgrade.gate_pod import (
+    GatePod,
+    gate_pod_manifest,
+    gpu_requests,
+    pod_name,
+    pod_verdict,
+    run_gate_pod,
+)
+
+GP = GatePod(image="registry.example/train:1", command=["python", "-m", "train", "--steps", "1"],
+             deadline_s=120, namespace="gpufleet-gameday", env={"B": "2", "A": "1"}, host_paths=["/opt/x"])
+
+
+def node(alloc: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": "gpu-3"}, "status": {"allocatable": alloc}}
+
+
+def test_the_pod_runs_on_the_node_whatever_its_taints_holding_every_gpu() -> None:
+    m = gate_pod_manifest(node({"cpu": "96", "nvidia.com/gpu": "8", "amd.com/gpu": "0"}), GP, "r42")
+    spec = m["spec"]
+    assert spec["nodeName"] == "gpu-3"  # not the scheduler's: the node is cordoned
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["restartPolicy"] == "Never" and spec["activeDeadlineSeconds"] == 120
+    (c,) = spec["containers"]
+    assert c["resources"] == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert c["command"] == list(GP.command) and c["image"] == GP.image
+    assert c["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert c["volumeMounts"] == [{"name": "host-0", "mountPath": "/opt/x", "readOnly": True}]
+    assert spec["volumes"] == [{"name": "host-0", "hostPath": {"path": "/opt/x", "type": "Directory"}}]
+    assert m["metadata"]["namespace"] == "gpufleet-gameday"
+    assert m["metadata"]["name"] == "gpufleet-gate-gpu-3-r42"
+
+
+def test_a_node_without_gpus_gets_no_request_and_long_names_are_cut() -> None:
+    assert gpu_requests(node({"cpu": "2", "memory": "24Gi"})) == {}
+    assert "resources" not in gate_pod_manifest(node({"cpu": "2"}), GP, "r")["spec"]["containers"][0]
+    assert gpu_requests(node({"huawei.com/Ascend910": "8"})) == {"huawei.com/Ascend910": "8"}
+    long = pod_name("n" * 60, "rollout")
+    assert len(long) <= 63 and not long.endswith("-")
+
+
+def status(phase: str, **kw: Any) -> dict[str, Any]:
+    return {"status": {"phase": phase, **kw}}
+
+
+def terminated(code: int, reason: str, message: str = "") -> list[dict[str, Any]]:
+    return [{"state": {"terminated": {"exitCode": code, "reason": reason, "message": message}}}]
+
+
+@pytest.mark.parametrize(("pod", "done", "passed", "says"), [
+    (status("Succeeded", containerStatuses=terminated(0, "Completed", '{"passed": true}')), True, True,
+     'smoke pod exit 0: {"passed": true}'),
+    (status("Failed", containerStatuses=terminated(1, "Error", "rank 0 exited 1")), True, False,
+     "smoke pod exit 1 (Error): rank 0 exited 1"),
+    (status("Failed", reason="DeadlineExceeded", message="Pod was active on the node longer than the "
+            "specified deadline"), True, False, "smoke pod DeadlineExceeded: Pod was active"),
+    (status("Failed", reason="OutOfnvidia.com/gpu", message="Node didn't have enough resource"), True, False,
+     "smoke pod OutOfnvidia.com/gpu"),
+    (status("Pending", containerStatuses=[{"state": {"waiting": {"reason": "ErrImageNeverPull",
+                                                                  "message": "not present"}}}]),
+     True, False, "cannot start: ErrImageNeverPull: not present"),
+    (status("Pending", containerStatuses=[{"state": {"waiting": {"reason": "ContainerCreating"}}}]),
+     False, False, "phase Pending"),
+    (status("Running"), False, False, "phase Running"),
+])
+def test_the_verdict_is_the_pods_end(pod: dict[str, Any], done: bool, passed: bool, says: str) -> None:
+    v = pod_verdict(pod)
+    assert (v.done, v.passed) == (done, passed)
+    assert says in v.detail
+
+
+class FakeCluster:
+    """The API calls run_gate_pod makes, on a clock that advances by each sleep."""
+
+    def __init__(self, phases: list[str], leftover: bool = False) -> None:
+        self.phases = phases
+        self.now = 0.0
+        self.calls: list[str] = []
+        self.pod: dict[str, Any] | None = {"status": {"phase": "Running"}} if leftover else None
+
+    def create(self, m: dict[str, Any]) -> None:
+        self.calls.append("create")
+        self.pod = {"status": {"phase": "Pending"}}
+
+    def read(self, _name: str) -> dict[str, Any] | None:
+        if self.pod is not None and self.calls and self.calls[-1] != "delete" and self.phases:
+            self.pod = {"status": {"phase": self.phases.pop(0),
+                                   "containerStatuses": terminated(0, "Completed", "ok")}}
+        return self.pod
+
+    def delete(self, _name: str) -> None:
+        self.calls.append("delete")
+        self.pod = None
+
+    def run(self, wait_s: float) -> tuple[bool, str]:
+        return run_gate_pod(self.create, self.read, self.delete, {"metadata": {"name": "p"}}, wait_s,
+                            poll_s=1.0, clock=lambda: self.now, sleep=self._sleep)
+
+    def _sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_a_passing_pod_is_created_after_any_leftover_and_removed_after() -> None:
+    c = FakeCluster(["Pending", "Running", "Succeeded"], leftover=True)
+    passed, detail = c.run(30)
+    assert passed and detail.startswith("smoke pod exit 0: ok in ")
+    assert c.calls == ["delete", "create", "delete"] and c.pod is None
+
+
+def test_a_pod_that_never_ends_fails_at_the_wait_and_is_removed() -> None:
+    c = FakeCluster(["Running"] * 1000)
+    passed, detail = c.run(10)
+    assert not passed and detail == "smoke pod did not finish within 10 s (phase Running)"
+    assert c.calls[-1] == "delete" and c.now <= 11
+
+
+def test_the_stacks_smoke_pod_is_validated() -> None:
+    gate = UpgradeGate.model_validate({"smokePod": {"image": "train:1", "command": ["run"]}})
+    assert gate.smoke_pod == GateSmokePod(image="train:1", command=["run"], deadline_seconds=300.0)
+    for bad in ({"image": "", "command": ["run"]}, {"image": "x", "command": []},
+                {"image": "x", "command": ["run"], "deadlineSeconds": 0}):
+        with pytest.raises(ValidationError):
+            UpgradeGate.model_validate({"smokePod": bad})
