@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,6 @@ pytestmark = [
 STACK = "sandbox"
 NODE = "kubelet-0"
 NAMESPACE = "default"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def host_firewall() -> str:
@@ -156,15 +154,10 @@ def test_pods_that_do_not_tolerate_the_taint_stay_off(
 
 def smoke_pod(deadline_s: float) -> GatePod:
     """gpufleet's own one-step training run (smoke.py --standalone, 2 ranks over gloo on the pod's
-    loopback) in the node image, with this machine's Python environment mounted read-only: the
-    project (an editable install), its virtual environment and the interpreter it was made from."""
-    argv = [sys.executable, "-m", "gpufleet.sandbox.training.smoke", "--standalone", "--node", NODE,
-            "--gpus", "8", "--ranks", "2", "--deadline", str(deadline_s),
-            "--termination-log", "/dev/termination-log"]
-    return GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", command=argv,
-                   deadline_s=120, namespace=NAMESPACE,
-                   env={"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"},
-                   host_paths=sorted({str(REPO), sys.prefix, sys.base_prefix}))
+    loopback) in the node image, with this machine's Python environment mounted read-only."""
+    return GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=120,
+                   command=kubelet_node.smoke_command(NODE, 8, 2, deadline_s), namespace=NAMESPACE,
+                   env=kubelet_node.SMOKE_ENV, host_paths=kubelet_node.python_env_paths())
 
 
 def test_the_gates_smoke_pod_runs_a_training_step_on_the_node(

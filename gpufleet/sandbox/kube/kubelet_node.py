@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -258,6 +259,25 @@ def kubelet_argv(nl: KubeletNodeLayout, binary: Path, containerd_pid: int,
         "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
         f"--register-with-taints={taint['key']}={taint['value']}:{taint['effect']}",
     ]
+
+
+def python_env_paths() -> list[str]:
+    """The host folders this Python environment lives in (the project, for an editable install; the
+    virtual environment; the interpreter it was made from): mounted read-only at the same paths, a
+    container of NODE_IMAGE runs gpufleet's own programs as the host does."""
+    project = Path(__file__).resolve().parents[3]
+    return sorted({str(project), sys.prefix, sys.base_prefix})
+
+
+def smoke_command(node: str, gpus: int, ranks: int, deadline_s: float) -> list[str]:
+    """gpufleet's one-step training run as a pod's command (smoke.py --standalone), its verdict in the
+    container's termination message."""
+    return [sys.executable, "-m", "gpufleet.sandbox.training.smoke", "--standalone", "--node", node,
+            "--gpus", str(gpus), "--ranks", str(ranks), "--deadline", f"{deadline_s:g}",
+            "--termination-log", "/dev/termination-log"]
+
+
+SMOKE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}  # the mounts are read-only
 
 
 # ----------------------------------------------------------------------------- cgroups (I/O)

@@ -134,3 +134,14 @@ def test_oci_archive_of_a_rootfs(tmp_path: Path) -> None:
 def test_an_image_name_needs_a_tag() -> None:
     with pytest.raises(ValueError, match="no tag"):
         oci_archive.image_documents("localhost/x/y", "sha256:00", 1, ["/bin/true"])
+
+
+def test_the_python_environment_a_pod_needs_to_run_gpufleet() -> None:
+    import sys
+
+    paths = kubelet_node.python_env_paths()
+    assert sys.prefix in paths and sys.base_prefix in paths
+    assert any((Path(p) / "gpufleet" / "sandbox" / "training" / "smoke.py").is_file() for p in paths)
+    argv = kubelet_node.smoke_command("kubelet-0", 8, 2, 0.5)
+    assert argv[:3] == [sys.executable, "-m", "gpufleet.sandbox.training.smoke"]
+    assert argv[argv.index("--deadline") + 1] == "0.5" and "--standalone" in argv
