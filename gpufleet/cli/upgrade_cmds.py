@@ -7,8 +7,9 @@ import json
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -29,16 +30,22 @@ from gpufleet.fleet.upgrade import (
 )
 from gpufleet.fleet.upgrade.drive import drive
 from gpufleet.fleet.upgrade.gate import GateSetup
-from gpufleet.fleet.upgrade.gate_pod import GatePod
+from gpufleet.fleet.upgrade.gate_pod import NODE_ENV, GatePod
 from gpufleet.fleet.upgrade.kube_driver import PUBLISHER_SELECTOR, GpuOperatorDriver, InspectStep
 from gpufleet.fleet.upgrade.model import protection
 from gpufleet.fleet.upgrade.rollout import Rollout
 from gpufleet.fleet.upgrade.sandbox_driver import RECORD_FILE, DriverError, PoolShape, SandboxDriver
 from gpufleet.fleet.upgrade.slurm_driver import SlurmDriver, choose_driver
 
+if TYPE_CHECKING:
+    from gpufleet.core.sandbox_contract import KubeSandboxState
+
 # A driver (570.124.06), firmware (96.00.9F.00.04) or package version (2.19.3-1+cuda12.8): what a
 # version string may hold, so a typo such as an empty string or a flag is refused before planning.
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~:-]{0,63}$")
+
+# The sandbox's own smoke pod (kubelet nodes): the pod's deadline, and half of it for the ranks.
+SANDBOX_SMOKE_S = 120.0
 
 STACK_SOURCE_NOTE = (
     "Fleet snapshot: the stack's node pools, no live backend given. Current versions, cordons and "
@@ -187,10 +194,42 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
     if state.admin_kubeconfig is None:
         raise DriverError(f"the Kubernetes sandbox of {name} records no admin kubeconfig")
     bad = frozenset(spec.sandbox.bad_versions if spec.sandbox else ())
-    return GpuOperatorDriver(Path(state.admin_kubeconfig), component,
-                             kube_state_path(name, state_root).with_name(RECORD_FILE),
-                             template_annotations=lambda v: {FAILS_TO_LOAD: "true" if v in bad else None},
-                             smoke=smoke)
+    record = kube_state_path(name, state_root).with_name(RECORD_FILE)
+    annotations = lambda v: {FAILS_TO_LOAD: "true" if v in bad else None}  # noqa: E731
+    if not state.kubelet_nodes:
+        return GpuOperatorDriver(Path(state.admin_kubeconfig), component, record,
+                                 template_annotations=annotations, smoke=smoke)
+    stage, smoke, no_smoke = _kubelet_node_parts(spec, state, smoke)
+    return GpuOperatorDriver(Path(state.admin_kubeconfig), component, record,
+                             template_annotations=annotations, smoke=smoke, stage=stage, no_smoke=no_smoke)
+
+
+def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: GatePod | None
+                        ) -> tuple[Callable[[str], None], GatePod | None, Callable[[str], str | None]]:
+    """On a Kubernetes sandbox with kubelet nodes (ADR 0081): a version's driver image is tagged on
+    them before the DaemonSet names it, and with `gate.smokeRun` (and no smokePod of the stack's)
+    the gate's smoke pod is gpufleet's own one-step run (ADR 0082), on the kubelet nodes; a kwok
+    node runs no container, so its gate says it had none."""
+    from gpufleet.sandbox.kube import kubelet_node, require_kube_paths
+    from gpufleet.sandbox.kube.gpu_operator import DRIVER_IMAGE
+
+    ctr = require_kube_paths().binaries["ctr"]
+    kubelet = frozenset(state.kubelet_nodes)
+
+    def stage(version: str) -> None:
+        kubelet_node.tag_on_nodes(state, f"{DRIVER_IMAGE}:{version}", ctr)
+
+    def no_smoke(node: str) -> str | None:
+        return None if node in kubelet else "a kwok node runs no container"
+
+    if spec.upgrade.gate.smoke_run and smoke is None:
+        pool = spec.node_pools[0]
+        smoke = GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=SANDBOX_SMOKE_S,
+                        command=kubelet_node.smoke_command(f"$({NODE_ENV})", pool.gpus_per_node,
+                                                           _smoke_ranks(spec), SANDBOX_SMOKE_S / 2),
+                        namespace=spec.gameday.namespace, env=kubelet_node.SMOKE_ENV,
+                        host_paths=kubelet_node.python_env_paths())
+    return stage, smoke, no_smoke
 
 
 def gate_smoke_pod(spec: StackSpec) -> GatePod | None:

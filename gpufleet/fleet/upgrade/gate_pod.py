@@ -33,6 +33,7 @@ POLL_S = 0.5
 CANNOT_START = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
                           "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
 MESSAGE_MAX = 400
+NODE_ENV = "GPUFLEET_NODE"
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,9 @@ def gate_pod_manifest(node: Mapping[str, Any], gp: GatePod, rollout_id: str) -> 
         "image": gp.image,
         "imagePullPolicy": gp.image_pull_policy,
         "command": list(gp.command),
-        "env": [{"name": k, "value": v} for k, v in sorted(gp.env.items())],
+        # The node's name for the command (`$(GPUFLEET_NODE)` in an argument is expanded by Kubernetes).
+        "env": [{"name": NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                *({"name": k, "value": v} for k, v in sorted(gp.env.items()))],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if gpus:

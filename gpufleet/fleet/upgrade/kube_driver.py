@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import subprocess
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -288,7 +289,12 @@ class GpuOperatorDriver:
                  namespace: str = OPERATOR_NAMESPACE,
                  template_annotations: TemplateAnnotations = lambda _v: {},
                  poll_s: float = POLL_S, inspect: InspectStep | None = None,
-                 smoke: GatePod | None = None) -> None:
+                 smoke: GatePod | None = None,
+                 stage: Callable[[str], None] = lambda _v: None,
+                 no_smoke: Callable[[str], str | None] = lambda _n: None) -> None:
+        """`stage(version)`: what the cluster needs before the driver DaemonSet names a version (the
+        sandbox tags its image on its kubelet nodes). `no_smoke(node)`: why a node cannot run the
+        smoke pod (the sandbox's kwok nodes run no container), None when it can."""
         if component is not Component.DRIVER:
             raise DriverError("the GPU Operator upgrades the driver only; firmware needs the Slurm driver "
                               "or the vendor's tool")
@@ -306,6 +312,8 @@ class GpuOperatorDriver:
         self.poll_s = poll_s
         self.inspect = inspect
         self.smoke = smoke
+        self.stage = stage
+        self.no_smoke = no_smoke
         self.record = CordonRecord.load(record_path)
         self._polls = 0
         self._evicting: dict[str, float] = {}  # pod id -> when its eviction was last asked
@@ -481,6 +489,10 @@ class GpuOperatorDriver:
     def reboot(self, node: str, version: str, timeout_s: float) -> str | None:
         """The operator's upgrade of `node` to `version` (module docstring); the version the node's
         driver pod then runs, or None when the operator was not through within `timeout_s`."""
+        try:
+            self.stage(version)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            raise DriverError(f"staging {version}: {e}") from None
         self._set_template(version)
         self._labels(node, {UPGRADE_SKIP_LABEL: None})
         end = time.monotonic() + timeout_s
@@ -513,7 +525,8 @@ class GpuOperatorDriver:
             passed, checked = self._inspect(node, version, self.inspect)
             detail = f"{detail}; {checked}"
         if passed and self.smoke is not None:
-            passed, ran = self.smoke_pod(node)
+            why_not = self.no_smoke(node)
+            passed, ran = (True, f"no smoke pod: {why_not}") if why_not else self.smoke_pod(node)
             detail = f"{detail}; {ran}"
         return passed, detail
 

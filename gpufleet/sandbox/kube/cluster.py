@@ -320,6 +320,10 @@ def kube_up(
     if not 0 <= opts.kubelet_nodes <= MAX_KUBELET_NODES:
         problem = Problem("kubelet_nodes", f"must be 0 to {MAX_KUBELET_NODES}, got {opts.kubelet_nodes}")
         raise InputError("--kubelet-nodes", [problem])
+    try:
+        kubelet_names = kubelet_node.choose(nodes, opts.kubelet_nodes)
+    except ValueError as e:
+        raise InputError("--kubelet-nodes", [Problem("kubelet_nodes", str(e))]) from None
     if opts.training and not opts.platform:
         problem = Problem("training", "the training Job needs the platform: add --no-training")
         raise InputError("--cluster-only", [problem])
@@ -342,7 +346,7 @@ def kube_up(
     run_id = new_run_id()
     base = kube_state_path(stack, root).parent / f"run-{run_id}"
     lay = KubeLayout(stack, run_id, base,
-                     daemons.free_ports(daemons.PORT_NAMES + kubelet_node.port_names(opts.kubelet_nodes)))
+                     daemons.free_ports(daemons.PORT_NAMES + kubelet_node.port_names(kubelet_names)))
     timings = Timings()
     rec = KubeRecorder(
         KubeSandboxState(
@@ -358,7 +362,7 @@ def kube_up(
     )
     run = _Run(lay, paths, rec, time.monotonic() + opts.timeout_s)
     try:
-        _bring_up(run, spec, nodes, plan, opts, timings, say)
+        _bring_up(run, spec, nodes, plan, opts, timings, say, frozenset(kubelet_names))
     except BaseException:
         rec.update(phase="failed")
         raise
@@ -375,6 +379,7 @@ def _bring_up(
     opts: KubeUpOptions,
     timings: Timings,
     say: Callable[[str], None],
+    kubelet_names: frozenset[str] = frozenset(),
 ) -> None:
     lay, bins, rec = run.lay, run.paths.binaries, run.rec
     pki = lay.pki
@@ -443,9 +448,10 @@ def _bring_up(
             rec.update(nodes=[n.name for n in nodes], spare_nodes=[n.name for n in nodes if n.spare])
             # The stack's Ceph nodes too, unlabelled: the Pulumi program's node patches label them.
             storage = plan_storage_nodes(spec)
-            _create_nodes(api, [*nodes, *storage])
+            kwok_nodes = [n for n in nodes if n.name not in kubelet_names]
+            _create_nodes(api, [*kwok_nodes, *storage])
             timings.mark("nodes_created")
-            want = {n.name for n in [*nodes, *storage]}
+            want = {n.name for n in [*kwok_nodes, *storage]}
 
             def nodes_ready() -> bool:
                 ready = {
@@ -461,11 +467,12 @@ def _bring_up(
             run.wait(f"{len(want)} kwok nodes Ready", nodes_ready, 0.5, KWOK)
             timings.mark("nodes_ready")
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
+            if kubelet_names:
+                tags = gpu_operator.image_tags(spec) if wants_gpu_operator(opts, spec, len(nodes)) else []
+                _start_kubelet_nodes(run, api, [n for n in nodes if n.name in kubelet_names], tags, say)
+                timings.mark("kubelet_nodes")
             if opts.platform:
                 _inspect_writers(run, api, [n.name for n in nodes])
-            if opts.kubelet_nodes:
-                _start_kubelet_nodes(run, api, opts.kubelet_nodes, say)
-                timings.mark("kubelet_nodes")
 
             if wants_gpu_operator(opts, spec, len(nodes)):
                 pools = set(gpu_operator.nvidia_pools(spec))
@@ -511,8 +518,14 @@ def _bring_up(
         etcd_probe.close()
 
 
-def _start_kubelet_nodes(run: _Run, api: KubeApi, count: int, say: Callable[[str], None]) -> None:
-    """Start each kubelet node (containerd, its image, the kubelet) and wait until all are Ready."""
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_tags: list[str],
+                         say: Callable[[str], None]) -> None:
+    """Start each kubelet node (containerd, its images, the kubelet) and wait until all are Ready;
+    then give each the rest of its planned labels and its GPUs, as feature discovery and a device
+    plugin would (kubelet_node.py)."""
     lay, bins = run.lay, run.paths.binaries
     try:
         base = rootfs.rootfs_tar(say=lambda m: say(f"kubelet nodes' image: {m}"))
@@ -522,9 +535,11 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, count: int, say: Callable[[str
     oci_archive.write_archive(base, archive, kubelet_node.NODE_IMAGE, kubelet_node.SANDBOX_ENTRYPOINT)
     # containerd finds its shim on PATH.
     shim_path = f"{bins['containerd-shim-runc-v2'].parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    names = kubelet_node.node_names(count)
+    names = [n.name for n in nodes]
     run.rec.update(kubelet_nodes=names)  # before any is started: `down` then cleans up after them
-    for index, name in enumerate(names):
+    later: dict[str, dict[str, str]] = {}
+    for index, node in enumerate(nodes):
+        name = node.name
         nl = kubelet_node.layout(lay.run_id, lay.base_dir, name, lay.ports)
         client, serving = node_cert_specs(name)
         issue_files(lay.pki, (client, serving))
@@ -546,13 +561,13 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, count: int, say: Callable[[str
             return True
 
         run.wait(f"containerd of {name}", serving_ctr, 0.2, f"{kubelet_node.CONTAINERD}-{name}")
-        imported = subprocess.run([*ctr, "images", "import", str(archive)], capture_output=True, text=True,
-                                  check=False, timeout=max(run.left(), 1.0))
-        if imported.returncode != 0:
-            raise KubeSandboxError(f"{name}: `ctr images import` failed: {imported.stderr.strip()[-300:]}")
+        _ctr(ctr, ["images", "import", str(archive)], name, run.left())
+        for tag in image_tags:
+            kubelet_node.tag_image(ctr, tag)
+        own, later[name] = kubelet_node.split_labels(node.labels)
         run.start(f"{kubelet_node.KUBELET}-{name}",
                   kubelet_node.kubelet_argv(nl, bins["kubelet"], containerd_pid,
-                                            {kubelet_node.KUBELET_NODE_LABEL: "true"}))
+                                            {**own, kubelet_node.KUBELET_NODE_LABEL: "true"}, node.taints))
 
     def all_ready() -> bool:
         listed = api.list("Node", labelSelector=kubelet_node.KUBELET_NODE_LABEL)
@@ -562,9 +577,28 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, count: int, say: Callable[[str
             raise RuntimeError(f"not Ready yet: {', '.join(sorted(left))}")
         return True
 
-    run.wait(f"{count} kubelet node(s) Ready", all_ready, 0.5, f"{kubelet_node.KUBELET}-{names[-1]}")
-    say(f"{count} kubelet node(s) Ready: {', '.join(names)} (containerd and runc, image "
+    run.wait(f"{len(nodes)} kubelet node(s) Ready", all_ready, 0.5, f"{kubelet_node.KUBELET}-{names[-1]}")
+    for node in nodes:
+        path = object_path("Node", node.name)
+        resp = api.request("PATCH", path, {"metadata": {"labels": later[node.name]}}, MERGE_PATCH)
+        if resp.status_code != 200:
+            raise KubeSandboxError(f"{node.name}: labelling failed: HTTP {resp.status_code} "
+                                   f"{resp.text[:200]}")
+        gpus = kubelet_node.gpu_resources(node.capacity)
+        if gpus:  # "Advertise Extended Resources for a Node" (Kubernetes docs): the status, patched
+            status = {"capacity": gpus, "allocatable": gpus}
+            resp = api.request("PATCH", f"{path}/status", {"status": status}, MERGE_PATCH)
+            if resp.status_code != 200:
+                raise KubeSandboxError(f"{node.name}: advertising its GPUs failed: HTTP {resp.status_code}")
+    say(f"{len(nodes)} kubelet node(s) Ready: {', '.join(names)} (containerd and runc, image "
         f"{kubelet_node.NODE_IMAGE})")
+
+
+def _ctr(ctr: list[str], args: list[str], node: str, timeout_s: float) -> None:
+    proc = subprocess.run([*ctr, *args], capture_output=True, text=True, check=False,
+                          timeout=max(timeout_s, 1.0))
+    if proc.returncode != 0:
+        raise KubeSandboxError(f"{node}: `ctr {' '.join(args[:2])}` failed: {proc.stderr.strip()[-300:]}")
 
 
 def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str, training_namespace: str) -> None:

@@ -15,6 +15,12 @@ upgrade controller works on, as the operator's own would be:
 kwok runs their pods. A driver version in the stack's `sandbox.badVersions` gets the pod template
 annotation FAILS_TO_LOAD, which kwok's `pod-crashloop` Stage turns into a container that keeps
 restarting (kwok_config.py): the controller then marks the node `upgrade-failed`.
+
+On a kubelet node (kubelet_node.py) the same pods run real containers of the node image, tagged
+with the DaemonSets' image names (image_tags; a rollout's new version is tagged when the rollout
+sets it): the driver container exits 1 when its pod carries FAILS_TO_LOAD (read through the
+downward API) and otherwise runs until stopped, as a driver container that loaded its module does;
+the validator runs until stopped.
 """
 
 from __future__ import annotations
@@ -84,9 +90,40 @@ def _owner(policy_uid: str) -> list[dict[str, Any]]:
              "uid": policy_uid, "controller": True, "blockOwnerDeletion": True}]
 
 
+VALIDATOR_IMAGE = "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.4"
+FAILS_ENV = "GPUFLEET_FAILS_TO_LOAD"
+# What the containers do on a kubelet node (kwok ignores commands). They end at SIGTERM: a PID 1
+# without a handler ignores it, and the kubelet then waits the pod's 30 s grace period to kill it
+# (seen here: the operator's upgrade of a kubelet node took 32.7 s, against 2 s on kwok).
+_UNTIL_STOPPED = "trap 'exit 0' TERM; sleep infinity & wait"
+DRIVER_LOADED = "/tmp/driver-loaded"
+DRIVER_COMMAND = ["/bin/sh", "-c", f'if [ "${FAILS_ENV}" = true ]; then '
+                  'echo "sandbox driver: the kernel module failed to load" >&2; exit 1; fi; '
+                  f"touch {DRIVER_LOADED}; " + _UNTIL_STOPPED]
+# Ready once the module is loaded, as the operator's driver container's startup probe says (it runs
+# nvidia-smi); without a probe a container is ready while running, and a failing one ran for an
+# instant: the operator once passed a bad version's pod on a kubelet node in that instant.
+DRIVER_READINESS = {"exec": {"command": ["test", "-f", DRIVER_LOADED]}, "periodSeconds": 1}
+VALIDATOR_COMMAND = ["/bin/sh", "-c", _UNTIL_STOPPED]
+
+
+def image_tags(spec: StackSpec) -> list[str]:
+    """The images a kubelet node needs for the DaemonSets at bring-up: the pinned driver's and the
+    validator's."""
+    return [f"{DRIVER_IMAGE}:{pinned_driver(spec)}", VALIDATOR_IMAGE]
+
+
 def _daemonset(name: str, app: str, container: str, image: str, policy_uid: str, strategy: str,
-               annotations: dict[str, str]) -> dict[str, Any]:
+               annotations: dict[str, str], command: list[str],
+               readiness: dict[str, Any] | None = None) -> dict[str, Any]:
     labels = {"app": app, **MANAGED}
+    spec: dict[str, Any] = {
+        "name": container, "image": image, "command": command,
+        "env": [{"name": FAILS_ENV, "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{FAILS_TO_LOAD}']"}}}],
+    }
+    if readiness is not None:
+        spec["readinessProbe"] = readiness
     return {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels,
@@ -100,7 +137,7 @@ def _daemonset(name: str, app: str, container: str, image: str, policy_uid: str,
                     "nodeSelector": {DEPLOY_DRIVER_LABEL: "true"},
                     "tolerations": [{"operator": "Exists"}],
                     "automountServiceAccountToken": False,
-                    "containers": [{"name": container, "image": image}],
+                    "containers": [spec],
                 },
             },
         },
@@ -109,13 +146,13 @@ def _daemonset(name: str, app: str, container: str, image: str, policy_uid: str,
 
 def driver_daemonset(version: str, policy_uid: str, fails_to_load: bool) -> dict[str, Any]:
     return _daemonset(DRIVER_DAEMONSET, DRIVER_APP, DRIVER_CONTAINER, f"{DRIVER_IMAGE}:{version}", policy_uid,
-                      "OnDelete", {FAILS_TO_LOAD: "true"} if fails_to_load else {})
+                      "OnDelete", {FAILS_TO_LOAD: "true"} if fails_to_load else {}, DRIVER_COMMAND,
+                      DRIVER_READINESS)
 
 
 def validator_daemonset(policy_uid: str) -> dict[str, Any]:
-    image = "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.4"
-    return _daemonset(VALIDATOR_DAEMONSET, VALIDATOR_APP, "nvidia-operator-validator", image, policy_uid,
-                      "RollingUpdate", {})
+    return _daemonset(VALIDATOR_DAEMONSET, VALIDATOR_APP, "nvidia-operator-validator", VALIDATOR_IMAGE,
+                      policy_uid, "RollingUpdate", {}, VALIDATOR_COMMAND)
 
 
 def driver_version(pod: dict[str, Any]) -> str | None:

@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.core.sandbox_contract import KubeSandboxState
 from gpufleet.sandbox.kube.pki import LOOPBACK_IP
 from gpufleet.sandbox.rootfs import rootfs_key
 
@@ -64,13 +66,45 @@ CGROUP_FS = Path("/sys/fs/cgroup")
 KILL_WAIT_S = 10.0
 
 
-def node_names(count: int) -> list[str]:
-    return [f"{NAME_PREFIX}{i}" for i in range(count)]
+def choose(nodes: Sequence[Any], count: int) -> list[str]:
+    """The planned nodes a kubelet runs instead of kwok (pure): the last `count` compute nodes of the
+    first pool (the training job's pool; spares stay kwok's, so the spare pool is untouched)."""
+    first = nodes[0].pool if nodes else None
+    compute = [n.name for n in nodes if n.pool == first and not n.spare]
+    if count > len(compute):
+        raise ValueError(f"{count} kubelet node(s) asked, the first pool has {len(compute)} compute node(s)")
+    return compute[len(compute) - count:] if count else []
 
 
-def port_names(count: int) -> tuple[str, ...]:
+def port_names(names: Sequence[str]) -> tuple[str, ...]:
     """The ports each kubelet node needs, by name (KubeLayout.ports)."""
-    return tuple(p for n in node_names(count) for p in (n, f"{n}-healthz"))
+    return tuple(p for n in names for p in (f"kubelet-{n}", f"kubelet-{n}-healthz"))
+
+
+# Labels a kubelet may set on its own node in the kubernetes.io and k8s.io namespaces
+# (--node-labels; the kubelet refuses any other there: pkg/kubelet/apis/well_known_labels.go).
+KUBELET_LABELS_ALLOWED = frozenset({
+    "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region", "topology.kubernetes.io/zone", "kubelet.kubernetes.io/",
+    "node.kubernetes.io/",
+})
+
+
+def split_labels(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(what the kubelet registers with, what the sandbox patches afterwards, as feature discovery
+    would): labels under kubernetes.io or k8s.io go to the patch unless the kubelet may set them.
+    kwok's own `type` label is dropped (pure)."""
+    own: dict[str, str] = {}
+    patch: dict[str, str] = {}
+    for k, v in labels.items():
+        if k == "type":
+            continue
+        prefix = k.split("/", 1)[0] if "/" in k else ""
+        restricted = prefix.endswith(("kubernetes.io", "k8s.io"))
+        allowed = k in KUBELET_LABELS_ALLOWED or any(k.startswith(a) for a in KUBELET_LABELS_ALLOWED
+                                                     if a.endswith("/"))
+        (patch if restricted and not allowed else own)[k] = v
+    return own, patch
 
 
 def node_taint() -> dict[str, str]:
@@ -87,7 +121,7 @@ class KubeletNodeLayout:
 
     run_id: str
     name: str
-    dir: Path  # <run dir>/<name>: short, for the sockets' 107-byte path limit (unix(7))
+    dir: Path  # <run dir>/kubelet-<name>: short, for the sockets' 107-byte path limit (unix(7))
     port: int  # the kubelet's API (TLS)
     healthz_port: int
 
@@ -131,8 +165,8 @@ class KubeletNodeLayout:
 
 
 def layout(run_id: str, base_dir: Path, name: str, ports: Mapping[str, int]) -> KubeletNodeLayout:
-    folder = base_dir / name
-    return KubeletNodeLayout(run_id, name, folder, ports[name], ports[f"{name}-healthz"])
+    folder = base_dir / f"kubelet-{name}"
+    return KubeletNodeLayout(run_id, name, folder, ports[f"kubelet-{name}"], ports[f"kubelet-{name}-healthz"])
 
 
 def _toml_str(s: str | Path) -> str:
@@ -218,6 +252,12 @@ def kubelet_config(nl: KubeletNodeLayout, ca_file: Path, cert: Path, key: Path) 
         "imageGCLowThresholdPercent": 99,
         "localStorageCapacityIsolation": False,
         "nodeStatusReportFrequency": "10s",
+        # A container that keeps failing restarts within 1 s instead of backing off to 5 minutes
+        # (KubeletCrashLoopBackOffMax, beta and on since 1.35): the GPU Operator calls a driver pod
+        # failing after more than 10 restarts (k8s-operator-libs isDriverPodFailing), which the
+        # default backoff takes about 30 minutes to reach. The sandbox's time, compressed as kwok's
+        # pod-crashloop Stage does for kwok nodes.
+        "crashLoopBackOff": {"maxContainerRestartPeriod": "1s"},
     }
 
 
@@ -244,8 +284,10 @@ def containerd_argv(nl: KubeletNodeLayout, binary: Path) -> list[str]:
 
 
 def kubelet_argv(nl: KubeletNodeLayout, binary: Path, containerd_pid: int,
-                 labels: dict[str, str]) -> list[str]:
-    taint = node_taint()
+                 labels: Mapping[str, str], taints: Sequence[Mapping[str, str]] = ()) -> list[str]:
+    """The kubelet, in containerd's mount namespace, registering its node with `labels` (those it
+    may set: split_labels) and `taints` plus the kubelet-node taint."""
+    every = [*taints, node_taint()]
     return [
         "nsenter", f"--mount=/proc/{containerd_pid}/ns/mnt", "--", str(binary),
         f"--config={nl.kubelet_config}",
@@ -257,7 +299,7 @@ def kubelet_argv(nl: KubeletNodeLayout, binary: Path, containerd_pid: int,
         # one. So the API server cannot reach it for logs or exec; pod logs are in pod_logs.
         f"--node-ip={LOOPBACK_IP}",
         "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
-        f"--register-with-taints={taint['key']}={taint['value']}:{taint['effect']}",
+        "--register-with-taints=" + ",".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in every),
     ]
 
 
@@ -278,6 +320,29 @@ def smoke_command(node: str, gpus: int, ranks: int, deadline_s: float) -> list[s
 
 
 SMOKE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}  # the mounts are read-only
+
+
+def gpu_resources(capacity: Mapping[str, str]) -> dict[str, str]:
+    """The accelerators of a planned node's capacity (everything but CPU, memory and pods)."""
+    return {k: v for k, v in capacity.items() if k not in ("cpu", "memory", "pods", "ephemeral-storage")}
+
+
+def tag_image(ctr: Sequence[str], target: str, source: str = NODE_IMAGE) -> None:
+    """Name the node image `target` too in a node's containerd (`ctr images tag`; an existing name
+    is replaced), so a pod naming `target` runs it without a registry."""
+    proc = subprocess.run([*ctr, "images", "tag", "--force", source, target], capture_output=True, text=True,
+                          check=False, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"`ctr images tag {source} {target}` failed: {proc.stderr.strip()[-300:]}")
+
+
+def tag_on_nodes(state: KubeSandboxState, target: str, ctr: Path) -> None:
+    """Name the node image `target` in every kubelet node's containerd of a running sandbox: how the
+    sandbox stages a driver version before a rollout's DaemonSet names it (its images come from no
+    registry)."""
+    for name in state.kubelet_nodes:
+        nl = layout(state.run_id, Path(state.base_dir), name, state.ports)
+        tag_image([str(ctr), "--address", str(nl.socket), "--namespace", "k8s.io"], target)
 
 
 # ----------------------------------------------------------------------------- cgroups (I/O)

@@ -35,7 +35,8 @@ def test_the_pod_runs_on_the_node_whatever_its_taints_holding_every_gpu() -> Non
     (c,) = spec["containers"]
     assert c["resources"] == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
     assert c["command"] == list(GP.command) and c["image"] == GP.image
-    assert c["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert c["env"] == [{"name": "GPUFLEET_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                        {"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
     assert c["volumeMounts"] == [{"name": "host-0", "mountPath": "/opt/x", "readOnly": True}]
     assert spec["volumes"] == [{"name": "host-0", "hostPath": {"path": "/opt/x", "type": "Directory"}}]
     assert m["metadata"]["namespace"] == "gpufleet-gameday"
