@@ -3,8 +3,8 @@ bring-up, what it holds in memory, and how long the upgrade gate's smoke pod tak
 
     .venv/bin/python benchmarks/kubelet_node.py [--runs 3]
 
-Each run brings up the sandbox stack with 2 kwok nodes, no training, no GPU Operator and 1 kubelet
-node in a state root of its own (a temporary folder), runs the gate's smoke pod (gpufleet's one-step
+Each run brings up the sandbox stack with 2 nodes, the first a kubelet node, no training and no GPU
+Operator, in a state root of its own (a temporary folder), runs the gate's smoke pod (gpufleet's one-step
 training run, 2 ranks) on the kubelet node through the GPU Operator driver, and takes the sandbox
 down. Needs root and `make kube-bins`. Prints a table and writes
 benchmarks/results/kubelet_node.json. Figures, not asserts; the verdicts are counted (N of N).
@@ -33,7 +33,7 @@ from gpufleet.sandbox.processes import rss_bytes
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "kubelet_node.json"
 STACK = "sandbox"
-NODE = "kubelet-0"
+NODE = "gpu-0"  # the pool's only compute node at 2 nodes (the other is its spare): the kubelet node
 MIB = 1024 * 1024
 
 

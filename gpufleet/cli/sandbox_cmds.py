@@ -98,8 +98,9 @@ def up_cmd(
         int,
         typer.Option(
             "--kubelet-nodes",
-            help="Kubernetes: this many more nodes run by a real kubelet with containerd and runc, "
-            "tainted gpufleet.io/kubelet-node (pods that tolerate it run real containers), 0-4",
+            help="Kubernetes: the first pool's last N compute nodes are run by a real kubelet with "
+            "containerd and runc instead of kwok, tainted gpufleet.io/kubelet-node (pods that "
+            "tolerate it run real containers), 0-4",
         ),
     ] = 0,
 ) -> None:

@@ -21,7 +21,7 @@ from e2e_support import kube_sandbox, wait_until
 from test_kubernetes_sandbox import assert_nothing_left
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
-from gpufleet.fleet.upgrade.gate_pod import GATE_APP, GatePod
+from gpufleet.fleet.upgrade.gate_pod import GATE_APP, GatePod, gpu_requests
 from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
 from gpufleet.fleet.upgrade.model import Component
 from gpufleet.sandbox.kube import kubelet_node
@@ -34,7 +34,7 @@ pytestmark = [
 ]
 
 STACK = "sandbox"
-NODE = "kubelet-0"
+NODE = "gpu-0"  # the first pool's only compute node at --nodes 2 (gpu-1 is its spare)
 NAMESPACE = "default"
 
 
@@ -57,7 +57,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeSand
               "mount_points": {p for p in kubelet_node.NAMESPACE_TMPFS if Path(p).exists()}}
     with kube_sandbox(tmp_path_factory, "kubelet-root", STACK, "--nodes", "2", "--no-training",
                       "--no-gpu-operator", "--kubelet-nodes", "1") as (root, state, up):
-        assert f"1 kubelet node(s) Ready: {NODE}" in up.stdout
+        assert f"1 kubelet node(s) Ready: {NODE}" in up.stdout.replace("\n", " ")
         yield state, before
     assert_nothing_left(state, root)
     assert not list(Path("/sys/fs/cgroup").glob(f"*/{kubelet_node.cgroup_prefix(state.run_id)}*"))
@@ -80,7 +80,8 @@ def pod(name: str, script: str, *, tolerate: bool = True, host_network: bool = F
                         "command": ["/bin/sh", "-c", script]}],
     }
     if tolerate:
-        spec["tolerations"] = [{"key": kubelet_node.KUBELET_NODE_LABEL, "operator": "Exists"}]
+        spec["tolerations"] = [{"key": kubelet_node.KUBELET_NODE_LABEL, "operator": "Exists"},
+                               {"key": "nvidia.com/gpu", "operator": "Exists"}]  # the pool's taint
         spec["nodeSelector"] = {kubelet_node.KUBELET_NODE_LABEL: "true"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": spec}
@@ -100,14 +101,22 @@ def test_the_node_is_a_real_kubelet_with_containerd(
     state, _ = sandbox
     assert state.kubelet_nodes == [NODE]
     assert [p.name for p in state.processes][-2:] == [f"containerd-{NODE}", f"kubelet-{NODE}"]
+    assert state.nodes == ["gpu-0", "gpu-1"]
     node = admin.get(object_path("Node", NODE))
     assert node_ready(node)
     info = node["status"]["nodeInfo"]
     assert info["kubeletVersion"] == "v1.37.2"
     assert info["containerRuntimeVersion"] == "containerd://2.4.2"
-    assert node["metadata"]["labels"][kubelet_node.KUBELET_NODE_LABEL] == "true"
-    assert kubelet_node.node_taint() in [{k: t[k] for k in ("key", "value", "effect")}
-                                        for t in node["spec"].get("taints") or []]
+    labels = node["metadata"]["labels"]
+    assert labels[kubelet_node.KUBELET_NODE_LABEL] == "true"
+    # A node of the stack's pool: its labels (those feature discovery sets included), its GPU taint
+    # and its GPUs, beside the kubelet node's own taint.
+    assert labels["gpufleet.io/pool"] == "gpu" and labels["nvidia.com/gpu.present"] == "true"
+    assert labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    taints = [{k: t[k] for k in ("key", "value", "effect")} for t in node["spec"].get("taints") or []]
+    assert kubelet_node.node_taint() in taints
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints
 
 
 def test_containers_run_and_report_through_the_api_server(
@@ -146,7 +155,7 @@ def test_pods_that_do_not_tolerate_the_taint_stay_off(
         return next((c["message"] for c in conds
                      if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"), None)
 
-    # The node the selector names is tainted, and so are the kwok nodes (the pool's GPU taint).
+    # The node the selector names carries the kubelet node's taint (and the pool's GPU taint).
     message = wait_until("the scheduler to refuse the pod", unschedulable, 30)
     assert "had untolerated taint" in message
     assert "nodeName" not in admin.get(object_path("Pod", "untolerated", NAMESPACE))["spec"]
@@ -170,6 +179,8 @@ def test_the_gates_smoke_pod_runs_a_training_step_on_the_node(
     passed, detail = good.smoke_pod(NODE)
     assert passed, detail
     assert "smoke run ok: 2 rank(s), step 1 loss" in detail and "checkpoint verified" in detail
+    # It asked for the node's 8 GPUs, and the kubelet admitted it against the GPUs the node advertises.
+    assert gpu_requests(admin.get(object_path("Node", NODE))) == {"nvidia.com/gpu": "8"}
 
     # A step that cannot finish in time (torch's import alone takes longer): the pod exits 1 and
     # its verdict says why; either way the pod is removed.

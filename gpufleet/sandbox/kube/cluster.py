@@ -540,7 +540,10 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_t
     later: dict[str, dict[str, str]] = {}
     for index, node in enumerate(nodes):
         name = node.name
-        nl = kubelet_node.layout(lay.run_id, lay.base_dir, name, lay.ports)
+        nl = kubelet_node.layout(lay.run_id, lay.base_dir, name, index, lay.ports)
+        problem = kubelet_node.socket_problem(nl)
+        if problem is not None:
+            raise KubeSandboxError(f"kubelet node {name}: {problem}")
         client, serving = node_cert_specs(name)
         issue_files(lay.pki, (client, serving))
         kubelet_node.write_node_files(nl, bins["runc"], bins["loopback"].parent, lay.pki.ca_cert,

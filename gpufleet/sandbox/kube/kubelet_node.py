@@ -121,7 +121,7 @@ class KubeletNodeLayout:
 
     run_id: str
     name: str
-    dir: Path  # <run dir>/kubelet-<name>: short, for the sockets' 107-byte path limit (unix(7))
+    dir: Path  # <run dir>/kn<index>: short, for the sockets' 107-byte path limit (unix(7))
     port: int  # the kubelet's API (TLS)
     healthz_port: int
 
@@ -164,9 +164,23 @@ class KubeletNodeLayout:
         return f"http://{LOOPBACK_IP}:{self.healthz_port}/healthz"
 
 
-def layout(run_id: str, base_dir: Path, name: str, ports: Mapping[str, int]) -> KubeletNodeLayout:
-    folder = base_dir / f"kubelet-{name}"
+def layout(run_id: str, base_dir: Path, name: str, index: int, ports: Mapping[str, int]) -> KubeletNodeLayout:
+    """Node `index` of the run's kubelet nodes; its folder is named by the index (`kn<index>`), not
+    by the node's name, which may be long: the sockets in it must stay under 108 bytes."""
+    folder = base_dir / f"kn{index}"
     return KubeletNodeLayout(run_id, name, folder, ports[f"kubelet-{name}"], ports[f"kubelet-{name}-healthz"])
+
+
+SOCKET_PATH_MAX = 107  # unix(7): sun_path holds 108 bytes with the terminating NUL
+
+
+def socket_problem(nl: KubeletNodeLayout) -> str | None:
+    """Why the node's sockets cannot be bound where the run directory is (None: they can)."""
+    longest = str(nl.socket) + ".ttrpc"
+    if len(longest) > SOCKET_PATH_MAX:
+        return (f"{longest} is {len(longest)} bytes, over the {SOCKET_PATH_MAX} a unix socket path may "
+                "hold: use a shorter state root (GPUFLEET_SANDBOX_ROOT) or stack name")
+    return None
 
 
 def _toml_str(s: str | Path) -> str:
@@ -340,8 +354,8 @@ def tag_on_nodes(state: KubeSandboxState, target: str, ctr: Path) -> None:
     """Name the node image `target` in every kubelet node's containerd of a running sandbox: how the
     sandbox stages a driver version before a rollout's DaemonSet names it (its images come from no
     registry)."""
-    for name in state.kubelet_nodes:
-        nl = layout(state.run_id, Path(state.base_dir), name, state.ports)
+    for index, name in enumerate(state.kubelet_nodes):
+        nl = layout(state.run_id, Path(state.base_dir), name, index, state.ports)
         tag_image([str(ctr), "--address", str(nl.socket), "--namespace", "k8s.io"], target)
 
 

@@ -12,32 +12,63 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.config import load_named_stack
 from gpufleet.sandbox.kube import kubelet_node, oci_archive
+from gpufleet.sandbox.kube.nodes import plan_nodes
 from gpufleet.sandbox.kube.pki import node_cert_specs
 
 RUN_ID = "a1b2c3"
 
 
 def layout(tmp_path: Path) -> kubelet_node.KubeletNodeLayout:
-    ports = {"kubelet-0": 40001, "kubelet-0-healthz": 40002}
-    return kubelet_node.layout(RUN_ID, tmp_path / "run-a1b2c3", "kubelet-0", ports)
+    ports = {"kubelet-gpu-3": 40001, "kubelet-gpu-3-healthz": 40002}
+    return kubelet_node.layout(RUN_ID, tmp_path / "run-a1b2c3", "gpu-3", 0, ports)
 
 
-def test_names_ports_and_cgroup_root(tmp_path: Path) -> None:
-    assert kubelet_node.node_names(2) == ["kubelet-0", "kubelet-1"]
-    assert kubelet_node.port_names(2) == ("kubelet-0", "kubelet-0-healthz", "kubelet-1", "kubelet-1-healthz")
+def test_the_first_pools_last_compute_nodes_become_kubelet_nodes() -> None:
+    spec = load_named_stack("sandbox", Path("stacks"))
+    nodes = plan_nodes(spec, 6)  # 5 compute + 1 spare
+    assert kubelet_node.choose(nodes, 2) == ["gpu-3", "gpu-4"]
+    assert kubelet_node.choose(nodes, 0) == []
+    with pytest.raises(ValueError, match="the first pool has 5 compute node"):
+        kubelet_node.choose(nodes, 6)
+    assert kubelet_node.port_names(["gpu-3"]) == ("kubelet-gpu-3", "kubelet-gpu-3-healthz")
+
+
+def test_the_kubelet_registers_the_labels_it_may_set_and_the_rest_are_patched() -> None:
+    spec = load_named_stack("sandbox", Path("stacks"))
+    node = plan_nodes(spec, 2)[0]
+    own, patch = kubelet_node.split_labels(node.labels)
+    assert "type" not in own and "type" not in patch  # kwok's own
+    assert own["kubernetes.io/hostname"] == node.name and "topology.kubernetes.io/zone" in own
+    assert own["nvidia.com/gpu.present"] == "true" and own["gpufleet.io/pool"] == "gpu"
+    assert patch == {"feature.node.kubernetes.io/pci-10de.present": "true",
+                     "feature.node.kubernetes.io/pci-15b3.present": "true"}
+    assert kubelet_node.gpu_resources(node.capacity) == {"nvidia.com/gpu": "8"}
+
+
+def test_ports_and_cgroup_root(tmp_path: Path) -> None:
     nl = layout(tmp_path)
-    assert nl.cgroup == "gpufleet-kube-a1b2c3-kubelet-0"
+    assert (nl.port, nl.healthz_port) == (40001, 40002)
+    assert nl.cgroup == "gpufleet-kube-a1b2c3-gpu-3"
     assert nl.cgroup.startswith(kubelet_node.cgroup_prefix(RUN_ID))
 
 
 def test_sockets_fit_the_unix_path_limit_under_the_default_state_root() -> None:
     # The longest stack name the repository ships, under the default state root (unix(7): 108 bytes
     # with the terminating NUL).
-    longest = max((p.stem for p in Path("stacks").glob("*.yaml")), key=len)
+    longest = max((p.stem.removeprefix("Pulumi.") for p in Path("stacks").glob("Pulumi.*.yaml")), key=len)
     base = Path("/run/gpufleet/sandboxes") / longest / "kubernetes" / "run-a1b2c3"
-    nl = kubelet_node.layout(RUN_ID, base, "kubelet-3", {"kubelet-3": 1, "kubelet-3-healthz": 2})
-    assert len(str(nl.socket) + ".ttrpc") < 108
+    node = "gpu-" + "9" * 40  # the folder is named by the index, not the node
+    nl = kubelet_node.layout(RUN_ID, base, node, 3, {f"kubelet-{node}": 1, f"kubelet-{node}-healthz": 2})
+    assert nl.dir.name == "kn3"
+    assert kubelet_node.socket_problem(nl) is None
+    deep = kubelet_node.layout(RUN_ID, Path("/" + "x" * 100), node, 0, nl_ports(node))
+    assert "over the 107 a unix socket path may hold" in str(kubelet_node.socket_problem(deep))
+
+
+def nl_ports(node: str) -> dict[str, int]:
+    return {f"kubelet-{node}": 1, f"kubelet-{node}-healthz": 2}
 
 
 def test_containerd_config_is_toml_with_the_nodes_own_paths(tmp_path: Path) -> None:
@@ -87,11 +118,13 @@ def test_containerd_gets_new_mount_and_network_namespaces_and_the_kubelet_joins_
         assert f"mount -t tmpfs -o mode=0755 gpufleet-kubelet {d}" in script
     assert argv[8:] == ["/b/containerd", "--config", str(nl.containerd_config)]
 
-    k = kubelet_node.kubelet_argv(nl, Path("/b/kubelet"), 4242, {"b": "2", "a": "1"})
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    k = kubelet_node.kubelet_argv(nl, Path("/b/kubelet"), 4242, {"b": "2", "a": "1"}, [gpu_taint])
     assert k[:4] == ["nsenter", "--mount=/proc/4242/ns/mnt", "--", "/b/kubelet"]  # no --net
     assert "--node-labels=a=1,b=2" in k
-    assert f"--register-with-taints={kubelet_node.KUBELET_NODE_LABEL}=true:NoSchedule" in k
-    assert "--hostname-override=kubelet-0" in k
+    assert ("--register-with-taints=nvidia.com/gpu=present:NoSchedule,"
+            f"{kubelet_node.KUBELET_NODE_LABEL}=true:NoSchedule") in k
+    assert "--hostname-override=gpu-3" in k
 
 
 def test_node_certificates_are_the_node_authorizers_identity() -> None:

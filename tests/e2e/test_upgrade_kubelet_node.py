@@ -1,0 +1,101 @@
+"""End-to-end: `gpufleet upgrade run --driver gpu-operator` over a pool whose first node is a kubelet
+node (ADR 0081, 0082): the GPU Operator upgrades the driver pod there as a real container, and the
+gate's smoke pod, gpufleet's one-step training run, runs on the node before it returns. A bad version
+fails at the canary, on the kubelet node, and is rolled back there, with the other node untouched.
+
+Needs root and the programs `make kube-bins` builds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import gpufleet, kube_sandbox
+
+from gpufleet.core.sandbox_contract import KubeSandboxState
+from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
+from gpufleet.sandbox.kube.gpu_operator import DRIVER_APP, NAMESPACE, driver_version
+
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="kubelet nodes need root (cgroups, namespaces)"),
+]
+
+STACK = "sandbox"
+KUBELET, KWOK = "gpu-0", "gpu-1"  # --nodes 2: the pool's compute node (a kubelet node) and its spare
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, KubeSandboxState]]:
+    with kube_sandbox(tmp_path_factory, "kubelet-upgrade-root", STACK, "--nodes", "2", "--no-training",
+                      "--kubelet-nodes", "1") as (root, state, _up):
+        assert state.kubelet_nodes == [KUBELET]
+        yield root, state
+
+
+def rollout(root: Path, tmp_path: Path, version: str) -> tuple[int, dict[str, Any], str]:
+    report = tmp_path / f"upgrade-{version}.json"
+    res = gpufleet(root, "upgrade", "run", "--stack", STACK, "--driver", "gpu-operator", "--to", version,
+                   "--report", str(report), timeout=300)
+    return res.returncode, json.loads(report.read_text()), res.stdout + res.stderr
+
+
+def driver_pods(state: KubeSandboxState) -> dict[str, dict[str, Any]]:
+    assert state.admin_kubeconfig is not None
+    with api_from_kubeconfig(Path(state.admin_kubeconfig)) as api:
+        pods = api.list("Pod", NAMESPACE, labelSelector=f"app={DRIVER_APP}")
+    return {p["spec"]["nodeName"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
+
+
+def gates(doc: dict[str, Any], node: str) -> list[str]:
+    """The node's gate verdicts in the run's log, in order: "passed: <detail>" or "FAILED: <detail>"."""
+    return [f"{e['action'].split()[1]}: {e['detail']}" for e in doc["log"]
+            if e["node"] == node and e["action"].startswith("gate ")]
+
+
+def phase(doc: dict[str, Any], node: str) -> str:
+    """A node's end: the report lists those not done (and done ones with a reason)."""
+    return next((n["phase"] for n in doc["nodes"] if n["node"] == node), "done")
+
+
+def test_the_gate_runs_the_smoke_pod_on_the_kubelet_node(
+    sandbox: tuple[Path, KubeSandboxState], tmp_path: Path
+) -> None:
+    root, state = sandbox
+    rc, doc, out = rollout(root, tmp_path, "570.124.06")
+    assert rc == 0, out
+    assert doc["counts"] == {"done": 2}, out
+    (gate,) = gates(doc, KUBELET)
+    assert gate.startswith("passed: operator upgrade-done, driver 570.124.06 ready"), gate
+    assert "smoke pod exit 0" in gate and "smoke run ok: 1 rank(s), step 1 loss" in gate
+    (kwok,) = gates(doc, KWOK)
+    assert kwok.startswith("passed: ") and kwok.endswith("no smoke pod: a kwok node runs no container")
+    assert "then the smoke pod" in doc["gateNote"]
+    pod = driver_pods(state)[KUBELET]
+    assert driver_version(pod) == "570.124.06"
+    assert pod["status"]["containerStatuses"][0]["ready"] is True  # a real container, running
+
+
+def test_a_bad_version_stops_at_the_kubelet_canary_and_is_rolled_back_there(
+    sandbox: tuple[Path, KubeSandboxState], tmp_path: Path
+) -> None:
+    root, state = sandbox
+    before = driver_pods(state)
+    rc, doc, out = rollout(root, tmp_path, "560.0.0-bad")
+    assert rc == 1, out
+    assert doc["counts"] == {"failed": 1, "skipped": 1}, out
+    assert phase(doc, KUBELET) == "failed" and phase(doc, KWOK) == "skipped"
+    bad, back = gates(doc, KUBELET)  # the bad version's gate, then the rolled-back version's
+    assert bad.startswith("FAILED: operator state upgrade-failed"), bad
+    assert "CrashLoopBackOff" in bad or "restarts" in bad
+    assert back.startswith("passed: operator upgrade-done, driver 570.124.06 ready")
+    assert "smoke pod exit 0" in back
+    after = driver_pods(state)
+    assert driver_version(after[KUBELET]) == "570.124.06"  # rolled back: a new pod at the old version
+    assert after[KUBELET]["metadata"]["uid"] != before[KUBELET]["metadata"]["uid"]
+    assert after[KWOK]["metadata"]["uid"] == before[KWOK]["metadata"]["uid"]  # untouched
