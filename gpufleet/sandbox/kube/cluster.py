@@ -524,8 +524,8 @@ MERGE_PATCH = "application/merge-patch+json"
 def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_tags: list[str],
                          say: Callable[[str], None]) -> None:
     """Start each kubelet node (containerd, its images, the kubelet) and wait until all are Ready;
-    then give each the rest of its planned labels and its GPUs, as feature discovery and a device
-    plugin would (kubelet_node.py)."""
+    then give each the planned labels its kubelet may not set (kubelet_node.split_labels) and its GPUs,
+    as a device plugin would advertise them (kubelet_node.py)."""
     lay, bins = run.lay, run.paths.binaries
     try:
         base = rootfs.rootfs_tar(say=lambda m: say(f"kubelet nodes' image: {m}"))

@@ -46,12 +46,12 @@ from typing import Any
 import yaml
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
+from gpufleet.sandbox.kube.nodes import KwokNode
 from gpufleet.sandbox.kube.pki import LOOPBACK_IP
 from gpufleet.sandbox.rootfs import rootfs_key
 
 KUBELET = "kubelet"
 CONTAINERD = "containerd"
-NAME_PREFIX = "kubelet-"
 KUBELET_NODE_LABEL = "gpufleet.io/kubelet-node"
 # The pods' image: the sandbox's Debian root filesystem, tagged by its cache key.
 NODE_IMAGE = f"localhost/gpufleet/node-base:{rootfs_key()}"
@@ -66,7 +66,7 @@ CGROUP_FS = Path("/sys/fs/cgroup")
 KILL_WAIT_S = 10.0
 
 
-def choose(nodes: Sequence[Any], count: int) -> list[str]:
+def choose(nodes: Sequence[KwokNode], count: int) -> list[str]:
     """The planned nodes a kubelet runs instead of kwok (pure): the last `count` compute nodes of the
     first pool (the training job's pool; spares stay kwok's, so the spare pool is untouched)."""
     first = nodes[0].pool if nodes else None
@@ -81,29 +81,35 @@ def port_names(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(p for n in names for p in (f"kubelet-{n}", f"kubelet-{n}-healthz"))
 
 
-# Labels a kubelet may set on its own node in the kubernetes.io and k8s.io namespaces
-# (--node-labels; the kubelet refuses any other there: pkg/kubelet/apis/well_known_labels.go).
-KUBELET_LABELS_ALLOWED = frozenset({
-    "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/instance-type",
-    "topology.kubernetes.io/region", "topology.kubernetes.io/zone", "kubelet.kubernetes.io/",
-    "node.kubernetes.io/",
+# What a kubelet may set on its own node in the kubernetes.io and k8s.io namespaces with
+# --node-labels; it refuses any other there (k8s.io/kubelet pkg/apis/well_known_labels.go,
+# IsKubeletLabel): these keys, and keys in these namespaces or their subdomains.
+KUBELET_LABELS = frozenset({
+    "kubernetes.io/hostname", "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type", "kubernetes.io/os",
+    "kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/arch",
 })
+KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def kubelet_may_set(key: str) -> bool:
+    """Whether the kubelet may register its node with this label (pure)."""
+    namespace = key.split("/", 1)[0] if "/" in key else ""
+    if not namespace.endswith(("kubernetes.io", "k8s.io")) or key in KUBELET_LABELS:
+        return True
+    return any(namespace == ns or namespace.endswith("." + ns) for ns in KUBELET_LABEL_NAMESPACES)
 
 
 def split_labels(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(what the kubelet registers with, what the sandbox patches afterwards, as feature discovery
-    would): labels under kubernetes.io or k8s.io go to the patch unless the kubelet may set them.
-    kwok's own `type` label is dropped (pure)."""
+    """(what the kubelet registers with, what the sandbox patches afterwards): a label under
+    kubernetes.io or k8s.io the kubelet may not set (a stack's `node-role.kubernetes.io/...`, say)
+    goes to the patch. kwok's own `type` label is dropped (pure)."""
     own: dict[str, str] = {}
     patch: dict[str, str] = {}
     for k, v in labels.items():
-        if k == "type":
-            continue
-        prefix = k.split("/", 1)[0] if "/" in k else ""
-        restricted = prefix.endswith(("kubernetes.io", "k8s.io"))
-        allowed = k in KUBELET_LABELS_ALLOWED or any(k.startswith(a) for a in KUBELET_LABELS_ALLOWED
-                                                     if a.endswith("/"))
-        (patch if restricted and not allowed else own)[k] = v
+        if k != "type":
+            (own if kubelet_may_set(k) else patch)[k] = v
     return own, patch
 
 

@@ -42,9 +42,13 @@ def test_the_kubelet_registers_the_labels_it_may_set_and_the_rest_are_patched() 
     assert "type" not in own and "type" not in patch  # kwok's own
     assert own["kubernetes.io/hostname"] == node.name and "topology.kubernetes.io/zone" in own
     assert own["nvidia.com/gpu.present"] == "true" and own["gpufleet.io/pool"] == "gpu"
-    assert patch == {"feature.node.kubernetes.io/pci-10de.present": "true",
-                     "feature.node.kubernetes.io/pci-15b3.present": "true"}
+    # Feature discovery's namespace is a subdomain of node.kubernetes.io, which the kubelet may set.
+    assert own["feature.node.kubernetes.io/pci-10de.present"] == "true" and patch == {}
+    own, patch = kubelet_node.split_labels({"node-role.kubernetes.io/gpu": "", "a.b/c": "d"})
+    assert (own, patch) == ({"a.b/c": "d"}, {"node-role.kubernetes.io/gpu": ""})
     assert kubelet_node.gpu_resources(node.capacity) == {"nvidia.com/gpu": "8"}
+    assert kubelet_node.kubelet_may_set("x.node.kubernetes.io/y")  # a subdomain of an allowed namespace
+    assert not kubelet_node.kubelet_may_set("node-role.kubernetes.io/worker")
 
 
 def test_ports_and_cgroup_root(tmp_path: Path) -> None:
