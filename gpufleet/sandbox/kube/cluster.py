@@ -5,7 +5,8 @@ Order (what waits on what):
   certificates, kubeconfigs, kwok config ─► etcd (/health) ─► kube-apiserver (/readyz)
   ─► kwok's RBAC ─► controller manager, scheduler (/healthz) ─► kwok (/healthz)
   ─► CRDs (Established) ─► namespaces, chaos ServiceAccount + token ─► remediation
-  ─► Kueue (its certificate mounted) ─► nodes (Ready) ─► Kueue's queues, Kueue ready
+  ─► Kueue (its certificate mounted) ─► nodes (Ready) ─► kubelet nodes (Ready; --kubelet-nodes)
+  ─► Kueue's queues, Kueue ready
   ─► training Job (suspended, Kueue admits it) + PDB (pods Running)
 
 Crash safety, as for the Slurm sandbox: the state file (`<root>/<stack>/kubernetes/state.json`)
@@ -101,7 +102,8 @@ class KubeUpOptions:
     # GPU_OPERATOR_MAX_NODES nodes. Its first pass costs little at 6 nodes (1.6 s) and 262 s at 1,250
     # (two DaemonSet pods per node and a label write per node; benchmarks/kube_sandbox.py, 2026-12-05).
     gpu_operator: bool | None = None
-    # Nodes run by a real kubelet with containerd and runc beside the kwok ones (kubelet_node.py).
+    # The first pool's last N compute nodes run by a real kubelet with containerd and runc instead of
+    # kwok (kubelet_node.py).
     kubelet_nodes: int = 0
 
 

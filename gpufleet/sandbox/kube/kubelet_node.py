@@ -1,12 +1,13 @@
 """Kubelet nodes of the Kubernetes sandbox: a real kubelet with containerd and runc that runs real
-containers, beside the kwok nodes (`sandbox up --kubernetes --kubelet-nodes N`; ADR 0081,
-docs/kubernetes-sandbox.md "Kubelet nodes").
+containers, for the first pool's last N compute nodes instead of kwok (`sandbox up --kubernetes
+--kubelet-nodes N`; ADR 0081, docs/kubernetes-sandbox.md "Kubelet nodes").
 
-kwok nodes run no container, so anything judged by what a pod does (a gate's smoke run, a probe)
-needs one of these. Each node is `kubelet-<i>`: the kubelet (its identity `system:node:<name>`, a
-client certificate of the run's CA) registers it, labelled KUBELET_NODE_LABEL and tainted with it
-(NoSchedule), so only pods that tolerate the taint land there; the sandbox's own workloads (training,
-the GPU Operator's DaemonSets) stay on kwok nodes.
+kwok nodes run no container, so anything judged by what a pod does (a gate's smoke pod, a driver
+container that fails to load) needs one of these. The kubelet (its identity `system:node:<name>`, a
+client certificate of the run's CA) registers the pool's node with its labels and taints
+(choose, split_labels), plus KUBELET_NODE_LABEL as a label and a NoSchedule taint, so that the
+training Job's pods stay on kwok nodes; the GPU Operator's DaemonSets tolerate every taint and run
+there (gpu_operator.py). The node's GPUs are patched into its status: there is no device plugin.
 
 What it must not touch on the host, and how it does not:
 - mounts: containerd and the kubelet run in a mount namespace of their own (containerd starts it,
