@@ -195,7 +195,10 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
         raise DriverError(f"the Kubernetes sandbox of {name} records no admin kubeconfig")
     bad = frozenset(spec.sandbox.bad_versions if spec.sandbox else ())
     record = kube_state_path(name, state_root).with_name(RECORD_FILE)
-    annotations = lambda v: {FAILS_TO_LOAD: "true" if v in bad else None}  # noqa: E731
+
+    def annotations(version: str) -> dict[str, str | None]:
+        return {FAILS_TO_LOAD: "true" if version in bad else None}
+
     if not state.kubelet_nodes:
         return GpuOperatorDriver(Path(state.admin_kubeconfig), component, record,
                                  template_annotations=annotations, smoke=smoke)

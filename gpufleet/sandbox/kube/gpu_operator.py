@@ -114,16 +114,10 @@ def image_tags(spec: StackSpec) -> list[str]:
 
 
 def _daemonset(name: str, app: str, container: str, image: str, policy_uid: str, strategy: str,
-               annotations: dict[str, str], command: list[str],
-               readiness: dict[str, Any] | None = None) -> dict[str, Any]:
+               annotations: dict[str, str], command: list[str], extra: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
     labels = {"app": app, **MANAGED}
-    spec: dict[str, Any] = {
-        "name": container, "image": image, "command": command,
-        "env": [{"name": FAILS_ENV, "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{FAILS_TO_LOAD}']"}}}],
-    }
-    if readiness is not None:
-        spec["readinessProbe"] = readiness
+    spec: dict[str, Any] = {"name": container, "image": image, "command": command, **(extra or {})}
     return {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels,
@@ -145,9 +139,12 @@ def _daemonset(name: str, app: str, container: str, image: str, policy_uid: str,
 
 
 def driver_daemonset(version: str, policy_uid: str, fails_to_load: bool) -> dict[str, Any]:
+    # The bad-version annotation reaches the container through the downward API.
+    field = {"fieldPath": f"metadata.annotations['{FAILS_TO_LOAD}']"}
+    env = [{"name": FAILS_ENV, "valueFrom": {"fieldRef": field}}]
     return _daemonset(DRIVER_DAEMONSET, DRIVER_APP, DRIVER_CONTAINER, f"{DRIVER_IMAGE}:{version}", policy_uid,
                       "OnDelete", {FAILS_TO_LOAD: "true"} if fails_to_load else {}, DRIVER_COMMAND,
-                      DRIVER_READINESS)
+                      {"env": env, "readinessProbe": DRIVER_READINESS})
 
 
 def validator_daemonset(policy_uid: str) -> dict[str, Any]:

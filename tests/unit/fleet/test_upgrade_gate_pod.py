@@ -133,3 +133,22 @@ def test_the_stacks_smoke_pod_is_validated() -> None:
                 {"image": "x", "command": ["run"], "deadlineSeconds": 0}):
         with pytest.raises(ValidationError):
             UpgradeGate.model_validate({"smokePod": bad})
+
+
+def test_the_stacks_smoke_pod_becomes_the_gates_only_with_smoke_run_on() -> None:
+    from pathlib import Path
+
+    from gpufleet.cli.upgrade_cmds import gate_smoke_pod
+    from gpufleet.config import StackSpec, load_named_stack
+
+    spec = load_named_stack("sandbox", Path("stacks"))
+    assert gate_smoke_pod(spec) is None  # the sandbox stack sets no smokePod
+    smoke = GateSmokePod(image="train:1", command=["run", "--steps", "1"], deadline_seconds=90)
+    def with_gate(gate: UpgradeGate) -> StackSpec:
+        return spec.model_copy(update={"upgrade": spec.upgrade.model_copy(update={"gate": gate})})
+
+    gate = spec.upgrade.gate.model_copy(update={"smoke_pod": smoke})
+    gp = gate_smoke_pod(with_gate(gate))
+    assert gp == GatePod(image="train:1", command=("run", "--steps", "1"), deadline_s=90,
+                         namespace=spec.gameday.namespace)
+    assert gate_smoke_pod(with_gate(gate.model_copy(update={"smoke_run": False}))) is None
