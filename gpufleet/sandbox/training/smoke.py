@@ -48,8 +48,8 @@ STEPS = 1
 # past them, so it never meets a socket of the job's.
 RENDEZVOUS_PORT = 29650
 JOB_ID = 0  # no Slurm job: the checkpoint key and the events say job 0
-STOP_GRACE_S = 2.0
-LOG_TAIL_LINES = 20  # SIGTERM (the rank unregisters from its GPUs), then SIGKILL
+STOP_GRACE_S = 2.0  # SIGTERM (the rank unregisters from its GPUs), then SIGKILL
+LOG_TAIL_LINES = 20  # of each rank's log, on stderr, when a standalone run fails
 
 
 @dataclass(frozen=True)
@@ -183,11 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.base_dir or args.hosts_file:
             problems.append("--standalone makes its own --base-dir and --hosts-file: give neither")
     else:
-        if args.base_dir is None or not (args.base_dir / "nodes" / args.node).is_dir():
-            problems.append(f"{args.base_dir and args.base_dir / 'nodes' / args.node}: no such node folder "
-                            "(--base-dir, or --standalone)")
-        if args.hosts_file is None or not args.hosts_file.is_file():
-            problems.append(f"{args.hosts_file}: no hosts file (--hosts-file, or --standalone)")
+        if args.base_dir is None:
+            problems.append("--base-dir is required (or --standalone)")
+        elif not (args.base_dir / "nodes" / args.node).is_dir():
+            problems.append(f"{args.base_dir / 'nodes' / args.node}: no such node folder")
+        if args.hosts_file is None:
+            problems.append("--hosts-file is required (or --standalone)")
+        elif not args.hosts_file.is_file():
+            problems.append(f"{args.hosts_file}: no hosts file")
     if args.deadline <= 0:
         problems.append(f"--deadline {args.deadline} must be positive")
     if problems:

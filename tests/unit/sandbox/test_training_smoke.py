@@ -166,6 +166,14 @@ def test_standalone_failure_puts_the_rank_logs_on_stderr(tmp_path: Path) -> None
     assert "--- rank-0.log" in res.stderr and "--- rank-1.log" in res.stderr
 
 
+def test_without_standalone_the_base_dir_and_hosts_file_are_required() -> None:
+    argv = [sys.executable, "-m", "gpufleet.sandbox.training.smoke", "--node", "n", "--gpus", "1"]
+    res = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert res.returncode == 2
+    assert "--base-dir is required (or --standalone)" in res.stderr
+    assert "--hosts-file is required (or --standalone)" in res.stderr
+
+
 def test_standalone_refuses_a_base_dir(tmp_path: Path) -> None:
     res = subprocess.run(
         [sys.executable, "-m", "gpufleet.sandbox.training.smoke", "--standalone", "--node", "n",
