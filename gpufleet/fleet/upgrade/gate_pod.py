@@ -6,7 +6,7 @@ training image running one step of its own job. gpufleet places and judges it:
 - on the node itself (`spec.nodeName`: the scheduler is not asked, the node is cordoned), tolerating
   every taint (the rollout's cordon, the GPU taint, a quarantine the gate is about to judge), as a
   DaemonSet's pods do;
-- holding every GPU the node advertises (each resource of GPU_RESOURCES in its allocatable, at its
+- holding every GPU the node advertises (each resource of GPU_RESOURCE_PREFIXES in its allocatable, at its
   full count), as the training job's pods do: a node whose device plugin lost a GPU fails the gate
   at admission;
 - bounded: `activeDeadlineSeconds` is the stack's deadline, and the wait for the pod's end is that
@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend")  # device plugins' names
+from gpufleet.fleet.inspect.cluster import GPU_RESOURCE_PREFIXES
+
 GATE_APP = "gpufleet-upgrade-gate"
 START_MARGIN_S = 60.0
 POLL_S = 0.5
@@ -38,7 +39,7 @@ NODE_ENV = "GPUFLEET_NODE"
 
 @dataclass(frozen=True)
 class GatePod:
-    """What the smoke pod runs; `volumes` and `env` are what a site (or the sandbox) adds."""
+    """What the smoke pod runs; `env` and `host_paths` are what a site (or the sandbox) adds."""
 
     image: str
     command: Sequence[str]

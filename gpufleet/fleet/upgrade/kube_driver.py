@@ -514,9 +514,19 @@ class GpuOperatorDriver:
         finally:
             self._labels(node, {UPGRADE_SKIP_LABEL: "true", POLL_LABEL: None})
 
-    def _delete_pod(self, name: str, namespace: str | None = None) -> None:
+    def _delete_pod(self, name: str, namespace: str | None = None, *, now: bool = False) -> None:
+        """Delete a pod; `now`: with no grace period, and one already gone is no error."""
+        from kubernetes.client.exceptions import ApiException
+
         ns = namespace or self.namespace
-        self._call(f"delete pod {ns}/{name}", lambda: self.core.delete_namespaced_pod(name, ns))
+        if not now:
+            self._call(f"delete pod {ns}/{name}", lambda: self.core.delete_namespaced_pod(name, ns))
+            return
+        try:
+            self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise DriverError(f"delete pod {ns}/{name}: HTTP {e.status} {e.reason}") from None
 
     def gate(self, node: str, version: str) -> tuple[bool, str]:
         validators = self._pods(VALIDATOR_SELECTOR, node)
@@ -550,11 +560,7 @@ class GpuOperatorDriver:
                 raise DriverError(f"read pod {ns}/{name}: HTTP {e.status} {e.reason}") from None
 
         def delete(name: str) -> None:
-            try:
-                self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
-            except ApiException as e:
-                if e.status != 404:
-                    raise DriverError(f"delete pod {ns}/{name}: HTTP {e.status} {e.reason}") from None
+            self._delete_pod(name, ns, now=True)
 
         def create(obj: dict[str, Any]) -> None:
             self._call(f"create pod {ns}/{obj['metadata']['name']}",

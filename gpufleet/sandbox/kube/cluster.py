@@ -566,7 +566,10 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_t
             return True
 
         run.wait(f"containerd of {name}", serving_ctr, 0.2, f"{kubelet_node.CONTAINERD}-{name}")
-        _ctr(ctr, ["images", "import", str(archive)], name, run.left())
+        try:
+            kubelet_node.run_ctr(ctr, ["images", "import", str(archive)], run.left())
+        except RuntimeError as e:
+            raise KubeSandboxError(f"{name}: {e}") from None
         for tag in image_tags:
             kubelet_node.tag_image(ctr, tag)
         own, later[name] = kubelet_node.split_labels(node.labels)
@@ -597,13 +600,6 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_t
                 raise KubeSandboxError(f"{node.name}: advertising its GPUs failed: HTTP {resp.status_code}")
     say(f"{len(nodes)} kubelet node(s) Ready: {', '.join(names)} (containerd and runc, image "
         f"{kubelet_node.NODE_IMAGE})")
-
-
-def _ctr(ctr: list[str], args: list[str], node: str, timeout_s: float) -> None:
-    proc = subprocess.run([*ctr, *args], capture_output=True, text=True, check=False,
-                          timeout=max(timeout_s, 1.0))
-    if proc.returncode != 0:
-        raise KubeSandboxError(f"{node}: `ctr {' '.join(args[:2])}` failed: {proc.stderr.strip()[-300:]}")
 
 
 def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str, training_namespace: str) -> None:

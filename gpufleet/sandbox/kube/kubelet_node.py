@@ -46,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.config.accelerators import all_specs
 from gpufleet.core.sandbox_contract import KubeSandboxState
 from gpufleet.sandbox.kube.nodes import KwokNode
 from gpufleet.sandbox.kube.pki import LOOPBACK_IP
@@ -344,17 +345,24 @@ SMOKE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}  # the mounts are r
 
 
 def gpu_resources(capacity: Mapping[str, str]) -> dict[str, str]:
-    """The accelerators of a planned node's capacity (everything but CPU, memory and pods)."""
-    return {k: v for k, v in capacity.items() if k not in ("cpu", "memory", "pods", "ephemeral-storage")}
+    """The accelerators of a planned node's capacity: its entries named by an accelerator's extended
+    resource (config.accelerators)."""
+    names = {spec.resource_name for spec in all_specs()}
+    return {k: v for k, v in capacity.items() if k in names}
+
+
+def run_ctr(ctr: Sequence[str], args: Sequence[str], timeout_s: float = 30.0) -> None:
+    """One `ctr` command against a node's containerd; RuntimeError naming it when it fails."""
+    proc = subprocess.run([*ctr, *args], capture_output=True, text=True, check=False,
+                          timeout=max(timeout_s, 1.0))
+    if proc.returncode != 0:
+        raise RuntimeError(f"`ctr {' '.join(args)}` failed: {proc.stderr.strip()[-300:]}")
 
 
 def tag_image(ctr: Sequence[str], target: str, source: str = NODE_IMAGE) -> None:
     """Name the node image `target` too in a node's containerd (`ctr images tag`; an existing name
     is replaced), so a pod naming `target` runs it without a registry."""
-    proc = subprocess.run([*ctr, "images", "tag", "--force", source, target], capture_output=True, text=True,
-                          check=False, timeout=30)
-    if proc.returncode != 0:
-        raise RuntimeError(f"`ctr images tag {source} {target}` failed: {proc.stderr.strip()[-300:]}")
+    run_ctr(ctr, ["images", "tag", "--force", source, target])
 
 
 def tag_on_nodes(state: KubeSandboxState, target: str, ctr: Path) -> None:
