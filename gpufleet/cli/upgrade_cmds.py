@@ -31,7 +31,7 @@ from gpufleet.fleet.upgrade import (
 from gpufleet.fleet.upgrade.drive import drive
 from gpufleet.fleet.upgrade.gate import GateSetup
 from gpufleet.fleet.upgrade.gate_pod import NODE_ENV, GatePod
-from gpufleet.fleet.upgrade.kube_driver import PUBLISHER_SELECTOR, GpuOperatorDriver, InspectStep
+from gpufleet.fleet.upgrade.kube_driver import PUBLISHER_SELECTOR, GpuOperatorDriver, InspectStep, PerfStep
 from gpufleet.fleet.upgrade.model import protection
 from gpufleet.fleet.upgrade.rollout import Rollout
 from gpufleet.fleet.upgrade.sandbox_driver import RECORD_FILE, DriverError, PoolShape, SandboxDriver
@@ -46,6 +46,7 @@ _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~:-]{0,63}$")
 
 # The sandbox's own smoke pod (kubelet nodes): the pod's deadline, and half of it for the ranks.
 SANDBOX_SMOKE_S = 120.0
+SANDBOX_PERF_S = 120.0  # the sandbox's performance pod: the same bounds
 
 STACK_SOURCE_NOTE = (
     "Fleet snapshot: the stack's node pools, no live backend given. Current versions, cordons and "
@@ -186,7 +187,7 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
         if not kubeconfig.is_file():
             raise InputError("--kubeconfig", [Problem(str(kubeconfig), "not a file")])
         return GpuOperatorDriver(kubeconfig, component, Path(".gpufleet/upgrade") / f"{name}-cordons.json",
-                                 smoke=smoke)
+                                 smoke=smoke, perf_pod=gate_perf_pod(spec))
     from gpufleet.core.sandbox_contract import kube_state_path, read_kube_state
     from gpufleet.sandbox.kube.gpu_operator import FAILS_TO_LOAD
 
@@ -199,20 +200,24 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
     def annotations(version: str) -> dict[str, str | None]:
         return {FAILS_TO_LOAD: "true" if version in bad else None}
 
+    perf = gate_perf_pod(spec)
     if not state.kubelet_nodes:
         return GpuOperatorDriver(Path(state.admin_kubeconfig), component, record,
-                                 template_annotations=annotations, smoke=smoke)
-    stage, smoke, no_smoke = _kubelet_node_parts(spec, state, smoke)
+                                 template_annotations=annotations, smoke=smoke, perf_pod=perf)
+    stage, smoke, perf, no_smoke = _kubelet_node_parts(spec, state, smoke, perf)
     return GpuOperatorDriver(Path(state.admin_kubeconfig), component, record,
-                             template_annotations=annotations, smoke=smoke, stage=stage, no_smoke=no_smoke)
+                             template_annotations=annotations, smoke=smoke, perf_pod=perf, stage=stage,
+                             no_smoke=no_smoke)
 
 
-def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: GatePod | None
-                        ) -> tuple[Callable[[str], None], GatePod | None, Callable[[str], str | None]]:
+def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: GatePod | None,
+                        perf: GatePod | None) -> tuple[Callable[[str], None], GatePod | None, GatePod | None,
+                                                       Callable[[str], str | None]]:
     """On a Kubernetes sandbox with kubelet nodes (ADR 0081): a version's driver image is tagged on
     them before the DaemonSet names it, and with `gate.smokeRun` (and no smokePod of the stack's)
-    the gate's smoke pod is gpufleet's own one-step run (ADR 0082), on the kubelet nodes; a kwok
-    node runs no container, so its gate says it had none."""
+    the gate's smoke pod is gpufleet's own one-step run (ADR 0082), on the kubelet nodes; with a
+    full `gate.inspectLevel` (and no perfPod of the stack's) the performance pod is gpufleet's own
+    collective probe (ADR 0083). A kwok node runs no container, so its gate says it had neither."""
     from gpufleet.sandbox.kube import kubelet_node, require_kube_paths
     from gpufleet.sandbox.kube.gpu_operator import DRIVER_IMAGE
 
@@ -232,7 +237,12 @@ def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: GatePod
                                                            _smoke_ranks(spec), SANDBOX_SMOKE_S / 2),
                         namespace=spec.gameday.namespace, env=kubelet_node.SMOKE_ENV,
                         host_paths=kubelet_node.python_env_paths())
-    return stage, smoke, no_smoke
+    if spec.upgrade.gate.inspect_level == "full" and perf is None:
+        perf = GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=SANDBOX_PERF_S,
+                       command=kubelet_node.perf_command(SANDBOX_PERF_S / 2),
+                       namespace=spec.gameday.namespace, env=kubelet_node.SMOKE_ENV,
+                       host_paths=kubelet_node.python_env_paths(), role="perf")
+    return stage, smoke, perf, no_smoke
 
 
 def gate_smoke_pod(spec: StackSpec) -> GatePod | None:
@@ -243,6 +253,44 @@ def gate_smoke_pod(spec: StackSpec) -> GatePod | None:
     sp = gate.smoke_pod
     return GatePod(image=sp.image, command=tuple(sp.command), deadline_s=sp.deadline_seconds,
                    namespace=sp.namespace or spec.gameday.namespace)
+
+
+def gate_perf_pod(spec: StackSpec) -> GatePod | None:
+    """The Kubernetes gate's performance pod: the stack's `upgrade.gate.perfPod`."""
+    pp = spec.upgrade.gate.perf_pod
+    if pp is None:
+        return None
+    return GatePod(image=pp.image, command=tuple(pp.command), deadline_s=pp.deadline_seconds,
+                   namespace=pp.namespace or spec.gameday.namespace, role="perf")
+
+
+def _perf_step(driver: GpuOperatorDriver, spec: StackSpec, setup: GateSetup) -> PerfStep | None:
+    """The gate's performance floor (ADR 0083) when the gate is full and there is a performance pod:
+    each pool's reference measured first by that pod on idle nodes (a SKU's published figure wins,
+    as in `gpufleet inspect`); printed either way."""
+    from gpufleet.fleet.inspect.observation import NodeObservation as InspectObservation
+    from gpufleet.fleet.inspect.reference import pool_references
+
+    def say(line: str) -> None:
+        console.print(f"gate: {line}", highlight=False, markup=False)
+
+    if setup.level != "full":
+        say("no performance floor: upgrade.gate.inspectLevel is light")
+        return None
+    if driver.perf_pod is None:
+        say("no performance floor: upgrade.gate.perfPod is not set (docs/fleet-upgrade.md)")
+        return None
+    per_pool = spec.upgrade.gate.perf_pod.reference_nodes if spec.upgrade.gate.perf_pod else 1
+    measured = driver.measure_references(driver.perf_pod, per_pool, say)
+    shapes = {p.name: p for p in spec.node_pools}
+    observed = [InspectObservation(node=node, pool=pool, sku=shapes[pool].accelerator, at=time.time(),
+                                   expected_gpus=shapes[pool].gpus_per_node, perf=figures)
+                for pool, nodes in measured.items() if pool in shapes for node, figures in nodes.items()]
+    refs = {pool: dict(r) for pool, r in pool_references(observed, setup.thresholds).items()}
+    say(f"performance floor {setup.floor_percent:g}% of " + (", ".join(
+        f"{pool} {m} {r.value:g} ({r.source})" for pool, ms in sorted(refs.items())
+        for m, r in sorted(ms.items())) or "no reference (no idle node measured)"))
+    return PerfStep(driver.perf_pod, dataclasses.replace(setup, references=refs))
 
 
 def _inspect_step(driver: GpuOperatorDriver, spec: StackSpec, setup: GateSetup) -> InspectStep | None:
@@ -342,6 +390,7 @@ def run_cmd(
     if isinstance(driver, GpuOperatorDriver):
         driver.hand_over([n.name for n in fleet.nodes])
         driver.inspect = _inspect_step(driver, spec, setup)
+        driver.perf = _perf_step(driver, spec, setup)
     elif setup.level == "full":
         # The performance floor's reference, as inspect computes it, before any node is taken.
         refs = driver.measure_references()
@@ -398,6 +447,9 @@ def run_cmd(
                            "condition" + (", then inspect light on the node's own reading after its "
                                           "publisher restarted" if driver.inspect else
                                           " (no inspect publisher on the cluster)")
+                           + (f", then the performance pod ({driver.perf.pod.image}) at the floor "
+                              f"{gate.performance_floor_percent:g}% of the pool's reference" if driver.perf
+                              else " (no performance floor)")
                            + (f", then the smoke pod ({driver.smoke.image}) on the node" if driver.smoke
                               else " (no smoke run: upgrade.gate.smokePod is not set; "
                                    "docs/fleet-upgrade.md)"))

@@ -1,7 +1,10 @@
 """End-to-end: `gpufleet upgrade run --driver gpu-operator` over a pool whose first node is a kubelet
-node (ADR 0081, 0082): the GPU Operator upgrades the driver pod there as a real container, and the
-gate's smoke pod, gpufleet's one-step training run, runs on the node before it returns. A bad version
-fails at the canary, on the kubelet node, and is rolled back there, with the other node untouched.
+node (ADR 0081, 0082, 0083): the GPU Operator upgrades the driver pod there as a real container, and
+the gate's performance pod (gpufleet's collective probe, against the reference it measured on the
+node before the rollout) and smoke pod (gpufleet's one-step training run) run on the node before it
+returns. A bad version fails at the canary, on the kubelet node, and is rolled back there, with the
+other node untouched. A performance pod of the stack's whose figure is under the SKU's published
+reference stops the rollout at the canary.
 
 Needs root and the programs `make kube-bins` builds.
 """
@@ -10,16 +13,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from e2e_support import gpufleet, kube_sandbox
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
 from gpufleet.sandbox.kube.gpu_operator import DRIVER_APP, NAMESPACE, driver_version
+from gpufleet.sandbox.kube.kubelet_node import NODE_IMAGE
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -38,9 +44,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Ku
         yield root, state
 
 
-def rollout(root: Path, tmp_path: Path, version: str) -> tuple[int, dict[str, Any], str]:
+def rollout(root: Path, tmp_path: Path, version: str, stack: str = STACK) -> tuple[int, dict[str, Any], str]:
     report = tmp_path / f"upgrade-{version}.json"
-    res = gpufleet(root, "upgrade", "run", "--stack", STACK, "--driver", "gpu-operator", "--to", version,
+    res = gpufleet(root, "upgrade", "run", "--stack", stack, "--driver", "gpu-operator", "--to", version,
                    "--report", str(report), timeout=300)
     return res.returncode, json.loads(report.read_text()), res.stdout + res.stderr
 
@@ -72,10 +78,15 @@ def test_the_gate_runs_the_smoke_pod_on_the_kubelet_node(
     assert doc["counts"] == {"done": 2}, out
     (gate,) = gates(doc, KUBELET)
     assert gate.startswith("passed: operator upgrade-done, driver 570.124.06 ready"), gate
+    # The reference: the same probe on the node before the rollout (a pool of one measurable node).
+    assert re.search(r"gate: reference gpu/gpu-0: gloo_allreduce_busbw_gbs [0-9.]+", out), out
+    assert "gate: performance floor 80% of gpu gloo_allreduce_busbw_gbs" in out
+    assert re.search(r"performance gloo_allreduce_busbw_gbs [0-9.]+ = [0-9]+% \(floor 80%\)", gate), gate
     assert "smoke pod exit 0" in gate and "smoke run ok: 1 rank(s), step 1 loss" in gate
     (kwok,) = gates(doc, KWOK)
-    assert kwok.startswith("passed: ") and kwok.endswith("no smoke pod: a kwok node runs no container")
-    assert "then the smoke pod" in doc["gateNote"]
+    assert kwok.startswith("passed: ") and kwok.endswith(
+        "no perf pod: a kwok node runs no container; no smoke pod: a kwok node runs no container")
+    assert "then the performance pod" in doc["gateNote"] and "then the smoke pod" in doc["gateNote"]
     pod = driver_pods(state)[KUBELET]
     assert driver_version(pod) == "570.124.06"
     assert pod["status"]["containerStatuses"][0]["ready"] is True  # a real container, running
@@ -99,3 +110,28 @@ def test_a_bad_version_stops_at_the_kubelet_canary_and_is_rolled_back_there(
     assert driver_version(after[KUBELET]) == "570.124.06"  # rolled back: a new pod at the old version
     assert after[KUBELET]["metadata"]["uid"] != before[KUBELET]["metadata"]["uid"]
     assert after[KWOK]["metadata"]["uid"] == before[KWOK]["metadata"]["uid"]  # untouched
+
+
+def test_a_perf_pod_under_the_skus_published_figure_stops_the_canary(
+    sandbox: tuple[Path, KubeSandboxState], tmp_path: Path
+) -> None:
+    """The stack's own perfPod: here one reporting 200 GB/s of NCCL all_reduce, under the 460 GB/s
+    AzNHC accepts for the pool's H100 SKU (thresholds.yaml). The SKU's published figure is the
+    reference, whatever the pods measured; the canary fails its gate and is held."""
+    root, state = sandbox
+    stack = yaml.safe_load((Path("stacks") / f"Pulumi.{STACK}.yaml").read_text())
+    stack["config"]["gpufleet:upgrade"]["gate"]["perfPod"] = {
+        "image": NODE_IMAGE, "deadlineSeconds": 30, "referenceNodes": 1,
+        "command": ["/bin/sh", "-c", "echo '{\"perf\": {\"nccl_allreduce_busbw_gbs\": 200}}' "
+                                     "> /dev/termination-log"]}
+    stack_file = tmp_path / f"Pulumi.{STACK}.yaml"
+    stack_file.write_text(yaml.safe_dump(stack))
+    before = driver_pods(state)
+    rc, doc, out = rollout(root, tmp_path, "575.51.03", str(stack_file))
+    assert rc == 1, out
+    assert "gate: performance floor 80% of gpu nccl_allreduce_busbw_gbs 460 (AzNHC" in out, out
+    assert doc["counts"] == {"failed": 1, "skipped": 1}, out
+    bad = gates(doc, KUBELET)[0]
+    assert bad.startswith("FAILED: operator upgrade-done, driver 575.51.03 ready"), bad
+    assert "GFI050 perf-collective-low: nccl_allreduce_busbw_gbs 200 = 43.5% of 460" in bad, bad
+    assert driver_pods(state)[KWOK]["metadata"]["uid"] == before[KWOK]["metadata"]["uid"]  # untouched

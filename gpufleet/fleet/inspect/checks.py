@@ -227,10 +227,17 @@ def perf_percent(value: float, ref: Reference) -> float:
 
 def check_perf(obs: NodeObservation, ctx: Context) -> tuple[list[Finding], dict[str, float], list[str]]:
     """Each result as a % of its reference; under the floor fails. -> (findings, metrics, skipped)."""
+    return check_figures(obs.perf, ctx)
+
+
+def check_figures(perf: Mapping[str, float], ctx: Context
+                  ) -> tuple[list[Finding], dict[str, float], list[str]]:
+    """check_perf on figures measured apart from an observation (the Kubernetes gate's performance
+    pod)."""
     out: list[Finding] = []
     metrics: dict[str, float] = {}
     skipped: list[str] = []
-    for metric, value in sorted(obs.perf.items()):
+    for metric, value in sorted(perf.items()):
         ref = ctx.references.get(metric)
         if ref is None:
             skipped.append(f"perf {metric}: no reference (SKU table or pool)")

@@ -86,6 +86,9 @@ PERF_METRIC_CODES: dict[str, str] = {
     "ib_write_bw_gbps": "GFI052",
     # The sandbox's measured TCP bandwidth between node namespaces over the fabric veths (sandbox.py).
     "fabric_tcp_mbps": "GFI052",
+    # all_reduce bus bandwidth over gloo on the CPU (collprobe.py): the Kubernetes sandbox's
+    # performance pod on a kubelet node, which has no GPU.
+    "gloo_allreduce_busbw_gbs": "GFI050",
 }
 
 

@@ -9,6 +9,9 @@ version after a rollback), not the stack's pin, which the rollout is moving away
 
 A gate never passes on what it could not read: an UNKNOWN inspect status fails it (inspect's "never
 healthy by default"), and so does a full gate whose performance probe measured nothing.
+
+`perf_gate` judges figures measured apart from the node's reading (the Kubernetes gate's
+performance pod, ADR 0083) with inspect's own performance check.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from gpufleet.catalog import XidRule
 from gpufleet.core.taxonomy import LadderAction
-from gpufleet.fleet.inspect.checks import Context, NodeResult, Pins, Reference, check_node
+from gpufleet.fleet.inspect.checks import Context, NodeResult, Pins, Reference, check_figures, check_node
 from gpufleet.fleet.inspect.observation import Level, NodeObservation
 from gpufleet.fleet.inspect.thresholds import Thresholds
 from gpufleet.fleet.upgrade.model import Component
@@ -77,3 +80,19 @@ def inspect_gate(obs: NodeObservation, setup: GateSetup, version: str) -> Inspec
     status = "fail" if drift else res.status
     return InspectVerdict(False, f"inspect {setup.level} {status}: " + "; ".join(failing + list(res.unknown)),
                           res)
+
+
+def perf_gate(figures: Mapping[str, float], pool: str, setup: GateSetup) -> tuple[bool, str]:
+    """The performance floor on figures the backend measured on the node (pure): inspect's
+    `check_perf` against the pool's references. No figure fails (never healthy by default); a
+    figure without a reference is said, not failed, as in a full inspect."""
+    if not figures:
+        return False, "performance: the probe measured nothing"
+    ctx = Context(setup.thresholds, setup.xid_rules, Pins(), setup.references.get(pool, {}),
+                  setup.floor_percent, "full", setup.fault_actions)
+    findings, metrics, skipped = check_figures(figures, ctx)
+    if findings:
+        return False, "performance: " + "; ".join(f"{f.code} {f.name}: {f.detail}" for f in findings)
+    shown = [f"{k.split(':')[1]} {figures[k.split(':')[1]]:g} = {v:.0f}%" for k, v in sorted(metrics.items())]
+    return True, ("performance " + ", ".join(shown) + f" (floor {setup.floor_percent:g}%)" if shown
+                  else "performance not compared: " + "; ".join(skipped))

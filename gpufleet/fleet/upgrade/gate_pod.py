@@ -1,5 +1,6 @@
-"""The Kubernetes gate's smoke run: a pod on the node under upgrade that must exit 0 before the node
-returns (issue 16; ADR 0082, docs/fleet-upgrade.md "The GPU Operator driver").
+"""The Kubernetes gate's pods: the smoke run, a pod on the node under upgrade that must exit 0 before
+the node returns (issue 16; ADR 0082, docs/fleet-upgrade.md "The GPU Operator driver"), and the
+performance pod, which measures the node and reports its figures (ADR 0083; `perf_figures`).
 
 The stack names the pod's image and command (`upgrade.gate.smokePod`): on a real cluster, the site's
 training image running one step of its own job. gpufleet places and judges it:
@@ -16,16 +17,25 @@ training image running one step of its own job. gpufleet places and judges it:
   termination message (the command may write its verdict to /dev/termination-log; otherwise the end
   of its log, FallbackToLogsOnError);
 - removed afterwards, whatever the verdict (gracePeriodSeconds 0: it is over).
+
+The performance pod is placed, bounded and removed the same way. Its termination message carries
+its figures: one JSON line `{"perf": {metric: value}}` (the line gpufleet's own probe,
+gpufleet.fleet.inspect.collprobe, prints), metrics named as inspect names them (codes.py), each a
+positive finite number. nccl-tests prints its figures to stdout only, so a site wraps it to write
+that line (docs/fleet-upgrade.md "The performance pod").
 """
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gpufleet.fleet.inspect.cluster import GPU_RESOURCE_PREFIXES
+from gpufleet.fleet.inspect.codes import PERF_METRIC_CODES
 
 GATE_APP = "gpufleet-upgrade-gate"
 START_MARGIN_S = 60.0
@@ -39,7 +49,8 @@ NODE_ENV = "GPUFLEET_NODE"
 
 @dataclass(frozen=True)
 class GatePod:
-    """What the smoke pod runs; `env` and `host_paths` are what a site (or the sandbox) adds."""
+    """What a gate pod runs; `env` and `host_paths` are what a site (or the sandbox) adds. `role`
+    names the pod, its container and its verdicts."""
 
     image: str
     command: Sequence[str]
@@ -48,6 +59,7 @@ class GatePod:
     image_pull_policy: str = "IfNotPresent"
     env: Mapping[str, str] = field(default_factory=dict)
     host_paths: Sequence[str] = ()  # host folders mounted read-only at the same path
+    role: Literal["smoke", "perf"] = "smoke"
 
 
 @dataclass(frozen=True)
@@ -55,11 +67,21 @@ class PodVerdict:
     done: bool
     passed: bool
     detail: str
+    message: str = ""  # the container's whole termination message
 
 
-def pod_name(node: str, rollout_id: str) -> str:
-    """`gpufleet-gate-<node>-<rollout>`, cut to the 63 characters of a label value."""
-    return f"gpufleet-gate-{node}-{rollout_id}"[:63].rstrip("-.")
+@dataclass(frozen=True)
+class PodRun:
+    passed: bool
+    detail: str
+    message: str = ""
+
+
+def pod_name(node: str, rollout_id: str, role: str = "smoke") -> str:
+    """`gpufleet-gate-<node>-<rollout>` (the smoke pod) or `gpufleet-perf-...`, cut to the 63
+    characters of a label value."""
+    kind = "gate" if role == "smoke" else role
+    return f"gpufleet-{kind}-{node}-{rollout_id}"[:63].rstrip("-.")
 
 
 def gpu_requests(node: Mapping[str, Any]) -> dict[str, str]:
@@ -70,11 +92,11 @@ def gpu_requests(node: Mapping[str, Any]) -> dict[str, str]:
 
 
 def gate_pod_manifest(node: Mapping[str, Any], gp: GatePod, rollout_id: str) -> dict[str, Any]:
-    """The smoke pod for one node (pure; module docstring)."""
+    """The gate pod for one node (pure; module docstring)."""
     name = str(node["metadata"]["name"])
     gpus = gpu_requests(node)
     container: dict[str, Any] = {
-        "name": "smoke",
+        "name": gp.role,
         "image": gp.image,
         "imagePullPolicy": gp.image_pull_policy,
         "command": list(gp.command),
@@ -93,8 +115,9 @@ def gate_pod_manifest(node: Mapping[str, Any], gp: GatePod, rollout_id: str) -> 
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": pod_name(name, rollout_id), "namespace": gp.namespace,
-                     "labels": {"app": GATE_APP, "gpufleet.io/rollout": rollout_id}},
+        "metadata": {"name": pod_name(name, rollout_id, gp.role), "namespace": gp.namespace,
+                     "labels": {"app": GATE_APP, "gpufleet.io/rollout": rollout_id,
+                                "gpufleet.io/gate-pod": gp.role}},
         "spec": {
             "nodeName": name,
             "restartPolicy": "Never",
@@ -113,25 +136,26 @@ def _message(text: object) -> str:
     return s if len(s) <= MESSAGE_MAX else "..." + s[-MESSAGE_MAX:]
 
 
-def pod_verdict(pod: Mapping[str, Any]) -> PodVerdict:
-    """Where the smoke pod stands (pure): not done yet, passed, or failed and why."""
+def pod_verdict(pod: Mapping[str, Any], role: str = "smoke") -> PodVerdict:
+    """Where the gate pod stands (pure): not done yet, passed, or failed and why."""
     st = pod.get("status") or {}
     phase = st.get("phase")
     statuses = st.get("containerStatuses") or []
     term = ((statuses[0].get("state") or {}).get("terminated") or {}) if statuses else {}
+    raw = str(term.get("message") or "")
     if phase == "Succeeded":
-        return PodVerdict(True, True, f"smoke pod exit 0: {_message(term.get('message'))}".rstrip(": "))
+        return PodVerdict(True, True, f"{role} pod exit 0: {_message(raw)}".rstrip(": "), raw)
     if phase == "Failed":  # an exit code, the deadline, or the kubelet's refusal (OutOf<resource>)
         if term:
             why = f"exit {term.get('exitCode')} ({term.get('reason')})"
         else:
             why = f"{st.get('reason') or 'failed'}: {_message(st.get('message'))}"
-        msg = _message(term.get("message"))
-        return PodVerdict(True, False, f"smoke pod {why}" + (f": {msg}" if msg else ""))
+        msg = _message(raw)
+        return PodVerdict(True, False, f"{role} pod {why}" + (f": {msg}" if msg else ""), raw)
     for c in statuses:
         waiting = (c.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in CANNOT_START:
-            return PodVerdict(True, False, f"smoke pod cannot start: {waiting['reason']}: "
+            return PodVerdict(True, False, f"{role} pod cannot start: {waiting['reason']}: "
                                            f"{_message(waiting.get('message'))}")
     return PodVerdict(False, False, f"phase {phase}")
 
@@ -139,15 +163,16 @@ def pod_verdict(pod: Mapping[str, Any]) -> PodVerdict:
 def run_gate_pod(create: Callable[[dict[str, Any]], None], read: Callable[[str], dict[str, Any] | None],
                  delete: Callable[[str], None], manifest: dict[str, Any], wait_s: float,
                  poll_s: float = POLL_S, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> tuple[bool, str]:
+                 sleep: Callable[[float], None] = time.sleep) -> PodRun:
     """Create the pod (a leftover of the same name first removed), wait for its verdict up to
-    `wait_s`, remove it; (passed, detail). The calls are the caller's (the driver's client)."""
+    `wait_s`, remove it. The calls are the caller's (the driver's client)."""
     name = manifest["metadata"]["name"]
+    role = str(manifest["metadata"]["labels"].get("gpufleet.io/gate-pod", "smoke"))
     delete(name)
     deadline = clock() + wait_s
     while read(name) is not None:  # the leftover's deletion goes through
         if clock() > deadline:
-            return False, f"a previous {name} is still being deleted"
+            return PodRun(False, f"a previous {name} is still being deleted")
         sleep(poll_s)
     started = clock()
     create(manifest)
@@ -155,10 +180,37 @@ def run_gate_pod(create: Callable[[dict[str, Any]], None], read: Callable[[str],
         last = PodVerdict(False, False, "not created")
         while clock() <= deadline:
             pod = read(name)
-            last = pod_verdict(pod) if pod is not None else PodVerdict(True, False, "smoke pod deleted")
+            last = (pod_verdict(pod, role) if pod is not None
+                    else PodVerdict(True, False, f"{role} pod deleted"))
             if last.done:
-                return last.passed, f"{last.detail} in {clock() - started:.1f} s"
+                return PodRun(last.passed, f"{last.detail} in {clock() - started:.1f} s", last.message)
             sleep(poll_s)
-        return False, f"smoke pod did not finish within {wait_s:.0f} s ({last.detail})"
+        return PodRun(False, f"{role} pod did not finish within {wait_s:.0f} s ({last.detail})")
     finally:
         delete(name)
+
+
+def perf_figures(message: str) -> tuple[dict[str, float], str | None]:
+    """The figures in a performance pod's termination message (pure; module docstring): the last
+    line that is a JSON object with a "perf" key, or ({}, why not)."""
+    for line in reversed(message.strip().splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(doc, dict) or "perf" not in doc:
+            continue
+        perf = doc["perf"]
+        if not isinstance(perf, dict) or not perf:
+            return {}, "its perf object names no figure" + (f" ({doc['error']})" if doc.get("error") else "")
+        out: dict[str, float] = {}
+        for metric, value in perf.items():
+            if metric not in PERF_METRIC_CODES:
+                known = ", ".join(sorted(PERF_METRIC_CODES))
+                return {}, f"perf.{metric}: not a metric inspect knows ({known})"
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value <= 0:
+                return {}, f"perf.{metric}: {value!r} is not a positive number"
+            out[metric] = float(value)
+        return out, None
+    return {}, 'no line {"perf": {...}} in its termination message'

@@ -30,8 +30,12 @@ bake, gate or rollback. gpufleet keeps it to the rollout's nodes:
   judged is the first one a pod other than the deleted ones wrote (the ConfigMap names its writer:
   a terminating pod may still write once), by the gate's checks (gate.py) at the light level (a
   published reading has no performance probe), the upgraded driver's version against the one
-  installed. Last, with the stack's `upgrade.gate.smokePod`, the smoke pod on the node (gate_pod.py,
-  ADR 0082): the site's one training step, which must exit 0.
+  installed. Then, with a full `gate.inspectLevel` and a performance pod (`upgrade.gate.perfPod`,
+  ADR 0083), the performance floor: the pod measures the node, and its figures must reach the floor
+  of the pool's reference (a SKU's published figure, else the median the same pod measured on idle
+  nodes of the pool before the rollout: `measure_references`). Last, with the stack's
+  `upgrade.gate.smokePod`, the smoke pod on the node (gate_pod.py, ADR 0082): the site's one
+  training step, which must exit 0.
 - Cordon records the node first (CordonRecord) and marks it with the rollout's reason in the
   MAINTENANCE annotation; Uncordon returns only a node still carrying this run's mark.
 - Hand back, at the end: the controller marks every node `upgrade-required` whose pod is older than
@@ -74,8 +78,15 @@ from gpufleet.core.maintenance import MAINTENANCE_ANNOTATION
 from gpufleet.core.node_health import CONDITION
 from gpufleet.fleet.inspect.cluster import PoolShape, published_observation, sched_state
 from gpufleet.fleet.inspect.observation import NodeObservation as InspectObservation
-from gpufleet.fleet.upgrade.gate import GateSetup, inspect_gate
-from gpufleet.fleet.upgrade.gate_pod import START_MARGIN_S, GatePod, gate_pod_manifest, run_gate_pod
+from gpufleet.fleet.upgrade.gate import GateSetup, inspect_gate, perf_gate
+from gpufleet.fleet.upgrade.gate_pod import (
+    START_MARGIN_S,
+    GatePod,
+    PodRun,
+    gate_pod_manifest,
+    perf_figures,
+    run_gate_pod,
+)
 from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
 from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, DriverError
 
@@ -246,6 +257,32 @@ def stale_required(nodes: Sequence[Mapping[str, Any]], drivers: Mapping[str, Map
 
 
 @dataclass(frozen=True)
+class PerfStep:
+    """The gate's performance floor (module docstring): the pod, and the gate's setup with the
+    pools' references (`GpuOperatorDriver.measure_references`)."""
+
+    pod: GatePod
+    setup: GateSetup
+
+
+def reference_candidates(nodes: Sequence[Mapping[str, Any]], busy: Collection[str], per_pool: int,
+                         can_run: Callable[[str], bool]) -> dict[str, list[str]]:
+    """pool -> up to `per_pool` nodes the performance pod may measure for the pool's reference
+    (pure): Ready, schedulable, no pod holding GPUs (jobs take precedence, as in inspect's plan),
+    and able to run a container; by name."""
+    out: dict[str, list[str]] = {}
+    for n in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
+        name = str(n["metadata"]["name"])
+        pool = (n["metadata"].get("labels") or {}).get(POOL_LABEL)
+        if pool is None or name in busy or not can_run(name) or sched_state(n, 0, 1) != "idle":
+            continue
+        chosen = out.setdefault(pool, [])
+        if len(chosen) < per_pool:
+            chosen.append(name)
+    return out
+
+
+@dataclass(frozen=True)
 class InspectStep:
     """The gate's inspect step (module docstring): the checks, the stack's pools, and how long a
     gate waits for the node's reading (the rollout's gateTimeoutSeconds)."""
@@ -289,7 +326,7 @@ class GpuOperatorDriver:
                  namespace: str = OPERATOR_NAMESPACE,
                  template_annotations: TemplateAnnotations = lambda _v: {},
                  poll_s: float = POLL_S, inspect: InspectStep | None = None,
-                 smoke: GatePod | None = None,
+                 smoke: GatePod | None = None, perf_pod: GatePod | None = None,
                  stage: Callable[[str], None] = lambda _v: None,
                  no_smoke: Callable[[str], str | None] = lambda _n: None) -> None:
         """`stage(version)`: what the cluster needs before the driver DaemonSet names a version (the
@@ -312,6 +349,8 @@ class GpuOperatorDriver:
         self.poll_s = poll_s
         self.inspect = inspect
         self.smoke = smoke
+        self.perf_pod = perf_pod
+        self.perf: PerfStep | None = None  # the perf pod with the references (measure_references)
         self.stage = stage
         self.no_smoke = no_smoke
         self.record = CordonRecord.load(record_path)
@@ -534,22 +573,23 @@ class GpuOperatorDriver:
         if passed and self.inspect is not None:
             passed, checked = self._inspect(node, version, self.inspect)
             detail = f"{detail}; {checked}"
+        if passed and self.perf is not None:
+            passed, measured = self._perf_gate(node, self.perf)
+            detail = f"{detail}; {measured}"
         if passed and self.smoke is not None:
             why_not = self.no_smoke(node)
             passed, ran = (True, f"no smoke pod: {why_not}") if why_not else self.smoke_pod(node)
             detail = f"{detail}; {ran}"
         return passed, detail
 
-    # ------------------------------------------------------------------ the gate's smoke pod
+    # ------------------------------------------------------------------ the gate's pods
 
-    def smoke_pod(self, node: str) -> tuple[bool, str]:
-        """The gate's smoke run on the node (gate_pod.py), if the driver has one."""
+    def _run_pod(self, gp: GatePod, node: str) -> PodRun:
+        """One gate pod on the node (gate_pod.py), created, waited for and removed."""
         from kubernetes.client.exceptions import ApiException
 
-        if self.smoke is None:
-            return False, "no smoke pod configured (upgrade.gate.smokePod)"
-        ns = self.smoke.namespace
-        manifest = gate_pod_manifest(self.node(node), self.smoke, self.record.rollout_id or "gate")
+        ns = gp.namespace
+        manifest = gate_pod_manifest(self.node(node), gp, self.record.rollout_id or "gate")
 
         def read(name: str) -> dict[str, Any] | None:
             try:
@@ -566,8 +606,55 @@ class GpuOperatorDriver:
             self._call(f"create pod {ns}/{obj['metadata']['name']}",
                        lambda: self.core.create_namespaced_pod(ns, obj))
 
-        return run_gate_pod(create, read, delete, manifest, self.smoke.deadline_s + START_MARGIN_S,
+        return run_gate_pod(create, read, delete, manifest, gp.deadline_s + START_MARGIN_S,
                             poll_s=self.poll_s)
+
+    def smoke_pod(self, node: str) -> tuple[bool, str]:
+        """The gate's smoke run on the node (gate_pod.py), if the driver has one."""
+        if self.smoke is None:
+            return False, "no smoke pod configured (upgrade.gate.smokePod)"
+        run = self._run_pod(self.smoke, node)
+        return run.passed, run.detail
+
+    def measure(self, gp: GatePod, node: str) -> tuple[dict[str, float], str]:
+        """The performance pod's figures on the node, or ({}, why not)."""
+        run = self._run_pod(gp, node)
+        if not run.passed:
+            return {}, run.detail
+        figures, why = perf_figures(run.message)
+        return figures, (run.detail if why is None else f"perf pod exit 0 but {why}")
+
+    def _perf_gate(self, node: str, step: PerfStep) -> tuple[bool, str]:
+        why_not = self.no_smoke(node)
+        if why_not:
+            return True, f"no perf pod: {why_not}"
+        figures, detail = self.measure(step.pod, node)
+        if not figures:
+            return False, f"performance not measured: {detail}"
+        pool = (self.node(node)["metadata"].get("labels") or {}).get(POOL_LABEL, "")
+        return perf_gate(figures, pool, step.setup)
+
+    def measure_references(self, gp: GatePod, per_pool: int,
+                           say: Callable[[str], None] = lambda _m: None
+                           ) -> dict[str, dict[str, dict[str, float]]]:
+        """Before the rollout: the performance pod on up to `per_pool` idle nodes of each pool
+        (reference_candidates) -> pool -> node -> figures; a node it could not measure is said and
+        left out."""
+        nodes = [self._dict(n) for n in self._call("list nodes", self.core.list_node).items]
+        pods = [self._dict(p) for p in self._call("list pods", self.core.list_pod_for_all_namespaces).items]
+        busy = {str(p["spec"].get("nodeName")) for p in pods
+                if uses_gpus(p) and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+        upgradable = set(self.upgradable_nodes())
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for pool, names in sorted(reference_candidates(
+                nodes, busy, per_pool, lambda n: n in upgradable and self.no_smoke(n) is None).items()):
+            for name in names:
+                figures, detail = self.measure(gp, name)
+                shown = ", ".join(f"{k} {v:g}" for k, v in sorted(figures.items()))
+                say(f"reference {pool}/{name}: " + (shown if figures else f"not measured: {detail}"))
+                if figures:
+                    out.setdefault(pool, {})[name] = figures
+        return out
 
     # ------------------------------------------------------------------ the gate's inspect step
 

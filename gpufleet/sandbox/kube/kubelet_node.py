@@ -341,6 +341,15 @@ def smoke_command(node: str, gpus: int, ranks: int, deadline_s: float) -> list[s
             "--termination-log", "/dev/termination-log"]
 
 
+def perf_command(deadline_s: float) -> list[str]:
+    """gpufleet's collective probe (gpufleet.fleet.inspect.collprobe) as a pod's command: 2 ranks,
+    gloo on the CPU (a kubelet node has no GPU), its figure in the termination message. 60 timed
+    all_reduces of 64 MiB, the best reported: on these shared 2-core hosts the best of 60 spread
+    1.70 to 1.94 GB/s over 8 runs, the median of 20 0.78 to 1.27 (docs/fleet-upgrade.md)."""
+    return [sys.executable, "-m", "gpufleet.fleet.inspect.collprobe", "--ranks", "2", "--size-mib", "64",
+            "--iters", "60", "--deadline", f"{deadline_s:g}", "--termination-log", "/dev/termination-log"]
+
+
 SMOKE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}  # the mounts are read-only
 
 

@@ -10,7 +10,7 @@ from gpufleet.config.accelerators import AcceleratorModel
 from gpufleet.fleet.inspect.checks import Pins, Reference
 from gpufleet.fleet.inspect.observation import GpuObs, NodeObservation, PortObs
 from gpufleet.fleet.inspect.thresholds import load_thresholds
-from gpufleet.fleet.upgrade.gate import GateSetup, expected_pins, inspect_gate
+from gpufleet.fleet.upgrade.gate import GateSetup, expected_pins, inspect_gate, perf_gate
 from gpufleet.fleet.upgrade.model import Component
 
 CAT = load_catalog()
@@ -79,3 +79,18 @@ def test_what_could_not_be_read_never_passes() -> None:
 def test_without_a_pool_reference_performance_is_not_compared_and_says_so() -> None:
     v = inspect_gate(obs(), setup(refs={}), NEW)
     assert v.passed and "performance not compared" in v.detail and "no reference" in v.detail
+
+
+def test_the_perf_pods_figures_are_judged_by_inspects_check_against_the_reference() -> None:
+    refs = {"sandbox": {"gloo_allreduce_busbw_gbs": Reference(1.8, "median of pool sandbox (1 nodes)")},
+            "h100": {"nccl_allreduce_busbw_gbs": Reference(460.0, "AzNHC check_nccl_allreduce 460.0")}}
+    ok = perf_gate({"gloo_allreduce_busbw_gbs": 1.71}, "sandbox", setup(refs=refs))
+    assert ok == (True, "performance gloo_allreduce_busbw_gbs 1.71 = 95% (floor 90%)")
+    passed, detail = perf_gate({"nccl_allreduce_busbw_gbs": 200.0}, "h100", setup(refs=refs))
+    assert not passed
+    assert "GFI050 perf-collective-low" in detail and "43.5% of 460" in detail and "AzNHC" in detail
+    assert perf_gate({"nccl_allreduce_busbw_gbs": 200.0}, "h100", setup(floor=40.0, refs=refs))[0]
+    # Nothing measured never passes; a figure without a reference is said, not failed.
+    assert perf_gate({}, "sandbox", setup(refs=refs)) == (False, "performance: the probe measured nothing")
+    passed, detail = perf_gate({"h2d_gbs": 50.0}, "sandbox", setup(refs=refs))
+    assert passed and detail == "performance not compared: perf h2d_gbs: no reference (SKU table or pool)"

@@ -1,5 +1,6 @@
-"""The Kubernetes gate's smoke pod (gpufleet.fleet.upgrade.gate_pod, ADR 0082): where it runs, what
-it holds, how its end is judged, and that it is bounded and removed whatever happens."""
+"""The Kubernetes gate's pods (gpufleet.fleet.upgrade.gate_pod, ADR 0082 and 0083): where they run,
+what they hold, how their end is judged, that they are bounded and removed whatever happens, and
+the performance pod's figures."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gpufleet.config.model import GateSmokePod, UpgradeGate
+from gpufleet.config.model import GatePerfPod, GateSmokePod, UpgradeGate
 from gpufleet.fleet.upgrade.gate_pod import (
     GatePod,
     gate_pod_manifest,
     gpu_requests,
+    perf_figures,
     pod_name,
     pod_verdict,
     run_gate_pod,
@@ -104,9 +106,12 @@ class FakeCluster:
         self.calls.append("delete")
         self.pod = None
 
-    def run(self, wait_s: float) -> tuple[bool, str]:
-        return run_gate_pod(self.create, self.read, self.delete, {"metadata": {"name": "p"}}, wait_s,
-                            poll_s=1.0, clock=lambda: self.now, sleep=self._sleep)
+    def run(self, wait_s: float, role: str = "smoke") -> tuple[bool, str]:
+        run = run_gate_pod(self.create, self.read, self.delete,
+                           {"metadata": {"name": "p", "labels": {"gpufleet.io/gate-pod": role}}}, wait_s,
+                           poll_s=1.0, clock=lambda: self.now, sleep=self._sleep)
+        self.message = run.message
+        return run.passed, run.detail
 
     def _sleep(self, s: float) -> None:
         self.now += s
@@ -152,3 +157,57 @@ def test_the_stacks_smoke_pod_becomes_the_gates_only_with_smoke_run_on() -> None
     assert gp == GatePod(image="train:1", command=("run", "--steps", "1"), deadline_s=90,
                          namespace=spec.gameday.namespace)
     assert gate_smoke_pod(with_gate(gate.model_copy(update={"smoke_run": False}))) is None
+
+
+def test_a_perf_pod_is_named_for_its_role_and_its_whole_message_comes_back() -> None:
+    perf = GatePod(image="nccl-tests:2", command=["probe"], deadline_s=60, namespace="ns", role="perf")
+    m = gate_pod_manifest(node({"nvidia.com/gpu": "8"}), perf, "r42")
+    assert m["metadata"]["name"] == "gpufleet-perf-gpu-3-r42"
+    assert m["metadata"]["labels"]["gpufleet.io/gate-pod"] == "perf"
+    assert m["spec"]["containers"][0]["name"] == "perf"
+    assert m["metadata"]["name"] != gate_pod_manifest(node({}), GP, "r42")["metadata"]["name"]
+    long_message = '{"perf": {"nccl_allreduce_busbw_gbs": 455.5}, "pad": "' + "x" * 1000 + '"}'
+    v = pod_verdict(status("Succeeded", containerStatuses=terminated(0, "Completed", long_message)), "perf")
+    assert v.passed and v.detail.startswith("perf pod exit 0: ...") and len(v.detail) < 450
+    assert v.message == long_message  # the figures are read from the whole message, not the detail
+    c = FakeCluster(["Succeeded"])
+    passed, detail = c.run(30, role="perf")
+    assert passed and detail.startswith("perf pod exit 0: ok in ") and c.message == "ok"
+
+
+@pytest.mark.parametrize(("message", "figures", "why"), [
+    ('{"perf": {"nccl_allreduce_busbw_gbs": 455.5, "h2d_gbs": 53}}', {"nccl_allreduce_busbw_gbs": 455.5,
+                                                                      "h2d_gbs": 53.0}, None),
+    ('# Avg bus bandwidth : 455.5\n{"perf": {"gloo_allreduce_busbw_gbs": 1.8}, "ranks": 2}',
+     {"gloo_allreduce_busbw_gbs": 1.8}, None),
+    ('{"perf": {"busbw": 455.5}}', {}, "perf.busbw: not a metric inspect knows"),
+    ('{"perf": {"h2d_gbs": -1}}', {}, "perf.h2d_gbs: -1 is not a positive number"),
+    ('{"perf": {"h2d_gbs": true}}', {}, "perf.h2d_gbs: True is not a positive number"),
+    ('{"perf": {}, "error": "rank 1 exited 1"}', {}, "names no figure (rank 1 exited 1)"),
+    ("# Avg bus bandwidth : 455.5", {}, 'no line {"perf": {...}}'),
+    ("", {}, 'no line {"perf": {...}}'),
+])
+def test_perf_figures_are_read_and_checked(message: str, figures: dict[str, float], why: str | None) -> None:
+    got, problem = perf_figures(message)
+    assert got == figures
+    assert (problem is None) if why is None else (problem is not None and why in problem)
+
+
+def test_the_stacks_perf_pod_is_validated_and_becomes_the_gates() -> None:
+    from pathlib import Path
+
+    from gpufleet.cli.upgrade_cmds import gate_perf_pod
+    from gpufleet.config import load_named_stack
+
+    gate = UpgradeGate.model_validate({"perfPod": {"image": "nccl:1", "command": ["probe"]}})
+    assert gate.perf_pod == GatePerfPod(image="nccl:1", command=["probe"], deadline_seconds=600.0,
+                                        reference_nodes=3)
+    for bad in ({"image": "x", "command": ["p"], "referenceNodes": 0},
+                {"image": "x", "command": ["p"], "deadlineSeconds": -1}, {"image": "x", "command": []}):
+        with pytest.raises(ValidationError):
+            UpgradeGate.model_validate({"perfPod": bad})
+    spec = load_named_stack("sandbox", Path("stacks"))
+    assert gate_perf_pod(spec) is None
+    spec = spec.model_copy(update={"upgrade": spec.upgrade.model_copy(update={"gate": gate})})
+    assert gate_perf_pod(spec) == GatePod(image="nccl:1", command=("probe",), deadline_s=600.0,
+                                          namespace=spec.gameday.namespace, role="perf")

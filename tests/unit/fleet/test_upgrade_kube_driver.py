@@ -27,6 +27,7 @@ from gpufleet.fleet.upgrade.kube_driver import (
     image_version,
     node_fault,
     reboot_outcome,
+    reference_candidates,
     stale_required,
     with_version,
 )
@@ -213,3 +214,19 @@ def test_the_inspect_step_fails_a_node_the_operator_passed() -> None:
     assert not passed and "GFI013 ecc-uncorrectable GPU 5" in detail, detail
     passed, detail = judge(gpus=tuple(GpuObs(index=i) for i in range(7)))  # a GPU fell off the bus
     assert not passed and "gpu-count" in detail, detail
+
+
+def test_reference_nodes_are_idle_able_and_bounded_per_pool() -> None:
+    def n(name: str, pool: str | None, cordoned: bool = False, ready: bool = True) -> dict[str, Any]:
+        out = node(state=None, unschedulable=cordoned,
+                   conditions=[{"type": "Ready", "status": "True" if ready else "False"}])
+        out["metadata"].update(name=name, labels={POOL_LABEL: pool} if pool else {})
+        return out
+
+    nodes = [n("h-4", "h200"), n("h-1", "h200"), n("h-2", "h200"), n("h-3", "h200"), n("h-5", "h200"),
+             n("c-1", "h200", cordoned=True), n("d-1", "h200", ready=False), n("x-1", None),
+             n("b-1", "b200"), n("k-1", "b200")]
+    got = reference_candidates(nodes, busy={"h-1"}, per_pool=3, can_run=lambda name: name != "k-1")
+    # h-1 runs a GPU job (jobs take precedence), c-1 is cordoned, d-1 not Ready, x-1 in no pool,
+    # k-1 cannot run a container; three per pool at most, by name.
+    assert got == {"h200": ["h-2", "h-3", "h-4"], "b200": ["b-1"]}
