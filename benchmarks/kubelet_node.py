@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.config import load_named_stack
-from gpufleet.fleet.upgrade.gate_pod import GatePod
+from gpufleet.fleet.node_pod import NodePod
 from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
 from gpufleet.fleet.upgrade.model import Component
 from gpufleet.sandbox.kube import kubelet_node
@@ -51,7 +51,7 @@ def one() -> dict[str, Any]:
             rss = {p.name: round(rss_bytes(p.pid) / MIB, 1) for p in state.processes
                    if p.name.endswith(NODE)}
             assert state.admin_kubeconfig is not None
-            smoke = GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=120,
+            smoke = NodePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=120,
                             command=kubelet_node.smoke_command(NODE, 8, 2, 60.0), namespace="default",
                             env=kubelet_node.SMOKE_ENV, host_paths=kubelet_node.python_env_paths())
             driver = GpuOperatorDriver(Path(state.admin_kubeconfig), Component.DRIVER, root / "cordons.json",

@@ -5,7 +5,9 @@ full sweep), checks every GPU node, appends the results to the stack's history, 
 HTML + JSON + JUnit report with trends, deltas and the lemon list. `--node N --format npd` prints
 one node's verdict in node-problem-detector's custom-plugin form and exits with its code.
 `--here` reads the host it runs on instead (`--publish`: and writes what it read to the cluster);
-`--kubernetes` sweeps a cluster whose nodes publish (gpufleet.fleet.inspect.cluster).
+`--kubernetes` sweeps a cluster whose nodes publish (gpufleet.fleet.inspect.cluster); with `--level
+full` it also runs the stack's performance pod (`inspect.perfPod`, ADR 0083) on the nodes inspect's
+plan lets the heavy checks run on (idle or drained), one at a time.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -25,6 +29,7 @@ from gpufleet.cli.common import cluster_client, console, fail, input_errors, pri
 if TYPE_CHECKING:
     from gpufleet.config import StackSpec
     from gpufleet.fleet.inspect.observation import NodeObservation
+    from gpufleet.fleet.node_pod import NodePod
 
 
 class Level(StrEnum):
@@ -121,9 +126,8 @@ def register(app: typer.Typer) -> None:
                        "--bundle collects from the sandbox", 2)
         if not here and (pool_name or fabric_if or kernel_log or publish):
             raise fail("--pool, --fabric-if, --kernel-log and --publish read this host: give --here", 2)
-        if kubernetes and (here or level is Level.FULL or bundle):
-            raise fail("--kubernetes sweeps the light checks the nodes publish: not with --here, "
-                       "--level full or --bundle", 2)
+        if kubernetes and (here or bundle):
+            raise fail("--kubernetes sweeps what the cluster's nodes publish: not with --here or --bundle", 2)
         if not (publish or kubernetes) and (kubeconfig is not None or namespace is not None):
             raise fail("--kubeconfig and --namespace name the cluster of --publish or --kubernetes", 2)
         if max_age is not None and (not kubernetes or max_age <= 0):
@@ -165,8 +169,9 @@ def register(app: typer.Typer) -> None:
             raise fail(str(e), 2) from None
         since = {n: o.at for n, o in H.last_observations(past).items()}
         t0 = time.monotonic()
+        probe = _probe(stack, spec, kubeconfig) if kubernetes and level is Level.FULL else None
         if kubernetes:
-            obs = _sweep_cluster(stack, spec, kubeconfig, namespace, max_age, since)
+            obs = _sweep_cluster(stack, spec, kubeconfig, namespace, max_age, since, probe)
         elif state is None:
             # In a pod, the downward API's NODE_NAME names the node (the pod's hostname does not).
             target = HostTarget(node=node or os.environ.get("NODE_NAME") or socket.gethostname(),
@@ -233,8 +238,43 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(1 if any(r.result.status == "fail" for r in outcome.rows) else 0)
 
 
+@dataclass(frozen=True)
+class _Probe:
+    """A full Kubernetes sweep's performance pod, and why a node cannot run it (None: it can)."""
+
+    pod: NodePod
+    cannot_run: Callable[[str], str | None]
+
+
+def _probe(stack: str, spec: StackSpec, kubeconfig: Path | None) -> _Probe:
+    """The stack's `inspect.perfPod`; on the stack's Kubernetes sandbox without one, gpufleet's
+    collective probe on its kubelet nodes (a kwok node runs no container). Exit 2 when there is none."""
+    from gpufleet.cli import node_pods
+    from gpufleet.core.sandbox_contract import read_kube_state
+    from gpufleet.fleet.node_pod import PROBE_APP
+
+    pod = node_pods.perf_pod(spec, app=PROBE_APP)
+    kubelet: frozenset[str] | None = None
+    if kubeconfig is None:
+        try:
+            kubelet = frozenset(read_kube_state(stack).kubelet_nodes)
+        except (OSError, ValueError):
+            kubelet = None  # not the stack's sandbox: the default kubeconfig's cluster
+    if kubelet is None:
+        if pod is None:
+            raise fail("--level full on Kubernetes measures the idle nodes with the stack's performance pod: "
+                       f"stack {stack} sets no inspect.perfPod (docs/fleet-inspect.md)", 2)
+        return _Probe(pod, lambda _n: None)
+    if not kubelet:
+        raise fail(f"--level full on the Kubernetes sandbox of {stack} runs the performance pod on its "
+                   "kubelet nodes, and it has none (`gpufleet sandbox up --kubernetes --kubelet-nodes N`)", 2)
+    return _Probe(pod or node_pods.sandbox_perf_pod(spec, PROBE_APP),
+                  lambda n: None if n in kubelet else "a kwok node runs no container")
+
+
 def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespace: str | None,
-                   max_age: float | None, since: dict[str, float]) -> list[NodeObservation]:
+                   max_age: float | None, since: dict[str, float], probe: _Probe | None
+                   ) -> list[NodeObservation]:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -247,8 +287,37 @@ def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespa
         nodes, cms, pods = C.read_cluster(client, namespace or INSPECT_NAMESPACE)
     except (ApiException, HTTPError) as e:
         raise fail(f"reading the cluster: {str(e).strip()[:300]}", 2) from None
-    return C.observations_from_cluster(nodes, cms, pods, pools, now=time.time(),
-                                       max_age_s=max_age or DEFAULT_MAX_AGE_S, since=since)
+    obs = C.observations_from_cluster(nodes, cms, pods, pools, now=time.time(),
+                                      max_age_s=max_age or DEFAULT_MAX_AGE_S, since=since)
+    return obs if probe is None else _measure(client, obs, probe)
+
+
+def _measure(client: object, obs: list[NodeObservation], probe: _Probe) -> list[NodeObservation]:
+    """The performance pod on each node inspect's plan lets the heavy checks run on, one node at a
+    time (each bounded by the pod's deadline); what it could not measure is UNKNOWN, with why."""
+    from gpufleet.fleet.inspect.plan import plan_sweep
+    from gpufleet.fleet.node_pod import NodePodError, perf_figures, run_on_node
+
+    plan = {p.node: p for p in plan_sweep([(o.node, o.sched_state) for o in obs], "full").nodes}
+    run_id = f"sweep-{uuid.uuid4().hex[:8]}"
+    out = []
+    for o in obs:
+        if not plan[o.node].full:
+            out.append(o)
+            continue
+        why = probe.cannot_run(o.node)
+        if why is None:
+            try:
+                run = run_on_node(client, probe.pod, o.node, run_id)
+            except NodePodError as e:
+                raise fail(f"running the performance pod on {o.node}: {e}", 2) from None
+            figures, problem = perf_figures(run.message) if run.passed else ({}, run.detail)
+            if figures:
+                out.append(o.model_copy(update={"perf": figures}))
+                continue
+            why = problem if not run.passed else f"perf pod exit 0 but {problem}"
+        out.append(o.model_copy(update={"unknown": (*o.unknown, f"perf: {why}")}))
+    return out
 
 
 def _publish(obs: NodeObservation, kubeconfig: Path | None, namespace: str | None) -> None:

@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from gpufleet.cli import node_pods
 from gpufleet.cli.common import console, input_errors, print_json
 from gpufleet.config import StackSpec, load_named_stack, load_stack
 from gpufleet.config.gpu_operator import UPGRADE_REQUIRED
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inspect_contract import PUBLISHER_NAMESPACE
 from gpufleet.fleet.inspect.cluster import PoolShape as ClusterPoolShape
+from gpufleet.fleet.node_pod import NodePod
 from gpufleet.fleet.upgrade import (
     Component,
     UpgradePlan,
@@ -30,7 +32,6 @@ from gpufleet.fleet.upgrade import (
 )
 from gpufleet.fleet.upgrade.drive import drive
 from gpufleet.fleet.upgrade.gate import GateSetup
-from gpufleet.fleet.upgrade.gate_pod import NODE_ENV, GatePod
 from gpufleet.fleet.upgrade.kube_driver import PUBLISHER_SELECTOR, GpuOperatorDriver, InspectStep, PerfStep
 from gpufleet.fleet.upgrade.model import protection
 from gpufleet.fleet.upgrade.rollout import Rollout
@@ -43,10 +44,6 @@ if TYPE_CHECKING:
 # A driver (570.124.06), firmware (96.00.9F.00.04) or package version (2.19.3-1+cuda12.8): what a
 # version string may hold, so a typo such as an empty string or a flag is refused before planning.
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~:-]{0,63}$")
-
-# The sandbox's own smoke pod (kubelet nodes): the pod's deadline, and half of it for the ranks.
-SANDBOX_SMOKE_S = 120.0
-SANDBOX_PERF_S = 120.0  # the sandbox's performance pod: the same bounds
 
 STACK_SOURCE_NOTE = (
     "Fleet snapshot: the stack's node pools, no live backend given. Current versions, cordons and "
@@ -182,12 +179,12 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
                         kubeconfig: Path | None) -> GpuOperatorDriver:
     """The cluster's (--kubeconfig) or the stack's Kubernetes sandbox's GPU Operator. On the sandbox
     a version in `sandbox.badVersions` gets kwok's failure annotation on the driver pod template."""
-    smoke = gate_smoke_pod(spec)
+    smoke = node_pods.smoke_pod(spec)
     if kubeconfig is not None:
         if not kubeconfig.is_file():
             raise InputError("--kubeconfig", [Problem(str(kubeconfig), "not a file")])
         return GpuOperatorDriver(kubeconfig, component, Path(".gpufleet/upgrade") / f"{name}-cordons.json",
-                                 smoke=smoke, perf_pod=gate_perf_pod(spec))
+                                 smoke=smoke, perf_pod=node_pods.perf_pod(spec))
     from gpufleet.core.sandbox_contract import kube_state_path, read_kube_state
     from gpufleet.sandbox.kube.gpu_operator import FAILS_TO_LOAD
 
@@ -200,7 +197,7 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
     def annotations(version: str) -> dict[str, str | None]:
         return {FAILS_TO_LOAD: "true" if version in bad else None}
 
-    perf = gate_perf_pod(spec)
+    perf = node_pods.perf_pod(spec)
     if not state.kubelet_nodes:
         return GpuOperatorDriver(Path(state.admin_kubeconfig), component, record,
                                  template_annotations=annotations, smoke=smoke, perf_pod=perf)
@@ -210,8 +207,8 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
                              no_smoke=no_smoke)
 
 
-def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: GatePod | None,
-                        perf: GatePod | None) -> tuple[Callable[[str], None], GatePod | None, GatePod | None,
+def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: NodePod | None,
+                        perf: NodePod | None) -> tuple[Callable[[str], None], NodePod | None, NodePod | None,
                                                        Callable[[str], str | None]]:
     """On a Kubernetes sandbox with kubelet nodes (ADR 0081): a version's driver image is tagged on
     them before the DaemonSet names it, and with `gate.smokeRun` (and no smokePod of the stack's)
@@ -231,37 +228,10 @@ def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: GatePod
         return None if node in kubelet else "a kwok node runs no container"
 
     if spec.upgrade.gate.smoke_run and smoke is None:
-        pool = spec.node_pools[0]
-        smoke = GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=SANDBOX_SMOKE_S,
-                        command=kubelet_node.smoke_command(f"$({NODE_ENV})", pool.gpus_per_node,
-                                                           _smoke_ranks(spec), SANDBOX_SMOKE_S / 2),
-                        namespace=spec.gameday.namespace, env=kubelet_node.SMOKE_ENV,
-                        host_paths=kubelet_node.python_env_paths())
+        smoke = node_pods.sandbox_smoke_pod(spec, _smoke_ranks(spec))
     if spec.upgrade.gate.inspect_level == "full" and perf is None:
-        perf = GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=SANDBOX_PERF_S,
-                       command=kubelet_node.perf_command(SANDBOX_PERF_S / 2),
-                       namespace=spec.gameday.namespace, env=kubelet_node.SMOKE_ENV,
-                       host_paths=kubelet_node.python_env_paths(), role="perf")
+        perf = node_pods.sandbox_perf_pod(spec)
     return stage, smoke, perf, no_smoke
-
-
-def gate_smoke_pod(spec: StackSpec) -> GatePod | None:
-    """The Kubernetes gate's smoke pod: the stack's `upgrade.gate.smokePod` when `smokeRun` is on."""
-    gate = spec.upgrade.gate
-    if not gate.smoke_run or gate.smoke_pod is None:
-        return None
-    sp = gate.smoke_pod
-    return GatePod(image=sp.image, command=tuple(sp.command), deadline_s=sp.deadline_seconds,
-                   namespace=sp.namespace or spec.gameday.namespace)
-
-
-def gate_perf_pod(spec: StackSpec) -> GatePod | None:
-    """The Kubernetes gate's performance pod: the stack's `upgrade.gate.perfPod`."""
-    pp = spec.upgrade.gate.perf_pod
-    if pp is None:
-        return None
-    return GatePod(image=pp.image, command=tuple(pp.command), deadline_s=pp.deadline_seconds,
-                   namespace=pp.namespace or spec.gameday.namespace, role="perf")
 
 
 def _perf_step(driver: GpuOperatorDriver, spec: StackSpec, setup: GateSetup) -> PerfStep | None:
@@ -278,10 +248,9 @@ def _perf_step(driver: GpuOperatorDriver, spec: StackSpec, setup: GateSetup) -> 
         say("no performance floor: upgrade.gate.inspectLevel is light")
         return None
     if driver.perf_pod is None:
-        say("no performance floor: upgrade.gate.perfPod is not set (docs/fleet-upgrade.md)")
+        say("no performance floor: inspect.perfPod is not set (docs/fleet-upgrade.md)")
         return None
-    per_pool = spec.upgrade.gate.perf_pod.reference_nodes if spec.upgrade.gate.perf_pod else 1
-    measured = driver.measure_references(driver.perf_pod, per_pool, say)
+    measured = driver.measure_references(driver.perf_pod, node_pods.reference_nodes(spec), say)
     shapes = {p.name: p for p in spec.node_pools}
     observed = [InspectObservation(node=node, pool=pool, sku=shapes[pool].accelerator, at=time.time(),
                                    expected_gpus=shapes[pool].gpus_per_node, perf=figures)

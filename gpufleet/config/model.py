@@ -789,21 +789,6 @@ class GateSmokePod(Model):
     namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] | None = None
 
 
-class GatePerfPod(Model):
-    """The Kubernetes gate's performance floor (`upgrade.gate.perfPod`, ADR 0083): a pod on the node
-    under upgrade that measures it and writes one JSON line `{"perf": {metric: value}}` to its
-    termination message (/dev/termination-log), metrics named as `gpufleet inspect` names them
-    (e.g. nccl_allreduce_busbw_gbs). Run on up to `referenceNodes` idle nodes of each pool before
-    the rollout for the pool's reference (a SKU's published figure wins), then on each node in its
-    gate at a full `inspectLevel`."""
-
-    image: Annotated[str, Field(min_length=1)]
-    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
-    deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
-    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] | None = None
-    reference_nodes: Annotated[int, Field(ge=1, le=50)] = 3
-
-
 class UpgradeGate(Model):
     """What must pass before an upgraded node returns to service."""
 
@@ -815,9 +800,33 @@ class UpgradeGate(Model):
     # On Kubernetes the smoke run is this pod; without it the Kubernetes gate has none (the Slurm
     # and sandbox gates run gpufleet's own one-step run on the node).
     smoke_pod: GateSmokePod | None = None
-    # On Kubernetes the performance floor is measured by this pod (with a full inspectLevel); the
-    # Slurm and sandbox gates probe the fabric themselves.
-    perf_pod: GatePerfPod | None = None
+
+
+class PerfPod(Model):
+    """`inspect.perfPod` (ADR 0083): how a Kubernetes node's performance is measured, by `gpufleet
+    inspect --kubernetes --level full` on idle nodes and by the upgrade gate's performance floor (with
+    a full `upgrade.gate.inspectLevel`). A pod on the node, holding its GPUs, that writes one JSON
+    line `{"perf": {metric: value}}` to its termination message (/dev/termination-log), with the
+    metric names of `gpufleet inspect` (e.g. nccl_allreduce_busbw_gbs). Before a rollout it runs on
+    up to `referenceNodes` idle nodes of each pool for the pool's reference (a SKU's published figure
+    wins). `priorityClassName`: a class of negative value lets a job preempt a sweep's probe on a node
+    in service (inspect's plan: jobs take precedence)."""
+
+    image: Annotated[str, Field(min_length=1)]
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+    # None: the stack's game-day namespace (it exists wherever gpufleet is deployed).
+    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] | None = None
+    reference_nodes: Annotated[int, Field(ge=1, le=50)] = 3
+    # A DNS subdomain, as Kubernetes names a PriorityClass.
+    priority_class_name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+                                   ] | None = None
+
+
+class InspectSpec(Model):
+    """`gpufleet:inspect`: how `gpufleet inspect` measures a node (docs/fleet-inspect.md)."""
+
+    perf_pod: PerfPod | None = None
 
 
 class UpgradeSpec(Model):
@@ -857,6 +866,7 @@ class StackSpec(Model):
     slos: SloSpec = Field(default_factory=SloSpec)
     gameday: GamedaySpec = Field(default_factory=GamedaySpec)
     upgrade: UpgradeSpec = Field(default_factory=UpgradeSpec)
+    inspect: InspectSpec = Field(default_factory=InspectSpec)
     sandbox: SandboxSpec | None = None
     dr: DrSpec | None = None
     charts: ChartsSpec = Field(default_factory=ChartsSpec)

@@ -21,7 +21,7 @@ from e2e_support import kube_sandbox, wait_until
 from test_kubernetes_sandbox import assert_nothing_left
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
-from gpufleet.fleet.upgrade.gate_pod import GATE_APP, GatePod, gpu_requests
+from gpufleet.fleet.node_pod import GATE_APP, NodePod, gpu_requests
 from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
 from gpufleet.fleet.upgrade.model import Component
 from gpufleet.sandbox.kube import kubelet_node
@@ -161,10 +161,10 @@ def test_pods_that_do_not_tolerate_the_taint_stay_off(
     assert "nodeName" not in admin.get(object_path("Pod", "untolerated", NAMESPACE))["spec"]
 
 
-def smoke_pod(deadline_s: float) -> GatePod:
+def smoke_pod(deadline_s: float) -> NodePod:
     """gpufleet's own one-step training run (smoke.py --standalone, 2 ranks over gloo on the pod's
     loopback) in the node image, with this machine's Python environment mounted read-only."""
-    return GatePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=120,
+    return NodePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=120,
                    command=kubelet_node.smoke_command(NODE, 8, 2, deadline_s), namespace=NAMESPACE,
                    env=kubelet_node.SMOKE_ENV, host_paths=kubelet_node.python_env_paths())
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_support import gpufleet, kube_sandbox
+from e2e_support import gpufleet, kube_sandbox, wait_until
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
@@ -115,15 +115,15 @@ def test_a_bad_version_stops_at_the_kubelet_canary_and_is_rolled_back_there(
 def test_a_perf_pod_under_the_skus_published_figure_stops_the_canary(
     sandbox: tuple[Path, KubeSandboxState], tmp_path: Path
 ) -> None:
-    """The stack's own perfPod: here one reporting 200 GB/s of NCCL all_reduce, under the 460 GB/s
-    AzNHC accepts for the pool's H100 SKU (thresholds.yaml). The SKU's published figure is the
-    reference, whatever the pods measured; the canary fails its gate and is held."""
+    """The stack's own perf pod (`inspect.perfPod`): here one reporting 200 GB/s of NCCL all_reduce,
+    under the 460 GB/s AzNHC accepts for the pool's H100 SKU (thresholds.yaml). The SKU's published
+    figure is the reference, whatever the pods measured; the canary fails its gate and is held."""
     root, state = sandbox
     stack = yaml.safe_load((Path("stacks") / f"Pulumi.{STACK}.yaml").read_text())
-    stack["config"]["gpufleet:upgrade"]["gate"]["perfPod"] = {
+    stack["config"]["gpufleet:inspect"] = {"perfPod": {
         "image": NODE_IMAGE, "deadlineSeconds": 30, "referenceNodes": 1,
         "command": ["/bin/sh", "-c", "echo '{\"perf\": {\"nccl_allreduce_busbw_gbs\": 200}}' "
-                                     "> /dev/termination-log"]}
+                                     "> /dev/termination-log"]}}
     stack_file = tmp_path / f"Pulumi.{STACK}.yaml"
     stack_file.write_text(yaml.safe_dump(stack))
     before = driver_pods(state)
@@ -135,3 +135,66 @@ def test_a_perf_pod_under_the_skus_published_figure_stops_the_canary(
     assert bad.startswith("FAILED: operator upgrade-done, driver 575.51.03 ready"), bad
     assert "GFI050 perf-collective-low: nccl_allreduce_busbw_gbs 200 = 43.5% of 460" in bad, bad
     assert driver_pods(state)[KWOK]["metadata"]["uid"] == before[KWOK]["metadata"]["uid"]  # untouched
+
+
+def inspect_full(root: Path, stack: str = STACK) -> tuple[int, dict[str, dict[str, Any]], str]:
+    res = gpufleet(root, "inspect", "--kubernetes", "--stack", stack, "--level", "full", "--format", "json",
+                   "--no-record", timeout=300)
+    doc = json.loads(res.stdout) if res.stdout.strip().startswith("{") else {"nodes": []}
+    return res.returncode, {r["node"]: r for r in doc["nodes"]}, res.stdout + res.stderr
+
+
+def test_a_full_kubernetes_sweep_measures_idle_nodes_with_the_perf_pod(
+    sandbox: tuple[Path, KubeSandboxState], tmp_path: Path
+) -> None:
+    """`gpufleet inspect --kubernetes --level full` (ADR 0083): the performance pod on each node the
+    plan lets the heavy checks run on. The kubelet node is measured (gloo, against its pool's
+    median: itself); the kwok node cannot run it and says so; a node a GPU job holds is not
+    measured (jobs take precedence); a stack's pod under the SKU's published figure fails the node."""
+    root, state = sandbox
+    rc, rows, out = inspect_full(root)
+    assert rc == 0 and set(rows) == {KUBELET, KWOK}, out  # nothing fails: no node publishes a reading
+    gpu0 = rows[KUBELET]
+    # The pool's only figure is its reference.
+    assert gpu0["metrics"]["perf:gloo_allreduce_busbw_gbs:pct"] == pytest.approx(100.0), gpu0
+    assert not any(u.startswith("perf:") for u in gpu0["unknown"]), gpu0
+    assert "perf: a kwok node runs no container" in rows[KWOK]["unknown"], rows[KWOK]
+    assert not any(k.startswith("perf:") for k in rows[KWOK]["metrics"]), rows[KWOK]
+    assert state.admin_kubeconfig is not None
+    with api_from_kubeconfig(Path(state.admin_kubeconfig)) as admin:
+        # The sweep's pods are removed.
+        assert not admin.list("Pod", "gpufleet-gameday", labelSelector="app=gpufleet-inspect-probe")
+        # A job holding gpu-0's GPUs: a real container on the kubelet node.
+        admin.create({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": "holds-gpus", "namespace": "default"},
+                      "spec": {"nodeName": KUBELET, "tolerations": [{"operator": "Exists"}],
+                               "restartPolicy": "Never",
+                               "containers": [{"name": "c", "image": NODE_IMAGE, "imagePullPolicy": "Never",
+                                               "command": ["/bin/sleep", "120"],
+                                               "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+        try:
+            wait_until("the job's pod running", lambda: admin.get(
+                "/api/v1/namespaces/default/pods/holds-gpus")["status"].get("phase") == "Running", 60)
+            rc, rows, out = inspect_full(root)
+            assert rc == 0, out
+            gpu0 = rows[KUBELET]
+            assert gpu0["plan"] == "allocated: jobs take precedence, light checks only", gpu0
+            assert not any(k.startswith("perf:") for k in gpu0["metrics"]), gpu0
+        finally:
+            admin.request("DELETE", "/api/v1/namespaces/default/pods/holds-gpus?gracePeriodSeconds=0")
+        wait_until("the job's pod gone", lambda: admin.request(
+            "GET", "/api/v1/namespaces/default/pods/holds-gpus").status_code == 404, 60)
+    stack = yaml.safe_load((Path("stacks") / f"Pulumi.{STACK}.yaml").read_text())
+    stack["config"]["gpufleet:inspect"] = {"perfPod": {
+        "image": NODE_IMAGE, "deadlineSeconds": 30,
+        "command": ["/bin/sh", "-c", "echo '{\"perf\": {\"nccl_allreduce_busbw_gbs\": 200}}' "
+                                     "> /dev/termination-log"]}}
+    stack_dir = tmp_path / "stacks"
+    stack_dir.mkdir()
+    (stack_dir / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack))
+    res = gpufleet(root, "inspect", "--kubernetes", "--stack", STACK, "--stacks-dir", str(stack_dir),
+                   "--level", "full", "--format", "json", "--no-record", timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr  # a node fails
+    gpu0 = {r["node"]: r for r in json.loads(res.stdout)["nodes"]}[KUBELET]
+    (finding,) = [f for f in gpu0["findings"] if f["code"] == "GFI050"]
+    assert "nccl_allreduce_busbw_gbs 200 = 43.5% of 460" in finding["detail"], finding

@@ -16,7 +16,7 @@ performance pod (ADR 0083, docs/fleet-upgrade.md "The performance pod").
 - The ranks meet on 127.0.0.1 (a pod's own loopback); the whole run is bounded by `--deadline`.
 
 Prints one JSON line {"perf": {metric: GB/s}, "backend", "ranks", "sizeBytes", "iters", "seconds"}
-(the contract a site's own performance pod also follows, gpufleet.fleet.upgrade.gate_pod), also
+(the contract a site's own performance pod also follows, gpufleet.fleet.node_pod), also
 written to `--termination-log`; exit 0 measured, 1 failed, 2 bad input.
 """
 

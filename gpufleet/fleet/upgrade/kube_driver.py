@@ -30,11 +30,11 @@ bake, gate or rollback. gpufleet keeps it to the rollout's nodes:
   judged is the first one a pod other than the deleted ones wrote (the ConfigMap names its writer:
   a terminating pod may still write once), by the gate's checks (gate.py) at the light level (a
   published reading has no performance probe), the upgraded driver's version against the one
-  installed. Then, with a full `gate.inspectLevel` and a performance pod (`upgrade.gate.perfPod`,
+  installed. Then, with a full `gate.inspectLevel` and a performance pod (`inspect.perfPod`,
   ADR 0083), the performance floor: the pod measures the node, and its figures must reach the floor
   of the pool's reference (a SKU's published figure, else the median the same pod measured on idle
   nodes of the pool before the rollout: `measure_references`). Last, with the stack's
-  `upgrade.gate.smokePod`, the smoke pod on the node (gate_pod.py, ADR 0082): the site's one
+  `upgrade.gate.smokePod`, the smoke pod on the node (node_pod.py, ADR 0082): the site's one
   training step, which must exit 0.
 - Cordon records the node first (CordonRecord) and marks it with the rollout's reason in the
   MAINTENANCE annotation; Uncordon returns only a node still carrying this run's mark.
@@ -78,15 +78,8 @@ from gpufleet.core.maintenance import MAINTENANCE_ANNOTATION
 from gpufleet.core.node_health import CONDITION
 from gpufleet.fleet.inspect.cluster import PoolShape, published_observation, sched_state
 from gpufleet.fleet.inspect.observation import NodeObservation as InspectObservation
+from gpufleet.fleet.node_pod import NodePod, NodePodError, PodRun, perf_figures, run_on_node
 from gpufleet.fleet.upgrade.gate import GateSetup, inspect_gate, perf_gate
-from gpufleet.fleet.upgrade.gate_pod import (
-    START_MARGIN_S,
-    GatePod,
-    PodRun,
-    gate_pod_manifest,
-    perf_figures,
-    run_gate_pod,
-)
 from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
 from gpufleet.fleet.upgrade.sandbox_driver import CordonRecord, DriverError
 
@@ -261,7 +254,7 @@ class PerfStep:
     """The gate's performance floor (module docstring): the pod, and the gate's setup with the
     pools' references (`GpuOperatorDriver.measure_references`)."""
 
-    pod: GatePod
+    pod: NodePod
     setup: GateSetup
 
 
@@ -326,7 +319,7 @@ class GpuOperatorDriver:
                  namespace: str = OPERATOR_NAMESPACE,
                  template_annotations: TemplateAnnotations = lambda _v: {},
                  poll_s: float = POLL_S, inspect: InspectStep | None = None,
-                 smoke: GatePod | None = None, perf_pod: GatePod | None = None,
+                 smoke: NodePod | None = None, perf_pod: NodePod | None = None,
                  stage: Callable[[str], None] = lambda _v: None,
                  no_smoke: Callable[[str], str | None] = lambda _n: None) -> None:
         """`stage(version)`: what the cluster needs before the driver DaemonSet names a version (the
@@ -553,19 +546,9 @@ class GpuOperatorDriver:
         finally:
             self._labels(node, {UPGRADE_SKIP_LABEL: "true", POLL_LABEL: None})
 
-    def _delete_pod(self, name: str, namespace: str | None = None, *, now: bool = False) -> None:
-        """Delete a pod; `now`: with no grace period, and one already gone is no error."""
-        from kubernetes.client.exceptions import ApiException
-
+    def _delete_pod(self, name: str, namespace: str | None = None) -> None:
         ns = namespace or self.namespace
-        if not now:
-            self._call(f"delete pod {ns}/{name}", lambda: self.core.delete_namespaced_pod(name, ns))
-            return
-        try:
-            self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
-        except ApiException as e:
-            if e.status != 404:
-                raise DriverError(f"delete pod {ns}/{name}: HTTP {e.status} {e.reason}") from None
+        self._call(f"delete pod {ns}/{name}", lambda: self.core.delete_namespaced_pod(name, ns))
 
     def gate(self, node: str, version: str) -> tuple[bool, str]:
         validators = self._pods(VALIDATOR_SELECTOR, node)
@@ -584,39 +567,21 @@ class GpuOperatorDriver:
 
     # ------------------------------------------------------------------ the gate's pods
 
-    def _run_pod(self, gp: GatePod, node: str) -> PodRun:
-        """One gate pod on the node (gate_pod.py), created, waited for and removed."""
-        from kubernetes.client.exceptions import ApiException
-
-        ns = gp.namespace
-        manifest = gate_pod_manifest(self.node(node), gp, self.record.rollout_id or "gate")
-
-        def read(name: str) -> dict[str, Any] | None:
-            try:
-                return self._dict(self.core.read_namespaced_pod(name, ns))
-            except ApiException as e:
-                if e.status == 404:
-                    return None
-                raise DriverError(f"read pod {ns}/{name}: HTTP {e.status} {e.reason}") from None
-
-        def delete(name: str) -> None:
-            self._delete_pod(name, ns, now=True)
-
-        def create(obj: dict[str, Any]) -> None:
-            self._call(f"create pod {ns}/{obj['metadata']['name']}",
-                       lambda: self.core.create_namespaced_pod(ns, obj))
-
-        return run_gate_pod(create, read, delete, manifest, gp.deadline_s + START_MARGIN_S,
-                            poll_s=self.poll_s)
+    def _run_pod(self, gp: NodePod, node: str) -> PodRun:
+        """One gate pod on the node (node_pod.py), created, waited for and removed."""
+        try:
+            return run_on_node(self.api_client, gp, node, self.record.rollout_id or "gate", self.poll_s)
+        except NodePodError as e:
+            raise DriverError(str(e)) from None
 
     def smoke_pod(self, node: str) -> tuple[bool, str]:
-        """The gate's smoke run on the node (gate_pod.py), if the driver has one."""
+        """The gate's smoke run on the node (node_pod.py), if the driver has one."""
         if self.smoke is None:
             return False, "no smoke pod configured (upgrade.gate.smokePod)"
         run = self._run_pod(self.smoke, node)
         return run.passed, run.detail
 
-    def measure(self, gp: GatePod, node: str) -> tuple[dict[str, float], str]:
+    def measure(self, gp: NodePod, node: str) -> tuple[dict[str, float], str]:
         """The performance pod's figures on the node, or ({}, why not)."""
         run = self._run_pod(gp, node)
         if not run.passed:
@@ -634,7 +599,7 @@ class GpuOperatorDriver:
         pool = (self.node(node)["metadata"].get("labels") or {}).get(POOL_LABEL, "")
         return perf_gate(figures, pool, step.setup)
 
-    def measure_references(self, gp: GatePod, per_pool: int,
+    def measure_references(self, gp: NodePod, per_pool: int,
                            say: Callable[[str], None] = lambda _m: None
                            ) -> dict[str, dict[str, dict[str, float]]]:
         """Before the rollout: the performance pod on up to `per_pool` idle nodes of each pool

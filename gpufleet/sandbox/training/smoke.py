@@ -17,7 +17,7 @@ the detail); its rendezvous port is outside the job's range and it serves no met
 Prints one JSON object {"passed", "detail", "seconds"}; exit 0 passed, 1 failed, 2 bad input.
 
 `--standalone` runs it where no sandbox is around it: in a pod (the Kubernetes gate's smoke pod on a
-kubelet node, gpufleet.fleet.upgrade.gate_pod). It then makes its own scratch folder with the
+kubelet node, gpufleet.fleet.node_pod). It then makes its own scratch folder with the
 node's folder and a hosts file that puts the node on loopback, so the ranks meet over the loopback
 of whatever network namespace it runs in, and with `--termination-log /dev/termination-log` it also
 writes its JSON where the kubelet takes the container's termination message from.

@@ -308,3 +308,14 @@ def test_bad_here_input_exits_2(argv: list[str], says: str) -> None:
     res = CliRunner().invoke(app, ["inspect", "--stack", "sandbox", "--no-record", *argv])
     # Whitespace normalized: the runner wraps a long message at its terminal width.
     assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+
+
+def test_a_full_kubernetes_sweep_without_a_perf_pod_exits_2_before_reading_it(tmp_path: Path) -> None:
+    # No Kubernetes sandbox of this stack under the state root, and the stack sets no inspect.perfPod.
+    res = CliRunner().invoke(app, ["inspect", "--stack", "sandbox", "--kubernetes", "--level", "full",
+                                   "--no-record"], env={"GPUFLEET_SANDBOX_ROOT": str(tmp_path)})
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "stack sandbox sets no inspect.perfPod" in out, res.output
+    res = CliRunner().invoke(app, ["inspect", "--stack", "sandbox", "--kubernetes", "--bundle", "--out",
+                                   str(tmp_path)])
+    assert res.exit_code == 2 and "not with --here or --bundle" in " ".join(res.output.split()), res.output

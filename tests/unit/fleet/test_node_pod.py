@@ -1,4 +1,4 @@
-"""The Kubernetes gate's pods (gpufleet.fleet.upgrade.gate_pod, ADR 0082 and 0083): where they run,
+"""The Kubernetes gate's pods (gpufleet.fleet.node_pod, ADR 0082 and 0083): where they run,
 what they hold, how their end is judged, that they are bounded and removed whatever happens, and
 the performance pod's figures."""
 
@@ -9,18 +9,18 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gpufleet.config.model import GatePerfPod, GateSmokePod, UpgradeGate
-from gpufleet.fleet.upgrade.gate_pod import (
-    GatePod,
-    gate_pod_manifest,
+from gpufleet.config.model import GateSmokePod, InspectSpec, PerfPod, UpgradeGate
+from gpufleet.fleet.node_pod import (
+    NodePod,
     gpu_requests,
+    node_pod_manifest,
     perf_figures,
     pod_name,
     pod_verdict,
-    run_gate_pod,
+    run_node_pod,
 )
 
-GP = GatePod(image="registry.example/train:1", command=["python", "-m", "train", "--steps", "1"],
+GP = NodePod(image="registry.example/train:1", command=["python", "-m", "train", "--steps", "1"],
              deadline_s=120, namespace="gpufleet-gameday", env={"B": "2", "A": "1"}, host_paths=["/opt/x"])
 
 
@@ -29,7 +29,7 @@ def node(alloc: dict[str, str]) -> dict[str, Any]:
 
 
 def test_the_pod_runs_on_the_node_whatever_its_taints_holding_every_gpu() -> None:
-    m = gate_pod_manifest(node({"cpu": "96", "nvidia.com/gpu": "8", "amd.com/gpu": "0"}), GP, "r42")
+    m = node_pod_manifest(node({"cpu": "96", "nvidia.com/gpu": "8", "amd.com/gpu": "0"}), GP, "r42")
     spec = m["spec"]
     assert spec["nodeName"] == "gpu-3"  # not the scheduler's: the node is cordoned
     assert spec["tolerations"] == [{"operator": "Exists"}]
@@ -47,7 +47,7 @@ def test_the_pod_runs_on_the_node_whatever_its_taints_holding_every_gpu() -> Non
 
 def test_a_node_without_gpus_gets_no_request_and_long_names_are_cut() -> None:
     assert gpu_requests(node({"cpu": "2", "memory": "24Gi"})) == {}
-    assert "resources" not in gate_pod_manifest(node({"cpu": "2"}), GP, "r")["spec"]["containers"][0]
+    assert "resources" not in node_pod_manifest(node({"cpu": "2"}), GP, "r")["spec"]["containers"][0]
     assert gpu_requests(node({"huawei.com/Ascend910": "8"})) == {"huawei.com/Ascend910": "8"}
     long = pod_name("n" * 60, "rollout")
     assert len(long) <= 63 and not long.endswith("-")
@@ -84,7 +84,7 @@ def test_the_verdict_is_the_pods_end(pod: dict[str, Any], done: bool, passed: bo
 
 
 class FakeCluster:
-    """The API calls run_gate_pod makes, on a clock that advances by each sleep."""
+    """The API calls run_node_pod makes, on a clock that advances by each sleep."""
 
     def __init__(self, phases: list[str], leftover: bool = False) -> None:
         self.phases = phases
@@ -107,7 +107,7 @@ class FakeCluster:
         self.pod = None
 
     def run(self, wait_s: float, role: str = "smoke") -> tuple[bool, str]:
-        run = run_gate_pod(self.create, self.read, self.delete,
+        run = run_node_pod(self.create, self.read, self.delete,
                            {"metadata": {"name": "p", "labels": {"gpufleet.io/gate-pod": role}}}, wait_s,
                            poll_s=1.0, clock=lambda: self.now, sleep=self._sleep)
         self.message = run.message
@@ -143,7 +143,7 @@ def test_the_stacks_smoke_pod_is_validated() -> None:
 def test_the_stacks_smoke_pod_becomes_the_gates_only_with_smoke_run_on() -> None:
     from pathlib import Path
 
-    from gpufleet.cli.upgrade_cmds import gate_smoke_pod
+    from gpufleet.cli.node_pods import smoke_pod as gate_smoke_pod
     from gpufleet.config import StackSpec, load_named_stack
 
     spec = load_named_stack("sandbox", Path("stacks"))
@@ -154,18 +154,18 @@ def test_the_stacks_smoke_pod_becomes_the_gates_only_with_smoke_run_on() -> None
 
     gate = spec.upgrade.gate.model_copy(update={"smoke_pod": smoke})
     gp = gate_smoke_pod(with_gate(gate))
-    assert gp == GatePod(image="train:1", command=("run", "--steps", "1"), deadline_s=90,
+    assert gp == NodePod(image="train:1", command=("run", "--steps", "1"), deadline_s=90,
                          namespace=spec.gameday.namespace)
     assert gate_smoke_pod(with_gate(gate.model_copy(update={"smoke_run": False}))) is None
 
 
 def test_a_perf_pod_is_named_for_its_role_and_its_whole_message_comes_back() -> None:
-    perf = GatePod(image="nccl-tests:2", command=["probe"], deadline_s=60, namespace="ns", role="perf")
-    m = gate_pod_manifest(node({"nvidia.com/gpu": "8"}), perf, "r42")
+    perf = NodePod(image="nccl-tests:2", command=["probe"], deadline_s=60, namespace="ns", role="perf")
+    m = node_pod_manifest(node({"nvidia.com/gpu": "8"}), perf, "r42")
     assert m["metadata"]["name"] == "gpufleet-perf-gpu-3-r42"
     assert m["metadata"]["labels"]["gpufleet.io/gate-pod"] == "perf"
     assert m["spec"]["containers"][0]["name"] == "perf"
-    assert m["metadata"]["name"] != gate_pod_manifest(node({}), GP, "r42")["metadata"]["name"]
+    assert m["metadata"]["name"] != node_pod_manifest(node({}), GP, "r42")["metadata"]["name"]
     long_message = '{"perf": {"nccl_allreduce_busbw_gbs": 455.5}, "pad": "' + "x" * 1000 + '"}'
     v = pod_verdict(status("Succeeded", containerStatuses=terminated(0, "Completed", long_message)), "perf")
     assert v.passed and v.detail.startswith("perf pod exit 0: ...") and len(v.detail) < 450
@@ -193,21 +193,28 @@ def test_perf_figures_are_read_and_checked(message: str, figures: dict[str, floa
     assert (problem is None) if why is None else (problem is not None and why in problem)
 
 
-def test_the_stacks_perf_pod_is_validated_and_becomes_the_gates() -> None:
+def test_the_stacks_perf_pod_is_validated_and_becomes_the_node_pod() -> None:
     from pathlib import Path
 
-    from gpufleet.cli.upgrade_cmds import gate_perf_pod
+    from gpufleet.cli.node_pods import perf_pod, reference_nodes
     from gpufleet.config import load_named_stack
 
-    gate = UpgradeGate.model_validate({"perfPod": {"image": "nccl:1", "command": ["probe"]}})
-    assert gate.perf_pod == GatePerfPod(image="nccl:1", command=["probe"], deadline_seconds=600.0,
-                                        reference_nodes=3)
+    spec_ = InspectSpec.model_validate({"perfPod": {"image": "nccl:1", "command": ["probe"],
+                                                    "priorityClassName": "gpufleet-probe"}})
+    assert spec_.perf_pod == PerfPod(image="nccl:1", command=["probe"], deadline_seconds=600.0,
+                                     reference_nodes=3, priority_class_name="gpufleet-probe")
     for bad in ({"image": "x", "command": ["p"], "referenceNodes": 0},
-                {"image": "x", "command": ["p"], "deadlineSeconds": -1}, {"image": "x", "command": []}):
+                {"image": "x", "command": ["p"], "deadlineSeconds": -1}, {"image": "x", "command": []},
+                {"image": "x", "command": ["p"], "priorityClassName": "Not_A_Name"}):
         with pytest.raises(ValidationError):
-            UpgradeGate.model_validate({"perfPod": bad})
+            InspectSpec.model_validate({"perfPod": bad})
     spec = load_named_stack("sandbox", Path("stacks"))
-    assert gate_perf_pod(spec) is None
-    spec = spec.model_copy(update={"upgrade": spec.upgrade.model_copy(update={"gate": gate})})
-    assert gate_perf_pod(spec) == GatePod(image="nccl:1", command=("probe",), deadline_s=600.0,
-                                          namespace=spec.gameday.namespace, role="perf")
+    assert perf_pod(spec) is None and reference_nodes(spec) == 1
+    spec = spec.model_copy(update={"inspect": spec_})
+    assert perf_pod(spec, app="a") == NodePod(image="nccl:1", command=("probe",), deadline_s=600.0,
+                                              namespace=spec.gameday.namespace, role="perf", app="a",
+                                              priority_class="gpufleet-probe")
+    assert reference_nodes(spec) == 3
+    m = node_pod_manifest(node({}), perf_pod(spec) or GP, "r")
+    assert m["spec"]["priorityClassName"] == "gpufleet-probe"
+    assert "priorityClassName" not in node_pod_manifest(node({}), GP, "r")["spec"]

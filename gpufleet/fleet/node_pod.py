@@ -1,21 +1,25 @@
-"""The Kubernetes gate's pods: the smoke run, a pod on the node under upgrade that must exit 0 before
-the node returns (issue 16; ADR 0082, docs/fleet-upgrade.md "The GPU Operator driver"), and the
-performance pod, which measures the node and reports its figures (ADR 0083; `perf_figures`).
+"""A bounded pod on one Kubernetes node, judged by its end: the upgrade gate's smoke run (issue 16;
+ADR 0082, docs/fleet-upgrade.md "The GPU Operator driver") and the performance pod, which measures
+the node and reports its figures, in the upgrade gate and in `gpufleet inspect --kubernetes --level
+full` (ADR 0083; `perf_figures`).
 
-The stack names the pod's image and command (`upgrade.gate.smokePod`): on a real cluster, the site's
-training image running one step of its own job. gpufleet places and judges it:
-- on the node itself (`spec.nodeName`: the scheduler is not asked, the node is cordoned), tolerating
-  every taint (the rollout's cordon, the GPU taint, a quarantine the gate is about to judge), as a
-  DaemonSet's pods do;
-- holding every GPU the node advertises (each resource of GPU_RESOURCE_PREFIXES in its allocatable, at its
-  full count), as the training job's pods do: a node whose device plugin lost a GPU fails the gate
+The stack names the pod's image and command (`upgrade.gate.smokePod`, `inspect.perfPod`): on a real
+cluster, the site's training image running one step of its own job, or its bandwidth test. gpufleet
+places and judges it:
+- on the node itself (`spec.nodeName`: the scheduler is not asked; a node under upgrade is
+  cordoned), tolerating every taint (the rollout's cordon, the GPU taint, a quarantine the gate is
+  about to judge), as a DaemonSet's pods do;
+- holding every GPU the node advertises (each resource of GPU_RESOURCE_PREFIXES in its allocatable,
+  at its full count), as the training job's pods do: a node whose device plugin lost a GPU fails
   at admission;
+- with the stack's PriorityClass if it names one: a sweep's probe on a node in service should be
+  preempted by a job (a class of negative value), as the heavy checks of inspect's plan yield;
 - bounded: `activeDeadlineSeconds` is the stack's deadline, and the wait for the pod's end is that
   deadline plus START_MARGIN_S for the image and the sandbox's start;
-- judged by its end: Succeeded passes; Failed (an exit code, the deadline) or a container that
-  cannot start (an image that cannot be pulled, a bad command) fails, with the container's
-  termination message (the command may write its verdict to /dev/termination-log; otherwise the end
-  of its log, FallbackToLogsOnError);
+- judged by its end: Succeeded passes; Failed (an exit code, the deadline, a preemption) or a
+  container that cannot start (an image that cannot be pulled, a bad command) fails, with the
+  container's termination message (the command may write its verdict to /dev/termination-log;
+  otherwise the end of its log, FallbackToLogsOnError);
 - removed afterwards, whatever the verdict (gracePeriodSeconds 0: it is over).
 
 The performance pod is placed, bounded and removed the same way. Its termination message carries
@@ -23,6 +27,8 @@ its figures: one JSON line `{"perf": {metric: value}}` (the line gpufleet's own 
 gpufleet.fleet.inspect.collprobe, prints), metrics named as inspect names them (codes.py), each a
 positive finite number. nccl-tests prints its figures to stdout only, so a site wraps it to write
 that line (docs/fleet-upgrade.md "The performance pod").
+
+`run_on_node` is the thin I/O around `run_node_pod`, with a kubernetes client.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from typing import Any, Literal
 from gpufleet.fleet.inspect.cluster import GPU_RESOURCE_PREFIXES
 from gpufleet.fleet.inspect.codes import PERF_METRIC_CODES
 
-GATE_APP = "gpufleet-upgrade-gate"
+GATE_APP = "gpufleet-upgrade-gate"  # the upgrade gate's pods
+PROBE_APP = "gpufleet-inspect-probe"  # a sweep's performance pods
 START_MARGIN_S = 60.0
 POLL_S = 0.5
 # Waiting reasons after which the container never starts without a change to the pod or the node.
@@ -48,7 +55,7 @@ NODE_ENV = "GPUFLEET_NODE"
 
 
 @dataclass(frozen=True)
-class GatePod:
+class NodePod:
     """What a gate pod runs; `env` and `host_paths` are what a site (or the sandbox) adds. `role`
     names the pod, its container and its verdicts."""
 
@@ -60,6 +67,8 @@ class GatePod:
     env: Mapping[str, str] = field(default_factory=dict)
     host_paths: Sequence[str] = ()  # host folders mounted read-only at the same path
     role: Literal["smoke", "perf"] = "smoke"
+    app: str = GATE_APP
+    priority_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ def gpu_requests(node: Mapping[str, Any]) -> dict[str, str]:
             if k.startswith(GPU_RESOURCE_PREFIXES) and str(v) not in ("0", "")}
 
 
-def gate_pod_manifest(node: Mapping[str, Any], gp: GatePod, rollout_id: str) -> dict[str, Any]:
+def node_pod_manifest(node: Mapping[str, Any], gp: NodePod, rollout_id: str) -> dict[str, Any]:
     """The gate pod for one node (pure; module docstring)."""
     name = str(node["metadata"]["name"])
     gpus = gpu_requests(node)
@@ -116,7 +125,7 @@ def gate_pod_manifest(node: Mapping[str, Any], gp: GatePod, rollout_id: str) -> 
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": pod_name(name, rollout_id, gp.role), "namespace": gp.namespace,
-                     "labels": {"app": GATE_APP, "gpufleet.io/rollout": rollout_id,
+                     "labels": {"app": gp.app, "gpufleet.io/rollout": rollout_id,
                                 "gpufleet.io/gate-pod": gp.role}},
         "spec": {
             "nodeName": name,
@@ -127,6 +136,7 @@ def gate_pod_manifest(node: Mapping[str, Any], gp: GatePod, rollout_id: str) -> 
             "enableServiceLinks": False,
             "containers": [container],
             "volumes": volumes,
+            **({"priorityClassName": gp.priority_class} if gp.priority_class else {}),
         },
     }
 
@@ -160,7 +170,7 @@ def pod_verdict(pod: Mapping[str, Any], role: str = "smoke") -> PodVerdict:
     return PodVerdict(False, False, f"phase {phase}")
 
 
-def run_gate_pod(create: Callable[[dict[str, Any]], None], read: Callable[[str], dict[str, Any] | None],
+def run_node_pod(create: Callable[[dict[str, Any]], None], read: Callable[[str], dict[str, Any] | None],
                  delete: Callable[[str], None], manifest: dict[str, Any], wait_s: float,
                  poll_s: float = POLL_S, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> PodRun:
@@ -214,3 +224,41 @@ def perf_figures(message: str) -> tuple[dict[str, float], str | None]:
             out[metric] = float(value)
         return out, None
     return {}, 'no line {"perf": {...}} in its termination message'
+
+
+class NodePodError(RuntimeError):
+    """An API call of run_on_node failed (not the pod: its failure is a PodRun)."""
+
+
+def run_on_node(api_client: Any, gp: NodePod, node: str, run_id: str, poll_s: float = POLL_S) -> PodRun:
+    """Run the pod on `node` through a kubernetes client (run_node_pod's calls); NodePodError on an
+    API failure other than a pod already gone."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api_client)
+    ns = gp.namespace
+
+    def call(what: str, fn: Callable[[], Any], missing_ok: bool = False) -> Any:
+        try:
+            return fn()
+        except ApiException as e:
+            if missing_ok and e.status == 404:
+                return None
+            raise NodePodError(f"{what}: HTTP {e.status} {e.reason}: {str(e.body)[:300]}") from None
+
+    node_obj = api_client.sanitize_for_serialization(call(f"read node {node}", lambda: core.read_node(node)))
+
+    def read(name: str) -> dict[str, Any] | None:
+        pod = call(f"read pod {ns}/{name}", lambda: core.read_namespaced_pod(name, ns), missing_ok=True)
+        return None if pod is None else dict(api_client.sanitize_for_serialization(pod))
+
+    def delete(name: str) -> None:
+        call(f"delete pod {ns}/{name}", lambda: core.delete_namespaced_pod(name, ns, grace_period_seconds=0),
+             missing_ok=True)
+
+    def create(obj: dict[str, Any]) -> None:
+        call(f"create pod {ns}/{obj['metadata']['name']}", lambda: core.create_namespaced_pod(ns, obj))
+
+    return run_node_pod(create, read, delete, node_pod_manifest(node_obj, gp, run_id),
+                        gp.deadline_s + START_MARGIN_S, poll_s=poll_s)

@@ -1,0 +1,60 @@
+"""The node pods the stack describes, as the commands run them (gpufleet.fleet.node_pod): the upgrade
+gate's smoke pod (`upgrade.gate.smokePod`, ADR 0082) and the performance pod (`inspect.perfPod`,
+ADR 0083); and, on a Kubernetes sandbox with kubelet nodes (ADR 0081), gpufleet's own programs as
+those pods: the one-step training run and the collective probe, in the node image with this
+machine's Python environment mounted read-only."""
+
+from __future__ import annotations
+
+from gpufleet.config import StackSpec
+from gpufleet.fleet.node_pod import GATE_APP, NODE_ENV, NodePod
+
+# The sandbox's own pods: the pod's deadline, and half of it for the program's own.
+SANDBOX_POD_S = 120.0
+
+
+def smoke_pod(spec: StackSpec) -> NodePod | None:
+    """The Kubernetes gate's smoke pod: the stack's `upgrade.gate.smokePod` when `smokeRun` is on."""
+    gate = spec.upgrade.gate
+    if not gate.smoke_run or gate.smoke_pod is None:
+        return None
+    sp = gate.smoke_pod
+    return NodePod(image=sp.image, command=tuple(sp.command), deadline_s=sp.deadline_seconds,
+                   namespace=sp.namespace or spec.gameday.namespace)
+
+
+def perf_pod(spec: StackSpec, app: str = GATE_APP) -> NodePod | None:
+    """The stack's performance pod (`inspect.perfPod`), labelled `app` (the gate's or a sweep's)."""
+    pp = spec.inspect.perf_pod
+    if pp is None:
+        return None
+    return NodePod(image=pp.image, command=tuple(pp.command), deadline_s=pp.deadline_seconds,
+                   namespace=pp.namespace or spec.gameday.namespace, role="perf", app=app,
+                   priority_class=pp.priority_class_name)
+
+
+def reference_nodes(spec: StackSpec) -> int:
+    """How many idle nodes per pool a rollout measures for the reference (1 for the sandbox's pod)."""
+    return spec.inspect.perf_pod.reference_nodes if spec.inspect.perf_pod is not None else 1
+
+
+def sandbox_smoke_pod(spec: StackSpec, ranks: int) -> NodePod:
+    """gpufleet's one-step training run as the smoke pod of a kubelet node."""
+    from gpufleet.sandbox.kube import kubelet_node
+
+    pool = spec.node_pools[0]
+    return NodePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=SANDBOX_POD_S,
+                   command=kubelet_node.smoke_command(f"$({NODE_ENV})", pool.gpus_per_node, ranks,
+                                                      SANDBOX_POD_S / 2),
+                   namespace=spec.gameday.namespace, env=kubelet_node.SMOKE_ENV,
+                   host_paths=kubelet_node.python_env_paths())
+
+
+def sandbox_perf_pod(spec: StackSpec, app: str = GATE_APP) -> NodePod:
+    """gpufleet's collective probe (gloo on the CPU) as the performance pod of a kubelet node."""
+    from gpufleet.sandbox.kube import kubelet_node
+
+    return NodePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=SANDBOX_POD_S,
+                   command=kubelet_node.perf_command(SANDBOX_POD_S / 2), namespace=spec.gameday.namespace,
+                   env=kubelet_node.SMOKE_ENV, host_paths=kubelet_node.python_env_paths(), role="perf",
+                   app=app)
