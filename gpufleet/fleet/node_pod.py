@@ -16,8 +16,9 @@ places and judges it:
   preempted by a job (a class of negative value), as the heavy checks of inspect's plan yield;
 - bounded: `activeDeadlineSeconds` is the stack's deadline, and the wait for the pod's end is that
   deadline plus START_MARGIN_S for the image and the sandbox's start;
-- judged by its end: Succeeded passes; Failed (an exit code, the deadline, a preemption) or a
-  container that cannot start (an image that cannot be pulled, a bad command) fails, with the
+- judged by its end: Succeeded passes; Failed (an exit code, the deadline), disrupted (the
+  `DisruptionTarget` condition: preempted by the scheduler, evicted) or a container that cannot
+  start (an image that cannot be pulled, a bad command) fails, with the
   container's termination message (the command may write its verdict to /dev/termination-log;
   otherwise the end of its log, FallbackToLogsOnError);
 - removed afterwards, whatever the verdict (gracePeriodSeconds 0: it is over).
@@ -155,6 +156,13 @@ def pod_verdict(pod: Mapping[str, Any], role: str = "smoke") -> PodVerdict:
     raw = str(term.get("message") or "")
     if phase == "Succeeded":
         return PodVerdict(True, True, f"{role} pod exit 0: {_message(raw)}".rstrip(": "), raw)
+    disrupted = next((c for c in st.get("conditions") or []
+                      if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    if disrupted is not None and phase != "Failed":
+        # Being deleted by someone else (the scheduler preempting it for a job, an eviction, the
+        # taint manager): the pod will not finish, whatever it prints while it goes.
+        return PodVerdict(True, False, f"{role} pod disrupted ({disrupted.get('reason')}): "
+                                       f"{_message(disrupted.get('message'))}", raw)
     if phase == "Failed":  # an exit code, the deadline, or the kubelet's refusal (OutOf<resource>)
         if term:
             why = f"exit {term.get('exitCode')} ({term.get('reason')})"

@@ -114,7 +114,8 @@ def test_the_node_is_a_real_kubelet_with_containerd(
     assert labels["gpufleet.io/pool"] == "gpu" and labels["nvidia.com/gpu.present"] == "true"
     assert labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
-    taints = [{k: t[k] for k in ("key", "value", "effect")} for t in node["spec"].get("taints") or []]
+    # .get: a taint may have no value (node.kubernetes.io/not-ready, for a moment after Ready).
+    taints = [{k: t.get(k) for k in ("key", "value", "effect")} for t in node["spec"].get("taints") or []]
     assert kubelet_node.node_taint() in taints
     assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints
 

@@ -15,6 +15,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ pytestmark = [
 
 STACK = "sandbox"
 KUBELET, KWOK = "gpu-0", "gpu-1"  # --nodes 2: the pool's compute node (a kubelet node) and its spare
+ON_KUBELET_NODE = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [KUBELET]}]}]}}}
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +201,60 @@ def test_a_full_kubernetes_sweep_measures_idle_nodes_with_the_perf_pod(
     gpu0 = {r["node"]: r for r in json.loads(res.stdout)["nodes"]}[KUBELET]
     (finding,) = [f for f in gpu0["findings"] if f["code"] == "GFI050"]
     assert "nccl_allreduce_busbw_gbs 200 = 43.5% of 460" in finding["detail"], finding
+
+
+def test_a_job_preempts_a_sweeps_probe_with_a_negative_priority_class(
+    sandbox: tuple[Path, KubeSandboxState], tmp_path: Path
+) -> None:
+    """Jobs take precedence over a full sweep's probe on a node in service: with the stack's
+    `priorityClassName` of negative value, the real kube-scheduler preempts the probe pod for a job
+    needing the node's GPUs; the sweep says so (UNKNOWN, the pod disrupted) and the job runs there."""
+    root, state = sandbox
+    assert state.admin_kubeconfig is not None
+    stack = yaml.safe_load((Path("stacks") / f"Pulumi.{STACK}.yaml").read_text())
+    stack["config"]["gpufleet:inspect"] = {"perfPod": {
+        "image": NODE_IMAGE, "deadlineSeconds": 90, "priorityClassName": "gpufleet-probe-test",
+        "command": ["/bin/sh", "-c", "sleep 60; echo '{\"perf\": {\"gloo_allreduce_busbw_gbs\": 1}}' "
+                                     "> /dev/termination-log"]}}
+    stack_dir = tmp_path / "stacks"
+    stack_dir.mkdir()
+    (stack_dir / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack))
+    with api_from_kubeconfig(Path(state.admin_kubeconfig)) as admin:
+        r = admin.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "gpufleet-probe-test"}, "value": -10, "preemptionPolicy": "Never"})
+        assert r.status_code == 201, r.text
+        with ThreadPoolExecutor(1) as pool:
+            sweep = pool.submit(gpufleet, root, "inspect", "--kubernetes", "--stack", STACK, "--stacks-dir",
+                                str(stack_dir), "--level", "full", "--format", "json", "--no-record",
+                                timeout=300)
+
+            def probe_running() -> bool:
+                return any(p["spec"].get("nodeName") == KUBELET and p["status"].get("phase") == "Running"
+                           for p in admin.list("Pod", "gpufleet-gameday",
+                                               labelSelector="app=gpufleet-inspect-probe"))
+
+            wait_until("the sweep's probe running on the kubelet node", probe_running, 60)
+            admin.create({"apiVersion": "v1", "kind": "Pod",
+                          "metadata": {"name": "job-needs-gpus", "namespace": "default"},
+                          "spec": {"tolerations": [{"operator": "Exists"}], "restartPolicy": "Never",
+                                   "affinity": ON_KUBELET_NODE,
+                                   "containers": [{
+                                       "name": "c", "image": NODE_IMAGE, "imagePullPolicy": "Never",
+                                       "command": ["/bin/sleep", "120"],
+                                       "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+            try:
+                res = sweep.result(timeout=300)
+                assert res.returncode == 0, res.stdout + res.stderr
+                gpu0 = {r["node"]: r for r in json.loads(res.stdout)["nodes"]}[KUBELET]
+                assert any(u.startswith("perf: perf pod disrupted (PreemptionByScheduler)")
+                           for u in gpu0["unknown"]), gpu0
+                job = wait_until("the job running on the kubelet node", lambda: (
+                    p if (p := admin.get("/api/v1/namespaces/default/pods/job-needs-gpus"))["status"].get(
+                        "phase") == "Running" else None), 90)
+                assert job["spec"]["nodeName"] == KUBELET
+            finally:
+                admin.request("DELETE", "/api/v1/namespaces/default/pods/job-needs-gpus?gracePeriodSeconds=0")
+                admin.request("DELETE", "/apis/scheduling.k8s.io/v1/priorityclasses/gpufleet-probe-test")
+        wait_until("the job's pod gone", lambda: admin.request(
+            "GET", "/api/v1/namespaces/default/pods/job-needs-gpus").status_code == 404, 60)

@@ -76,6 +76,12 @@ def terminated(code: int, reason: str, message: str = "") -> list[dict[str, Any]
     (status("Pending", containerStatuses=[{"state": {"waiting": {"reason": "ContainerCreating"}}}]),
      False, False, "phase Pending"),
     (status("Running"), False, False, "phase Running"),
+    (status("Running", conditions=[{"type": "DisruptionTarget", "status": "True",
+                                    "reason": "PreemptionByScheduler",
+                                    "message": "default-scheduler: preempting to accommodate a pod"}]),
+     True, False, "smoke pod disrupted (PreemptionByScheduler): default-scheduler: preempting"),
+    (status("Running", conditions=[{"type": "DisruptionTarget", "status": "False"}]), False, False,
+     "phase Running"),
 ])
 def test_the_verdict_is_the_pods_end(pod: dict[str, Any], done: bool, passed: bool, says: str) -> None:
     v = pod_verdict(pod)
