@@ -201,10 +201,10 @@ def _gpu_operator_driver(spec: StackSpec, name: str, component: Component, state
     if not state.kubelet_nodes:
         return GpuOperatorDriver(Path(state.admin_kubeconfig), component, record,
                                  template_annotations=annotations, smoke=smoke, perf_pod=perf)
-    stage, smoke, perf, no_smoke = _kubelet_node_parts(spec, state, smoke, perf)
+    stage, smoke, perf, no_pods = _kubelet_node_parts(spec, state, smoke, perf)
     return GpuOperatorDriver(Path(state.admin_kubeconfig), component, record,
                              template_annotations=annotations, smoke=smoke, perf_pod=perf, stage=stage,
-                             no_smoke=no_smoke)
+                             no_pods=no_pods)
 
 
 def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: NodePod | None,
@@ -224,14 +224,14 @@ def _kubelet_node_parts(spec: StackSpec, state: KubeSandboxState, smoke: NodePod
     def stage(version: str) -> None:
         kubelet_node.tag_on_nodes(state, f"{DRIVER_IMAGE}:{version}", ctr)
 
-    def no_smoke(node: str) -> str | None:
+    def no_pods(node: str) -> str | None:
         return None if node in kubelet else "a kwok node runs no container"
 
     if spec.upgrade.gate.smoke_run and smoke is None:
         smoke = node_pods.sandbox_smoke_pod(spec, _smoke_ranks(spec))
     if spec.upgrade.gate.inspect_level == "full" and perf is None:
         perf = node_pods.sandbox_perf_pod(spec)
-    return stage, smoke, perf, no_smoke
+    return stage, smoke, perf, no_pods
 
 
 def _perf_step(driver: GpuOperatorDriver, spec: StackSpec, setup: GateSetup) -> PerfStep | None:

@@ -57,8 +57,8 @@ NODE_ENV = "GPUFLEET_NODE"
 
 @dataclass(frozen=True)
 class NodePod:
-    """What a gate pod runs; `env` and `host_paths` are what a site (or the sandbox) adds. `role`
-    names the pod, its container and its verdicts."""
+    """What a node pod runs; `env` and `host_paths` are what a site (or the sandbox) adds. `role`
+    names the pod, its container and its verdicts; `app` labels it (the gate's, a sweep's)."""
 
     image: str
     command: Sequence[str]
@@ -87,11 +87,11 @@ class PodRun:
     message: str = ""
 
 
-def pod_name(node: str, rollout_id: str, role: str = "smoke") -> str:
-    """`gpufleet-gate-<node>-<rollout>` (the smoke pod) or `gpufleet-perf-...`, cut to the 63
-    characters of a label value."""
+def pod_name(node: str, run_id: str, role: str = "smoke") -> str:
+    """`gpufleet-gate-<node>-<run>` (the smoke pod) or `gpufleet-perf-...`, cut to the 63 characters
+    of a label value. The run is the rollout's, or a sweep's."""
     kind = "gate" if role == "smoke" else role
-    return f"gpufleet-{kind}-{node}-{rollout_id}"[:63].rstrip("-.")
+    return f"gpufleet-{kind}-{node}-{run_id}"[:63].rstrip("-.")
 
 
 def gpu_requests(node: Mapping[str, Any]) -> dict[str, str]:
@@ -101,8 +101,8 @@ def gpu_requests(node: Mapping[str, Any]) -> dict[str, str]:
             if k.startswith(GPU_RESOURCE_PREFIXES) and str(v) not in ("0", "")}
 
 
-def node_pod_manifest(node: Mapping[str, Any], gp: NodePod, rollout_id: str) -> dict[str, Any]:
-    """The gate pod for one node (pure; module docstring)."""
+def node_pod_manifest(node: Mapping[str, Any], gp: NodePod, run_id: str) -> dict[str, Any]:
+    """The pod for one node (pure; module docstring)."""
     name = str(node["metadata"]["name"])
     gpus = gpu_requests(node)
     container: dict[str, Any] = {
@@ -125,8 +125,8 @@ def node_pod_manifest(node: Mapping[str, Any], gp: NodePod, rollout_id: str) -> 
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": pod_name(name, rollout_id, gp.role), "namespace": gp.namespace,
-                     "labels": {"app": gp.app, "gpufleet.io/rollout": rollout_id,
+        "metadata": {"name": pod_name(name, run_id, gp.role), "namespace": gp.namespace,
+                     "labels": {"app": gp.app, "gpufleet.io/run": run_id,
                                 "gpufleet.io/gate-pod": gp.role}},
         "spec": {
             "nodeName": name,

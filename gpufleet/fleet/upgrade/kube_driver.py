@@ -321,10 +321,10 @@ class GpuOperatorDriver:
                  poll_s: float = POLL_S, inspect: InspectStep | None = None,
                  smoke: NodePod | None = None, perf_pod: NodePod | None = None,
                  stage: Callable[[str], None] = lambda _v: None,
-                 no_smoke: Callable[[str], str | None] = lambda _n: None) -> None:
+                 no_pods: Callable[[str], str | None] = lambda _n: None) -> None:
         """`stage(version)`: what the cluster needs before the driver DaemonSet names a version (the
-        sandbox tags its image on its kubelet nodes). `no_smoke(node)`: why a node cannot run the
-        smoke pod (the sandbox's kwok nodes run no container), None when it can."""
+        sandbox tags its image on its kubelet nodes). `no_pods(node)`: why a node cannot run the
+        gate's pods (the sandbox's kwok nodes run no container), None when it can."""
         if component is not Component.DRIVER:
             raise DriverError("the GPU Operator upgrades the driver only; firmware needs the Slurm driver "
                               "or the vendor's tool")
@@ -345,7 +345,7 @@ class GpuOperatorDriver:
         self.perf_pod = perf_pod
         self.perf: PerfStep | None = None  # the perf pod with the references (measure_references)
         self.stage = stage
-        self.no_smoke = no_smoke
+        self.no_pods = no_pods
         self.record = CordonRecord.load(record_path)
         self._polls = 0
         self._evicting: dict[str, float] = {}  # pod id -> when its eviction was last asked
@@ -560,7 +560,7 @@ class GpuOperatorDriver:
             passed, measured = self._perf_gate(node, self.perf)
             detail = f"{detail}; {measured}"
         if passed and self.smoke is not None:
-            why_not = self.no_smoke(node)
+            why_not = self.no_pods(node)
             passed, ran = (True, f"no smoke pod: {why_not}") if why_not else self.smoke_pod(node)
             detail = f"{detail}; {ran}"
         return passed, detail
@@ -590,7 +590,7 @@ class GpuOperatorDriver:
         return figures, (run.detail if why is None else f"perf pod exit 0 but {why}")
 
     def _perf_gate(self, node: str, step: PerfStep) -> tuple[bool, str]:
-        why_not = self.no_smoke(node)
+        why_not = self.no_pods(node)
         if why_not:
             return True, f"no perf pod: {why_not}"
         figures, detail = self.measure(step.pod, node)
@@ -612,7 +612,7 @@ class GpuOperatorDriver:
         upgradable = set(self.upgradable_nodes())
         out: dict[str, dict[str, dict[str, float]]] = {}
         for pool, names in sorted(reference_candidates(
-                nodes, busy, per_pool, lambda n: n in upgradable and self.no_smoke(n) is None).items()):
+                nodes, busy, per_pool, lambda n: n in upgradable and self.no_pods(n) is None).items()):
             for name in names:
                 figures, detail = self.measure(gp, name)
                 shown = ", ".join(f"{k} {v:g}" for k, v in sorted(figures.items()))
