@@ -14,6 +14,9 @@ performance pod (ADR 0083, docs/fleet-upgrade.md "The performance pod").
   machines (gloo, 64 MiB, 2 ranks) the fastest of 60 spread 1.70 to 1.94 GB/s over 8 runs, the
   median of 20 0.78 to 1.27.
 - The ranks meet on 127.0.0.1 (a pod's own loopback); the whole run is bounded by `--deadline`.
+- Each rank chooses the backend itself (`choose_backend`), from what torch sees on this host, the
+  same on every rank; rank 0 reports it with its times. The parent never imports torch: that import
+  costs about 1.3 s warm on these machines, which would run serially before the ranks start.
 
 Prints one JSON line {"perf": {metric: GB/s}, "backend", "ranks", "sizeBytes", "iters", "seconds"}
 (the contract a site's own performance pod also follows, gpufleet.fleet.node_pod), also
@@ -50,12 +53,17 @@ def metric_name(backend: str, hip: bool) -> str:
     return "gloo_allreduce_busbw_gbs"
 
 
+def choose_backend(cuda_available: bool, device_count: int, ranks: int) -> str:
+    """NCCL when the host has a GPU for every rank, gloo on the CPU otherwise (pure)."""
+    return "nccl" if cuda_available and device_count >= ranks else "gloo"
+
+
 def _worker(size_bytes: int, warmup: int, iters: int) -> int:
     import torch
     import torch.distributed as dist
 
     rank, ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    backend = os.environ["GPUFLEET_PROBE_BACKEND"]
+    backend = choose_backend(torch.cuda.is_available(), torch.cuda.device_count(), ranks)
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
@@ -75,7 +83,8 @@ def _worker(size_bytes: int, warmup: int, iters: int) -> int:
             if i >= warmup:
                 times.append(time.perf_counter() - t)
         if rank == 0:
-            print(json.dumps({"seconds": times}), flush=True)
+            print(json.dumps({"seconds": times, "backend": backend,
+                              "hip": bool(getattr(torch.version, "hip", None))}), flush=True)
     finally:
         dist.destroy_process_group()
     return 0
@@ -87,24 +96,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _backend(ranks: int) -> tuple[str, bool]:
-    import torch
-
-    hip = bool(getattr(torch.version, "hip", None))
-    if torch.cuda.is_available() and torch.cuda.device_count() >= ranks:
-        return "nccl", hip
-    return "gloo", hip
-
-
 def measure(ranks: int, size_bytes: int, warmup: int, iters: int, deadline_s: float) -> dict[str, object]:
     """Run the ranks and return the JSON document (module docstring); RuntimeError when they fail."""
-    backend, hip = _backend(ranks)
     port = _free_port()
     argv = [sys.executable, "-m", "gpufleet.fleet.inspect.collprobe", "--worker",
             "--size-bytes", str(size_bytes), "--warmup", str(warmup), "--iters", str(iters)]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(ranks),
-                                   "MASTER_PORT": str(port), "GPUFLEET_PROBE_BACKEND": backend})
+                                   "MASTER_PORT": str(port)})
              for r in range(ranks)]
     end = time.monotonic() + deadline_s
     outs: list[tuple[str, str]] = []
@@ -127,7 +126,9 @@ def measure(ranks: int, size_bytes: int, warmup: int, iters: int, deadline_s: fl
     if bad:
         r, rc, err = bad[0]
         raise RuntimeError(f"rank {r} exited {rc}: {' '.join(err.split()[-40:])}")
-    times = [float(t) for t in json.loads(outs[0][0].strip().splitlines()[-1])["seconds"]]
+    report = json.loads(outs[0][0].strip().splitlines()[-1])
+    backend, hip = str(report["backend"]), bool(report["hip"])
+    times = [float(t) for t in report["seconds"]]
     busbw = max(bus_bandwidth_gbs(size_bytes, t, ranks) for t in times)
     return {"perf": {metric_name(backend, hip): round(busbw, 4)}, "backend": backend, "ranks": ranks,
             "sizeBytes": size_bytes, "iters": iters, "seconds": round(sum(times), 3)}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.fleet.inspect.codes import PERF_METRIC_CODES
-from gpufleet.fleet.inspect.collprobe import bus_bandwidth_gbs, main, metric_name
+from gpufleet.fleet.inspect.collprobe import bus_bandwidth_gbs, choose_backend, main, metric_name
 
 
 def test_bus_bandwidth_is_nccl_tests_all_reduce_factor() -> None:
@@ -24,6 +24,12 @@ def test_the_metric_names_the_backend_and_inspect_knows_each() -> None:
     names = {metric_name("nccl", False), metric_name("nccl", True), metric_name("gloo", False)}
     assert names == {"nccl_allreduce_busbw_gbs", "rccl_allreduce_busbw_gbs", "gloo_allreduce_busbw_gbs"}
     assert names <= set(PERF_METRIC_CODES)
+
+
+def test_nccl_only_when_every_rank_has_a_gpu() -> None:
+    assert choose_backend(True, 8, 8) == "nccl"
+    assert choose_backend(True, 4, 8) == "gloo"  # fewer GPUs than ranks: one rank per GPU is not met
+    assert choose_backend(False, 0, 2) == "gloo"
 
 
 @pytest.mark.parametrize(("argv", "says"), [
