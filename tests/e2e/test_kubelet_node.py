@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from e2e_support import kube_sandbox, wait_until
 from test_kubernetes_sandbox import assert_nothing_left
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
+from gpufleet.fleet.bundle.archive import read_manifest
 from gpufleet.fleet.node_pod import GATE_APP, NodePod, gpu_requests
 from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
 from gpufleet.fleet.upgrade.model import Component
@@ -195,3 +198,61 @@ def test_the_gates_smoke_pod_runs_a_training_step_on_the_node(
         return not admin.list("Pod", NAMESPACE, labelSelector=f"app={GATE_APP}")
 
     wait_until("the smoke pods to be deleted", gone, 30)
+
+
+def test_pod_logs_come_through_the_api_server_and_into_the_nodes_bundle(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi, tmp_path: Path
+) -> None:
+    """The node's address (127.0.0.1, where its kubelet serves) lets the API server read its pods'
+    logs; the node's diagnostic bundle, collected as remediation's hook does with the bundle
+    collector's own identity, holds each container's log, the crashed instance's included."""
+    state, _ = sandbox
+    node = admin.get(object_path("Node", NODE))
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
+    # Fails once (its marker on an emptyDir, which outlives the container), then runs: a pod that
+    # restarted, as one after a fault (a terminated pod's earlier containers are removed, and their
+    # logs with them).
+    first = "first-run: Xid 79, GPU has fallen off the bus"
+    manifest = pod("crash-once", "if [ -e /m/ran ]; then echo second-run ok; exec sleep 300; fi; "
+                                 f"touch /m/ran; echo '{first}' >&2; exit 3")
+    manifest["spec"]["restartPolicy"] = "Always"
+    manifest["spec"]["terminationGracePeriodSeconds"] = 0
+    manifest["spec"]["volumes"] = [{"name": "m", "emptyDir": {}}]
+    manifest["spec"]["containers"][0]["volumeMounts"] = [{"name": "m", "mountPath": "/m"}]
+    admin.create(manifest)
+
+    def restarted_and_running() -> bool:
+        st = (admin.get(object_path("Pod", "crash-once", NAMESPACE))["status"].get("containerStatuses")
+              or [{}])[0]
+        return bool(st.get("restartCount") == 1 and "running" in (st.get("state") or {}))
+
+    wait_until("the pod to fail once and run again", restarted_and_running, 60)
+
+    path = f"{object_path('Pod', 'crash-once', NAMESPACE)}/log"
+    now, before = (admin.request("GET", path, params={"container": "c", "previous": p})
+                   for p in ("false", "true"))
+    assert (now.status_code, now.text) == (200, "second-run ok\n")
+    assert (before.status_code, before.text) == (200, f"{first}\n")
+
+    kubeconfig = Path(state.base_dir) / "kubeconfigs" / "bundle.kubeconfig"
+    for name in (NODE, "gpu-1"):  # the kubelet node, and the kwok node beside it
+        argv = [sys.executable, "-m", "gpufleet.fleet.bundle", "--kubeconfig", str(kubeconfig),
+                "--node", name, "--out", str(tmp_path), "--trigger", "remediation"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+    by_node = {read_manifest(p).node: p for p in tmp_path.glob("bundle-*.tar.gz")}
+    assert sorted(by_node) == [NODE, "gpu-1"]
+    for p in by_node.values():
+        assert read_manifest(p).member("kube-pod-logs").status == "ok"
+    with tarfile.open(by_node[NODE]) as tar:
+        f = tar.extractfile("kube/pod-logs.txt")
+        assert f is not None
+        logs = f.read().decode()
+    assert ("==> default/crash-once container c (previous instance) <==\n"
+            f"{first}\n"
+            "==> default/crash-once container c <==\nsecond-run ok\n") in logs
+    with tarfile.open(by_node["gpu-1"]) as tar:
+        f = tar.extractfile("kube/pod-logs.txt")
+        assert f is not None
+        assert "the node publishes no kubelet endpoint" in f.read().decode()
+    assert admin.request("DELETE", object_path("Pod", "crash-once", NAMESPACE)).status_code == 200

@@ -238,7 +238,8 @@ def test_a_gpu_fault_on_the_node_under_upgrade_is_handled_by_the_rollout_alone(
         assert (manifest.trigger, manifest.reason, manifest.source) == (
             "remediation", "gpu-xid-79", "kubernetes")
         assert {m.collector: m.status for m in manifest.members if m.collector != "inspect-reading"} == {
-            "kube-node": "ok", "kube-node-events": "ok", "kube-pods": "ok"}, manifest.members
+            "kube-node": "ok", "kube-node-events": "ok", "kube-pods": "ok",
+            "kube-pod-logs": "ok"}, manifest.members
         reading = manifest.member("inspect-reading")  # no publisher runs in this test: not found, said so
         assert reading.status == "ok" or "HTTP 404" in (reading.error or ""), reading
         assert QUARANTINE_TAINT not in taints and condition == "True", (taints, condition)

@@ -5,6 +5,7 @@ the Kubernetes remediation's hooks run (`python -m gpufleet.fleet.bundle`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
 import tempfile
@@ -131,17 +132,18 @@ def collect_kubernetes(api_client: object, node: str, out_dir: Path, caps: Caps,
     from gpufleet.fleet.bundle import kube as KB
 
     try:
-        client.CoreV1Api(api_client).read_node(node, _request_timeout=caps.collector_timeout_s,
-                                               _preload_content=False)
+        resp = client.CoreV1Api(api_client).read_node(node, _request_timeout=caps.collector_timeout_s,
+                                                      _preload_content=False)
+        node_doc = json.loads(resp.data)
     except ApiException as e:
         raise BundleInputError(f"node {node}: HTTP {e.status} {e.reason}"
                                + (" (no such node in the cluster)" if e.status == 404 else "")) from None
-    except (HTTPError, OSError) as e:
+    except (HTTPError, OSError, ValueError) as e:
         raise BundleInputError(f"cannot reach the cluster's API server: {e}") from None
     start, end = _window(detected_at, since)
     req = Request(node=node, stack=stack, source="kubernetes", trigger=trigger, reason=reason,
                   detected_at=detected_at, window=(start, end))
-    collectors = KB.collectors(api_client, node, start, end, prometheus_url)
+    collectors = KB.collectors(api_client, node, start, end, prometheus_url, node_doc=node_doc)
     return collect(req, collectors, check_caps(caps), out_dir)
 
 

@@ -404,7 +404,7 @@ def _bring_up(
         timings.mark("apiserver")
         say(f"run {lay.run_id}: kube-apiserver ready at {lay.api_url}")
         with KubeApi(lay.api_url, pki.ca_cert, pki.cert("admin"), pki.key("admin")) as api:
-            for obj in rbac.kwok_objects():
+            for obj in [*rbac.kwok_objects(), *rbac.kubelet_api_objects()]:
                 api.apply(obj)
             kcm = daemons.controller_manager_argv(bins[CONTROLLER_MANAGER], lay, live)
             run.start(CONTROLLER_MANAGER, kcm)
@@ -593,11 +593,16 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_t
             raise KubeSandboxError(f"{node.name}: labelling failed: HTTP {resp.status_code} "
                                    f"{resp.text[:200]}")
         gpus = kubelet_node.gpu_resources(node.capacity)
-        if gpus:  # "Advertise Extended Resources for a Node" (Kubernetes docs): the status, patched
-            status = {"capacity": gpus, "allocatable": gpus}
-            resp = api.request("PATCH", f"{path}/status", {"status": status}, MERGE_PATCH)
-            if resp.status_code != 200:
-                raise KubeSandboxError(f"{node.name}: advertising its GPUs failed: HTTP {resp.status_code}")
+        # "Advertise Extended Resources for a Node" (Kubernetes docs): the GPUs, patched into the
+        # status; and the address the kubelet serves on, which it refuses to report itself (a
+        # loopback node IP, kubelet_node.kubelet_argv) and never overwrites: the API server reaches
+        # it there for pod logs and exec.
+        status = {"addresses": kubelet_node.node_addresses(),
+                  **({"capacity": gpus, "allocatable": gpus} if gpus else {})}
+        resp = api.request("PATCH", f"{path}/status", {"status": status}, MERGE_PATCH)
+        if resp.status_code != 200:
+            raise KubeSandboxError(f"{node.name}: patching its address and GPUs failed: "
+                                   f"HTTP {resp.status_code}")
     say(f"{len(nodes)} kubelet node(s) Ready: {', '.join(names)} (containerd and runc, image "
         f"{kubelet_node.NODE_IMAGE})")
 

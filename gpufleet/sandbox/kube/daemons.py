@@ -213,6 +213,14 @@ def apiserver_argv(binary: Path, lay: KubeLayout) -> list[str]:
         f"--tls-cert-file={pki.cert('apiserver')}",
         f"--tls-private-key-file={pki.key('apiserver')}",
         f"--client-ca-file={pki.ca_cert}",
+        # Logs and exec of pods on kubelet nodes: the API server dials the node's kubelet as a client
+        # of the run's CA and checks the kubelet's serving certificate against it. InternalIP only:
+        # a kubelet node's address is 127.0.0.1 (cluster._start_kubelet_nodes); the Hostname type
+        # would send the node's name to the machine's DNS resolver, outside the sandbox.
+        f"--kubelet-client-certificate={pki.cert('apiserver-kubelet-client')}",
+        f"--kubelet-client-key={pki.key('apiserver-kubelet-client')}",
+        f"--kubelet-certificate-authority={pki.ca_cert}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--anonymous-auth=false",
         "--authorization-mode=Node,RBAC",
         f"--service-account-key-file={pki.sa_pub}",

@@ -316,13 +316,19 @@ def kubelet_argv(nl: KubeletNodeLayout, binary: Path, containerd_pid: int,
         f"--kubeconfig={nl.kubeconfig}",
         f"--root-dir={nl.root_dir}",
         f"--hostname-override={nl.name}",
-        # The node has no address: the kubelet refuses a loopback node IP ("nodeIP can't be loopback
-        # address", logged at each status update) and would take the host's own address without
-        # one. So the API server cannot reach it for logs or exec; pod logs are in pod_logs.
+        # The kubelet cannot report its own address: it refuses a loopback node IP ("nodeIP can't be
+        # loopback address", logged at each status update) and would take the host's own address
+        # without one. The sandbox writes the address into the node's status (node_addresses).
         f"--node-ip={LOOPBACK_IP}",
         "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
         "--register-with-taints=" + ",".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in every),
     ]
+
+
+def node_addresses() -> list[dict[str, str]]:
+    """The node's status addresses: the kubelet's own serving address (kubelet_config's `address`),
+    as InternalIP, the one type the API server dials (daemons.apiserver_argv)."""
+    return [{"type": "InternalIP", "address": LOOPBACK_IP}]
 
 
 def python_env_paths() -> list[str]:

@@ -52,6 +52,8 @@ CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 SCHEDULER_USER = "system:kube-scheduler"
 NODES_GROUP = "system:nodes"  # the Node authorizer's group; a kubelet is system:node:<name>
 KWOK_USER = "gpufleet:kwok"
+# The API server's identity towards the kubelets (logs, exec): kubeadm's name for the same pair.
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ def certificate_plan() -> tuple[CertSpec, ...]:
             client=True,
         ),  # etcd dials its own client URL (its gRPC gateway) with this pair
         CertSpec("apiserver-etcd-client", "kube-apiserver-etcd-client", client=True),
+        CertSpec("apiserver-kubelet-client", KUBELET_CLIENT_USER, client=True),
         CertSpec("admin", ADMIN_USER, organizations=(MASTERS_GROUP,), client=True),
         CertSpec("controller-manager", CONTROLLER_MANAGER_USER, client=True),
         CertSpec("scheduler", SCHEDULER_USER, client=True),

@@ -46,7 +46,7 @@ from gpufleet.core.inspect_contract import (
 )
 from gpufleet.core.kube_client import SYSTEM_NAMESPACE
 from gpufleet.core.ledger_location import LEDGER_CONFIGMAP
-from gpufleet.sandbox.kube.pki import KWOK_USER
+from gpufleet.sandbox.kube.pki import KUBELET_CLIENT_USER, KWOK_USER
 
 CHAOS_SERVICE_ACCOUNT = "gpufleet-chaos"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
@@ -113,10 +113,11 @@ def remediation_rules() -> list[Rule]:
 
 
 def bundle_rules() -> list[Rule]:
-    """The node, its events, the pods on it: cluster-wide reads (fleet.bundle.kube)."""
+    """The node, its events, the pods on it and their logs: cluster-wide reads (fleet.bundle.kube)."""
     return [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     ]
 
 
@@ -174,6 +175,18 @@ def kwok_objects() -> list[dict[str, Any]]:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KWOK_USER}],
         },
     ]
+
+
+def kubelet_api_objects() -> list[dict[str, Any]]:
+    """The API server's kubelet client bound to the bootstrap ClusterRole `system:kubelet-api-admin`
+    (every kubelet API: logs, exec, stats), which the kubelets' webhook authorization asks about."""
+    return [{
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "gpufleet:kubelet-api-admin", "labels": MANAGED},
+        "roleRef": role_ref("ClusterRole", "system:kubelet-api-admin"),
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_CLIENT_USER}],
+    }]
 
 
 def _role_and_binding(

@@ -104,6 +104,7 @@ def test_apiserver_serving_certificate_names_loopback_and_the_kubernetes_service
         ("scheduler", "system:kube-scheduler", []),
         ("kwok", "gpufleet:kwok", []),
         ("apiserver-etcd-client", "kube-apiserver-etcd-client", []),
+        ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []),
     ],
 )
 def test_client_certificates_carry_the_user_and_groups_rbac_binds(
@@ -174,6 +175,19 @@ def test_apiserver_argv(layout: daemons.KubeLayout) -> None:
     assert f["client-ca-file"] == f["etcd-cafile"] == str(layout.pki.ca_cert)
     assert f["etcd-servers"] == f"https://127.0.0.1:{layout.ports['etcd-client']}"
     assert f["etcd-certfile"].endswith("apiserver-etcd-client.crt")
+    # Pod logs and exec on kubelet nodes: dialled at InternalIP only (never a name the machine's DNS
+    # would be asked about), as a client of the run's CA, the kubelet's certificate checked.
+    assert f["kubelet-preferred-address-types"] == "InternalIP"
+    assert f["kubelet-client-certificate"].endswith("apiserver-kubelet-client.crt")
+    assert f["kubelet-certificate-authority"] == str(layout.pki.ca_cert)
+
+
+def test_the_kubelet_client_may_use_the_kubelet_api_and_nothing_else() -> None:
+    (binding,) = rbac.kubelet_api_objects()
+    assert binding["kind"] == "ClusterRoleBinding"
+    assert binding["roleRef"]["name"] == "system:kubelet-api-admin"
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                    "name": pki.KUBELET_CLIENT_USER}]
 
 
 def test_etcd_requires_client_certificates_on_loopback(layout: daemons.KubeLayout) -> None:
