@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpufleet.cli.common import cluster_client, console, fail, input_errors, print_json
+
+if TYPE_CHECKING:
+    from gpufleet.fleet.node_pod import NodePod
 
 DEFAULT_OUT = Path(".gpufleet/bundles")
 
@@ -44,6 +47,10 @@ def register(app: typer.Typer) -> None:
                               ] = None,
         prometheus_url: Annotated[str | None, typer.Option(help="--kubernetes: also the node's series "
                                                            "from this Prometheus")] = None,
+        node_pod: Annotated[bool, typer.Option(
+            "--node-pod", help="--kubernetes: also what only the node holds, collected by the stack's "
+                               "bundle.nodePod on it (on the Kubernetes sandbox, gpufleet's own on a "
+                               "kubelet node)")] = False,
         vendor: Annotated[str, typer.Option(help="--real: nvidia, amd or ascend")] = "nvidia",
         fabric: Annotated[str, typer.Option(help="--real: infiniband, roce or efa")] = "infiniband",
         scheduler: Annotated[str, typer.Option(help="--real: slurm, kubernetes, volcano or kueue")] = "slurm",
@@ -72,6 +79,9 @@ def register(app: typer.Typer) -> None:
 
         if real and kubernetes:
             raise fail("--real and --kubernetes: give one (this machine, or the cluster's view of a node)", 2)
+        if node_pod and not kubernetes:
+            raise fail("--node-pod needs --kubernetes (the pod runs on a Kubernetes node)", 2)
+        pod = _bundle_pod(stack, kubeconfig, node) if node_pod else None
 
         now = time.time()
         try:
@@ -88,7 +98,7 @@ def register(app: typer.Typer) -> None:
             elif kubernetes:
                 path, manifest = collect_kubernetes(
                     cluster_client(stack, kubeconfig, sandbox_default=True), node, out, caps, stack=stack,
-                    reason=reason, since=start, prometheus_url=prometheus_url)
+                    reason=reason, since=start, prometheus_url=prometheus_url, node_pod=pod)
             else:
                 state = load_sandbox(stack)
                 path, manifest = collect_sandbox(state, node, out, caps, since=start)
@@ -126,6 +136,31 @@ def register(app: typer.Typer) -> None:
             console.print("verified: every member matches its sha256" if not problems
                           else f"{len(problems)} problem(s)", highlight=False)
         raise typer.Exit(1 if problems else 0)
+
+
+def _bundle_pod(stack: str, kubeconfig: Path | None, node: str) -> NodePod:
+    """The stack's `bundle.nodePod`; on the stack's Kubernetes sandbox without one, gpufleet's own
+    on a kubelet node (a kwok node runs no container). Exit 2 when there is none."""
+    from gpufleet.cli import node_pods
+    from gpufleet.config import load_named_stack
+    from gpufleet.core.sandbox_contract import read_kube_state
+
+    spec = load_named_stack(stack)
+    pod = node_pods.bundle_pod(spec)
+    if pod is not None:
+        return pod
+    kubelet: list[str] | None = None
+    if kubeconfig is None:
+        try:
+            kubelet = read_kube_state(stack).kubelet_nodes
+        except (OSError, ValueError):
+            kubelet = None
+    if kubelet is None:
+        raise fail(f"--node-pod: stack {stack} sets no bundle.nodePod (docs/diagnostic-bundles.md)", 2)
+    if node not in kubelet:
+        raise fail(f"--node-pod: {node} is a kwok node of the Kubernetes sandbox and runs no container; "
+                   f"its kubelet nodes: {', '.join(kubelet) or 'none (sandbox up --kubelet-nodes N)'}", 2)
+    return node_pods.sandbox_bundle_pod(spec)
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -1,13 +1,14 @@
 """The node pods the stack describes, as the commands run them (gpufleet.fleet.node_pod): the upgrade
-gate's smoke pod (`upgrade.gate.smokePod`, ADR 0082) and the performance pod (`inspect.perfPod`,
-ADR 0083); and, on a Kubernetes sandbox with kubelet nodes (ADR 0081), gpufleet's own programs as
-those pods: the one-step training run and the collective probe, in the node image with this
-machine's Python environment mounted read-only."""
+gate's smoke pod (`upgrade.gate.smokePod`, ADR 0082), the performance pod (`inspect.perfPod`,
+ADR 0083) and the bundle pod (`bundle.nodePod`, ADR 0085); and, on a Kubernetes sandbox with kubelet
+nodes (ADR 0081), gpufleet's own programs as those pods: the one-step training run, the collective
+probe and the node's bundle, in the node image with this machine's Python environment mounted
+read-only."""
 
 from __future__ import annotations
 
 from gpufleet.config import StackSpec
-from gpufleet.fleet.node_pod import GATE_APP, NODE_ENV, NodePod
+from gpufleet.fleet.node_pod import BUNDLE_APP, GATE_APP, NODE_ENV, NodePod
 
 # The sandbox's own pods: the pod's deadline, and half of it for the program's own.
 SANDBOX_POD_S = 120.0
@@ -58,3 +59,31 @@ def sandbox_perf_pod(spec: StackSpec, app: str = GATE_APP) -> NodePod:
                    command=kubelet_node.perf_command(SANDBOX_POD_S / 2), namespace=spec.gameday.namespace,
                    env=kubelet_node.SMOKE_ENV, host_paths=kubelet_node.python_env_paths(), role="perf",
                    app=app)
+
+
+def bundle_pod(spec: StackSpec) -> NodePod | None:
+    """The stack's bundle pod (`bundle.nodePod`): privileged, in the host's PID namespace, no GPU."""
+    bp = spec.bundle.node_pod
+    if bp is None:
+        return None
+    return NodePod(image=bp.image, command=tuple(bp.command), deadline_s=bp.deadline_seconds,
+                   namespace=bp.namespace or spec.gameday.namespace, role="bundle", app=BUNDLE_APP,
+                   gpus=False, privileged=True)
+
+
+# The real-node table's vendor names (gpufleet.fleet.bundle.realnode.VENDORS) by accelerator vendor.
+TABLE_VENDOR = {"nvidia": "nvidia", "amd": "amd", "huawei": "ascend"}
+
+
+def sandbox_bundle_pod(spec: StackSpec) -> NodePod:
+    """gpufleet's own node collection (gpufleet.fleet.bundle.nodepod) as the bundle pod of a kubelet
+    node: the first pool's vendor and the stack's fabric, for the Kubernetes scheduler."""
+    from gpufleet.config.accelerators import accelerator_spec
+    from gpufleet.sandbox.kube import kubelet_node
+
+    vendor = TABLE_VENDOR[str(accelerator_spec(spec.node_pools[0].accelerator).vendor)]
+    return NodePod(image=kubelet_node.NODE_IMAGE, image_pull_policy="Never", deadline_s=SANDBOX_POD_S,
+                   command=kubelet_node.bundle_command(vendor, str(spec.fabric.kind), SANDBOX_POD_S / 2),
+                   namespace=spec.gameday.namespace, env=kubelet_node.SMOKE_ENV,
+                   host_paths=kubelet_node.python_env_paths(), role="bundle", app=BUNDLE_APP, gpus=False,
+                   privileged=True)

@@ -829,6 +829,28 @@ class InspectSpec(Model):
     perf_pod: PerfPod | None = None
 
 
+class BundleNodePod(Model):
+    """`bundle.nodePod` (ADR 0085): what only a Kubernetes node holds, collected by a pod on it for
+    `gpufleet bundle collect --kubernetes --node-pod`. A privileged pod in the host's PID namespace,
+    holding no GPU, whose command prints the node's bundle archive to its log as
+    `python -m gpufleet.fleet.bundle.nodepod` does (the site's image: gpufleet and the vendor's tools,
+    e.g. nvidia-bug-report.sh and dcgmi)."""
+
+    image: Annotated[str, Field(min_length=1)]
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    # 180 s: the real-node collection's own deadline (fleet/bundle/caps.py), which nodepod's
+    # --deadline defaults to; the pod's start comes on top (node_pod.START_MARGIN_S).
+    deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 180.0
+    # None: the stack's game-day namespace, whose pods may be privileged (the chaos backend's are).
+    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] | None = None
+
+
+class BundleSpec(Model):
+    """`gpufleet:bundle`: how a diagnostic bundle is collected (docs/diagnostic-bundles.md)."""
+
+    node_pod: BundleNodePod | None = None
+
+
 class UpgradeSpec(Model):
     """`gpufleet:upgrade`: how `gpufleet upgrade` rolls a driver or firmware version over the fleet
     (docs/fleet-upgrade.md). Canary nodes first, then waves of `waveSize` nodes with `bakeSeconds`
@@ -867,6 +889,7 @@ class StackSpec(Model):
     gameday: GamedaySpec = Field(default_factory=GamedaySpec)
     upgrade: UpgradeSpec = Field(default_factory=UpgradeSpec)
     inspect: InspectSpec = Field(default_factory=InspectSpec)
+    bundle: BundleSpec = Field(default_factory=BundleSpec)
     sandbox: SandboxSpec | None = None
     dr: DrSpec | None = None
     charts: ChartsSpec = Field(default_factory=ChartsSpec)

@@ -23,6 +23,11 @@ places and judges it:
   otherwise the end of its log, FallbackToLogsOnError);
 - removed afterwards, whatever the verdict (gracePeriodSeconds 0: it is over).
 
+A bundle pod (ADR 0085, gpufleet.fleet.bundle.nodepod) is placed, bounded and removed the same
+way, but holds no GPU (it must run beside the job that holds them, on the node as the fault left it),
+is privileged with the host's PID namespace (the kernel log; the vendor's tools), and its log is
+read before it is removed: its archive comes back there.
+
 The performance pod is placed, bounded and removed the same way. Its termination message carries
 its figures: one JSON line `{"perf": {metric: value}}` (the line gpufleet's own probe,
 gpufleet.fleet.inspect.collprobe, prints), metrics named as inspect names them (codes.py), each a
@@ -46,6 +51,7 @@ from gpufleet.fleet.inspect.codes import PERF_METRIC_CODES
 
 GATE_APP = "gpufleet-upgrade-gate"  # the upgrade gate's pods
 PROBE_APP = "gpufleet-inspect-probe"  # a sweep's performance pods
+BUNDLE_APP = "gpufleet-bundle"  # a bundle's node pods
 START_MARGIN_S = 60.0
 POLL_S = 0.5
 # Waiting reasons after which the container never starts without a change to the pod or the node.
@@ -67,9 +73,11 @@ class NodePod:
     image_pull_policy: str = "IfNotPresent"
     env: Mapping[str, str] = field(default_factory=dict)
     host_paths: Sequence[str] = ()  # host folders mounted read-only at the same path
-    role: Literal["smoke", "perf"] = "smoke"
+    role: Literal["smoke", "perf", "bundle"] = "smoke"
     app: str = GATE_APP
     priority_class: str | None = None
+    gpus: bool = True  # hold every GPU the node advertises
+    privileged: bool = False  # a privileged container in the host's PID namespace
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,7 @@ class PodRun:
     passed: bool
     detail: str
     message: str = ""
+    log: str = ""  # the container's log, when asked for (read before the pod is removed)
 
 
 def pod_name(node: str, run_id: str, role: str = "smoke") -> str:
@@ -104,7 +113,7 @@ def gpu_requests(node: Mapping[str, Any]) -> dict[str, str]:
 def node_pod_manifest(node: Mapping[str, Any], gp: NodePod, run_id: str) -> dict[str, Any]:
     """The pod for one node (pure; module docstring)."""
     name = str(node["metadata"]["name"])
-    gpus = gpu_requests(node)
+    gpus = gpu_requests(node) if gp.gpus else {}
     container: dict[str, Any] = {
         "name": gp.role,
         "image": gp.image,
@@ -117,6 +126,8 @@ def node_pod_manifest(node: Mapping[str, Any], gp: NodePod, run_id: str) -> dict
     }
     if gpus:
         container["resources"] = {"requests": dict(gpus), "limits": dict(gpus)}
+    if gp.privileged:
+        container["securityContext"] = {"privileged": True}
     volumes = [{"name": f"host-{i}", "hostPath": {"path": p, "type": "Directory"}}
                for i, p in enumerate(gp.host_paths)]
     if gp.host_paths:
@@ -138,6 +149,7 @@ def node_pod_manifest(node: Mapping[str, Any], gp: NodePod, run_id: str) -> dict
             "containers": [container],
             "volumes": volumes,
             **({"priorityClassName": gp.priority_class} if gp.priority_class else {}),
+            **({"hostPID": True} if gp.privileged else {}),
         },
     }
 
@@ -181,9 +193,11 @@ def pod_verdict(pod: Mapping[str, Any], role: str = "smoke") -> PodVerdict:
 def run_node_pod(create: Callable[[dict[str, Any]], None], read: Callable[[str], dict[str, Any] | None],
                  delete: Callable[[str], None], manifest: dict[str, Any], wait_s: float,
                  poll_s: float = POLL_S, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> PodRun:
+                 sleep: Callable[[float], None] = time.sleep,
+                 read_log: Callable[[str], str] | None = None) -> PodRun:
     """Create the pod (a leftover of the same name first removed), wait for its verdict up to
-    `wait_s`, remove it. The calls are the caller's (the driver's client)."""
+    `wait_s`, read its log when `read_log` is given, remove it. The calls are the caller's (the
+    driver's client)."""
     name = manifest["metadata"]["name"]
     role = str(manifest["metadata"]["labels"].get("gpufleet.io/gate-pod", "smoke"))
     delete(name)
@@ -201,7 +215,9 @@ def run_node_pod(create: Callable[[dict[str, Any]], None], read: Callable[[str],
             last = (pod_verdict(pod, role) if pod is not None
                     else PodVerdict(True, False, f"{role} pod deleted"))
             if last.done:
-                return PodRun(last.passed, f"{last.detail} in {clock() - started:.1f} s", last.message)
+                took = clock() - started
+                return PodRun(last.passed, f"{last.detail} in {took:.1f} s", last.message,
+                              read_log(name) if read_log is not None else "")
             sleep(poll_s)
         return PodRun(False, f"{role} pod did not finish within {wait_s:.0f} s ({last.detail})")
     finally:
@@ -238,9 +254,10 @@ class NodePodError(RuntimeError):
     """An API call of run_on_node failed (not the pod: its failure is a PodRun)."""
 
 
-def run_on_node(api_client: Any, gp: NodePod, node: str, run_id: str, poll_s: float = POLL_S) -> PodRun:
+def run_on_node(api_client: Any, gp: NodePod, node: str, run_id: str, poll_s: float = POLL_S,
+                with_log: bool = False) -> PodRun:
     """Run the pod on `node` through a kubernetes client (run_node_pod's calls); NodePodError on an
-    API failure other than a pod already gone."""
+    API failure other than a pod already gone. `with_log`: the run carries the container's log."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -268,5 +285,11 @@ def run_on_node(api_client: Any, gp: NodePod, node: str, run_id: str, poll_s: fl
     def create(obj: dict[str, Any]) -> None:
         call(f"create pod {ns}/{obj['metadata']['name']}", lambda: core.create_namespaced_pod(ns, obj))
 
+    def read_log(name: str) -> str:
+        resp = call(f"read the log of pod {ns}/{name}", lambda: core.read_namespaced_pod_log(
+            name, ns, container=gp.role, _preload_content=False), missing_ok=True)
+        return "" if resp is None else bytes(resp.data).decode(errors="replace")
+
     return run_node_pod(create, read, delete, node_pod_manifest(node_obj, gp, run_id),
-                        gp.deadline_s + START_MARGIN_S, poll_s=poll_s)
+                        gp.deadline_s + START_MARGIN_S, poll_s=poll_s,
+                        read_log=read_log if with_log else None)

@@ -10,6 +10,8 @@ Needs root (cgroups, mount and network namespaces) and the programs `make kube-b
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import kube_sandbox, wait_until
+from e2e_support import gpufleet, kube_sandbox, wait_until
 from test_kubernetes_sandbox import assert_nothing_left
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
@@ -61,7 +63,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeSand
     with kube_sandbox(tmp_path_factory, "kubelet-root", STACK, "--nodes", "2", "--no-training",
                       "--no-gpu-operator", "--kubelet-nodes", "1") as (root, state, up):
         assert f"1 kubelet node(s) Ready: {NODE}" in up.stdout.replace("\n", " ")
-        yield state, before
+        yield state, {**before, "root": root}
     assert_nothing_left(state, root)
     assert not list(Path("/sys/fs/cgroup").glob(f"*/{kubelet_node.cgroup_prefix(state.run_id)}*"))
     assert {p for p in kubelet_node.NAMESPACE_TMPFS if Path(p).exists()} == before["mount_points"]
@@ -256,3 +258,41 @@ def test_pod_logs_come_through_the_api_server_and_into_the_nodes_bundle(
         assert f is not None
         assert "the node publishes no kubelet endpoint" in f.read().decode()
     assert admin.request("DELETE", object_path("Pod", "crash-once", NAMESPACE)).status_code == 200
+
+
+def test_the_node_pod_brings_back_what_only_the_node_holds(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi, tmp_path: Path
+) -> None:
+    """`bundle collect --kubernetes --node-pod` (ADR 0085): a privileged pod on the node runs the
+    real-node table there and its archive comes back through its log: the node's kernel log (this
+    machine's, which the kubelet node is), the vendor's tools said to be missing; the pod removed."""
+    _, extra = sandbox
+    res = gpufleet(extra["root"], "bundle", "collect", "--stack", STACK, "--kubernetes", "--node", NODE,
+                   "--node-pod", "--out", str(tmp_path), "--json", timeout=240)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    member = next(m for m in doc["manifest"]["members"] if m["collector"] == "node-pod")
+    assert member["status"] == "ok" and member["name"] == "node/bundle.tar.gz", member
+    with tarfile.open(doc["path"]) as outer:
+        f = outer.extractfile("node/bundle.tar.gz")
+        assert f is not None
+        data = f.read()
+    with tarfile.open(fileobj=io.BytesIO(data)) as inner:
+        m = inner.extractfile("manifest.json")
+        assert m is not None
+        manifest = json.load(m)
+        status = {x["collector"]: x for x in manifest["members"]}
+        assert (manifest["node"], manifest["source"], manifest["trigger"]) == (NODE, "nvidia", "node-pod")
+        assert status["dmesg"]["status"] == "ok", status["dmesg"]
+        kmsg = inner.extractfile("kernel/dmesg.txt")
+        assert kmsg is not None and kmsg.read().strip()  # privileged: the kernel's ring buffer
+        # The node image has no NVIDIA tools; a site's image does (bundle.nodePod).
+        assert status["nvidia-smi-q"]["status"] == "failed"
+        assert "No such file" in (status["nvidia-smi-q"]["error"] or "")
+    assert not admin.list("Pod", labelSelector="app=gpufleet-bundle")  # every namespace
+
+    # A kwok node runs no container: refused before anything is collected.
+    res = gpufleet(extra["root"], "bundle", "collect", "--stack", STACK, "--kubernetes", "--node", "gpu-1",
+                   "--node-pod", "--out", str(tmp_path / "kwok"))
+    assert res.returncode == 2 and "gpu-1 is a kwok node" in res.stderr, res.stderr
+    assert not (tmp_path / "kwok").exists()

@@ -14,8 +14,11 @@
   previous instance of a container that restarted: the crash is in that one), read through the API
   server from the node's kubelet; a node with no kubelet endpoint (a kwok node) says so instead.
 
-What only the node itself holds (nvidia-bug-report, dmesg, DCGM diagnostics) needs a privileged pod
-on the node, which this collection does not start (docs/diagnostic-bundles.md, "Left out").
+- with a node pod (`bundle.nodePod`, ADR 0085): what only the node itself holds (nvidia-bug-report,
+  the kernel log, DCGM diagnostics, the daemons' journals), collected by a privileged pod on the node
+  (gpufleet.fleet.bundle.nodepod) whose archive comes back through its log, kept whole as
+  `node/bundle.tar.gz`. It takes a pod's start and the vendor's commands (a minute for
+  nvidia-bug-report), so remediation's hook, which must not hold a quarantine, does not ask for it.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.core.inspect_contract import INSPECT_NAMESPACE, configmap_name
+from gpufleet.fleet.bundle.nodepod import decode
 from gpufleet.fleet.bundle.runner import Collector, Read, ReadError
 from gpufleet.fleet.bundle.sandbox import metrics_expr, metrics_read
+from gpufleet.fleet.node_pod import START_MARGIN_S, NodePod, NodePodError, pod_name, run_on_node
 
 
 def _json(doc: object) -> bytes:
@@ -154,9 +159,27 @@ def _pod_logs_read(api_client: Any, node: str, start: float, node_doc: Mapping[s
     return read
 
 
+def _node_pod_read(api_client: Any, node: str, pod: NodePod, run_id: str) -> Read:
+    """The node pod's archive (module docstring), whole: a cut archive is no archive, so one over the
+    cap is an error, not a truncated member."""
+    def read(cap: int, timeout: float) -> tuple[bytes, bool]:
+        try:
+            run = run_on_node(api_client, pod, node, run_id, with_log=True)
+        except NodePodError as e:
+            raise ReadError(f"node pod: {e}") from None
+        try:
+            _, data = decode(run.log)
+        except ValueError as e:
+            raise ReadError(f"node pod ({run.detail}): {e}") from None
+        if len(data) > cap:
+            raise ReadError(f"node pod: its archive is {len(data)} bytes, over the collector's cap of {cap}")
+        return data, False
+    return read
+
+
 def collectors(api_client: Any, node: str, start: float, end: float, prometheus_url: str | None = None,
-               inspect_namespace: str = INSPECT_NAMESPACE, node_doc: Mapping[str, Any] | None = None
-               ) -> list[Collector]:
+               inspect_namespace: str = INSPECT_NAMESPACE, node_doc: Mapping[str, Any] | None = None,
+               node_pod: NodePod | None = None, run_id: str = "") -> list[Collector]:
     """The node's collectors, most asked-for first (the total cap drops from the end)."""
     on_node = f"spec.nodeName={node}"
     about_node = f"involvedObject.kind=Node,involvedObject.name={node}"
@@ -180,6 +203,12 @@ def collectors(api_client: Any, node: str, start: float, end: float, prometheus_
                              ["GET", "/api/v1/namespaces/<ns>/pods/<pod>/log", f"tailLines={TAIL_LINES}",
                               "for each container on the node"],
                              read=_pod_logs_read(api_client, node, start, node_doc)))
+    if node_pod is not None:
+        out.append(Collector("node-pod", "node/bundle.tar.gz",
+                             ["pod", f"{node_pod.namespace}/{pod_name(node, run_id, node_pod.role)}",
+                              *node_pod.command],
+                             read=_node_pod_read(api_client, node, node_pod, run_id),
+                             timeout_s=node_pod.deadline_s + START_MARGIN_S))
     if prometheus_url:
         what = ["GET", "/api/v1/query_range", metrics_expr(node), f"{start:.0f}", f"{end:.0f}"]
         out.append(Collector("metrics", "metrics/query_range.json", what,

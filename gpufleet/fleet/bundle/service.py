@@ -10,6 +10,7 @@ import re
 import shutil
 import tempfile
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from gpufleet.fleet.bundle import sandbox as SB
 from gpufleet.fleet.bundle.collect import Request, collect
 from gpufleet.fleet.bundle.model import Caps, Manifest
 from gpufleet.fleet.bundle.runner import Collector
+from gpufleet.fleet.node_pod import START_MARGIN_S, NodePod
 
 
 class BundleInputError(ValueError):
@@ -122,9 +124,11 @@ def _window(detected_at: float | None, since: float | None) -> tuple[float, floa
 
 def collect_kubernetes(api_client: object, node: str, out_dir: Path, caps: Caps, *, stack: str | None = None,
                        trigger: str = "manual", reason: str | None = None, detected_at: float | None = None,
-                       since: float | None = None, prometheus_url: str | None = None
-                       ) -> tuple[Path, Manifest]:
-    """The cluster's view of a Kubernetes node (fleet.bundle.kube), read with `api_client`."""
+                       since: float | None = None, prometheus_url: str | None = None,
+                       node_pod: NodePod | None = None) -> tuple[Path, Manifest]:
+    """The cluster's view of a Kubernetes node (fleet.bundle.kube), read with `api_client`; with
+    `node_pod`, also what the node itself holds, collected by that pod (the bundle's deadline then
+    covers the pod's)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
@@ -143,7 +147,11 @@ def collect_kubernetes(api_client: object, node: str, out_dir: Path, caps: Caps,
     start, end = _window(detected_at, since)
     req = Request(node=node, stack=stack, source="kubernetes", trigger=trigger, reason=reason,
                   detected_at=detected_at, window=(start, end))
-    collectors = KB.collectors(api_client, node, start, end, prometheus_url, node_doc=node_doc)
+    collectors = KB.collectors(api_client, node, start, end, prometheus_url, node_doc=node_doc,
+                               node_pod=node_pod, run_id=uuid.uuid4().hex[:8])
+    if node_pod is not None:
+        caps = caps.model_copy(update={"deadline_s": max(caps.deadline_s,
+                                                         node_pod.deadline_s + START_MARGIN_S + 5.0)})
     return collect(req, collectors, check_caps(caps), out_dir)
 
 

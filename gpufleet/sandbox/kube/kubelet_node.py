@@ -356,6 +356,15 @@ def perf_command(deadline_s: float) -> list[str]:
             "--iters", "60", "--deadline", f"{deadline_s:g}", "--termination-log", "/dev/termination-log"]
 
 
+def bundle_command(vendor: str, fabric: str, deadline_s: float) -> list[str]:
+    """gpufleet's node collection (gpufleet.fleet.bundle.nodepod) as a pod's command: the real-node
+    table's commands in the node image (its vendor tools are absent, and said so), the archive in
+    the pod's log."""
+    return [sys.executable, "-m", "gpufleet.fleet.bundle.nodepod", "--vendor", vendor, "--fabric", fabric,
+            "--scheduler", "kubernetes", "--deadline", f"{deadline_s:g}",
+            "--termination-log", "/dev/termination-log"]
+
+
 SMOKE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}  # the mounts are read-only
 
 

@@ -224,3 +224,37 @@ def test_the_stacks_perf_pod_is_validated_and_becomes_the_node_pod() -> None:
     m = node_pod_manifest(node({}), perf_pod(spec) or GP, "r")
     assert m["spec"]["priorityClassName"] == "gpufleet-probe"
     assert "priorityClassName" not in node_pod_manifest(node({}), GP, "r")["spec"]
+
+
+def test_a_bundle_pod_holds_no_gpu_sees_the_host_and_its_log_comes_back() -> None:
+    from pathlib import Path
+
+    from gpufleet.cli.node_pods import bundle_pod, sandbox_bundle_pod
+    from gpufleet.config import load_named_stack
+    from gpufleet.config.model import BundleSpec
+
+    spec = load_named_stack("sandbox", Path("stacks"))
+    assert bundle_pod(spec) is None
+    command = ["python", "-m", "gpufleet.fleet.bundle.nodepod"]
+    spec = spec.model_copy(update={"bundle": BundleSpec.model_validate(
+        {"nodePod": {"image": "site/gpufleet-tools:3", "command": command}})})
+    bp = bundle_pod(spec)
+    assert bp is not None and (bp.deadline_s, bp.namespace) == (180.0, spec.gameday.namespace)
+    for pod in (bp, sandbox_bundle_pod(spec)):
+        m = node_pod_manifest(node({"nvidia.com/gpu": "8"}), pod, "r42")
+        # It runs beside the job that holds the GPUs, on the node as the fault left it.
+        (c,) = m["spec"]["containers"]
+        assert "resources" not in c
+        assert c["securityContext"] == {"privileged": True} and m["spec"]["hostPID"] is True
+        assert m["metadata"]["name"] == "gpufleet-bundle-gpu-3-r42" and c["name"] == "bundle"
+    assert "--vendor" in sandbox_bundle_pod(spec).command
+    assert "hostPID" not in node_pod_manifest(node({}), GP, "r")["spec"]
+    with pytest.raises(ValidationError):
+        BundleSpec.model_validate({"nodePod": {"image": "x", "command": []}})
+
+    logs: list[str] = []
+    c = FakeCluster(["Succeeded"])
+    run = run_node_pod(c.create, c.read, c.delete, {"metadata": {"name": "p", "labels": {}}}, 30, poll_s=1.0,
+                       clock=lambda: c.now, sleep=c._sleep, read_log=lambda n: logs.append(n) or "the log")
+    assert run.passed and run.log == "the log" and logs == ["p"]
+    assert c.calls == ["delete", "create", "delete"]  # read before the removal
