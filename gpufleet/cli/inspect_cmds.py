@@ -28,6 +28,7 @@ from gpufleet.cli.common import cluster_client, console, fail, input_errors, pri
 
 if TYPE_CHECKING:
     from gpufleet.config import StackSpec
+    from gpufleet.fleet.bundle.model import Manifest
     from gpufleet.fleet.inspect.observation import NodeObservation
     from gpufleet.fleet.node_pod import NodePod
 
@@ -126,8 +127,8 @@ def register(app: typer.Typer) -> None:
                        "--bundle collects from the sandbox", 2)
         if not here and (pool_name or fabric_if or kernel_log or publish):
             raise fail("--pool, --fabric-if, --kernel-log and --publish read this host: give --here", 2)
-        if kubernetes and (here or bundle):
-            raise fail("--kubernetes sweeps what the cluster's nodes publish: not with --here or --bundle", 2)
+        if kubernetes and here:
+            raise fail("--kubernetes sweeps what the cluster's nodes publish: not with --here", 2)
         if not (publish or kubernetes) and (kubeconfig is not None or namespace is not None):
             raise fail("--kubeconfig and --namespace name the cluster of --publish or --kubernetes", 2)
         if max_age is not None and (not kubernetes or max_age <= 0):
@@ -208,12 +209,30 @@ def register(app: typer.Typer) -> None:
             H.append(path, outcome.records)
         doc = to_doc(outcome, catalog)
         doc["wall_seconds"] = round(wall, 3)
-        if bundle and out is not None and state is not None:
+        if bundle and out is not None and (state is not None or kubernetes):
             from gpufleet.fleet.bundle.caps import SANDBOX_CAPS
-            from gpufleet.fleet.bundle.service import bundles_for_failing_nodes
+            from gpufleet.fleet.bundle.service import (
+                BundleInputError,
+                bundles_for_failing_nodes,
+                collect_kubernetes,
+                collect_sandbox,
+            )
             from gpufleet.fleet.inspect.report import attach_bundles, failing_nodes
 
-            attach_bundles(doc, bundles_for_failing_nodes(state, failing_nodes(doc), out, SANDBOX_CAPS))
+            if state is not None:
+                def collect_node(n: str, reason: str, d: Path) -> tuple[Path, Manifest]:
+                    return collect_sandbox(state, n, d, SANDBOX_CAPS, trigger="inspect", reason=reason,
+                                           detected_at=time.time())
+            else:  # the cluster's view of the node and its containers' logs (ADR 0084)
+                api = cluster_client(stack, kubeconfig, sandbox_default=True)
+
+                def collect_node(n: str, reason: str, d: Path) -> tuple[Path, Manifest]:
+                    return collect_kubernetes(api, n, d, SANDBOX_CAPS, stack=stack, trigger="inspect",
+                                              reason=reason, detected_at=time.time())
+            try:
+                attach_bundles(doc, bundles_for_failing_nodes(collect_node, failing_nodes(doc), out))
+            except BundleInputError as e:
+                raise fail(f"--bundle: {e}", 2) from None
         if out is not None:
             written = write_reports(doc, out)
             if fmt is Format.TABLE:

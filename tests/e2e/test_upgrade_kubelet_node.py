@@ -24,6 +24,7 @@ import yaml
 from e2e_support import gpufleet, kube_sandbox, wait_until
 
 from gpufleet.core.sandbox_contract import KubeSandboxState
+from gpufleet.fleet.bundle.archive import read_manifest
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig
 from gpufleet.sandbox.kube.gpu_operator import DRIVER_APP, NAMESPACE, driver_version
 from gpufleet.sandbox.kube.kubelet_node import NODE_IMAGE
@@ -198,12 +199,20 @@ def test_a_full_kubernetes_sweep_measures_idle_nodes_with_the_perf_pod(
     stack_dir = tmp_path / "stacks"
     stack_dir.mkdir()
     (stack_dir / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack))
+    report = tmp_path / "report"
     res = gpufleet(root, "inspect", "--kubernetes", "--stack", STACK, "--stacks-dir", str(stack_dir),
-                   "--level", "full", "--format", "json", "--no-record", timeout=300)
+                   "--level", "full", "--format", "json", "--no-record", "--out", str(report), "--bundle",
+                   timeout=300)
     assert res.returncode == 1, res.stdout + res.stderr  # a node fails
     gpu0 = {r["node"]: r for r in json.loads(res.stdout)["nodes"]}[KUBELET]
     (finding,) = [f for f in gpu0["findings"] if f["code"] == "GFI050"]
     assert "nccl_allreduce_busbw_gbs 200 = 43.5% of 460" in finding["detail"], finding
+    # The failing node's bundle, linked from its row: the cluster's view and its containers' logs.
+    manifest = read_manifest(report / gpu0["bundle"]["path"])
+    assert (manifest.node, manifest.source, manifest.trigger) == (KUBELET, "kubernetes", "inspect")
+    assert manifest.reason is not None and manifest.reason.startswith("GFI050")
+    assert manifest.member("kube-pod-logs").status == "ok"
+    assert gpu0["bundle"]["path"] in (report / "inspect.html").read_text()
 
 
 def test_a_job_preempts_a_sweeps_probe_with_a_negative_priority_class(

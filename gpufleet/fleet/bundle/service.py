@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -175,14 +176,14 @@ def collect_real(facts: realnode.NodeFacts, out_dir: Path, caps: Caps, *, with_:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def bundles_for_failing_nodes(state: SandboxState, failing: dict[str, str], report_dir: Path,
-                              caps: Caps, trigger: str = "inspect") -> dict[str, dict[str, object]]:
-    """One bundle per failing node (node -> the failure that names it), under <report_dir>/bundles; the
-    report's entry per node: the path relative to the report, size, and collectors not ok."""
+def bundles_for_failing_nodes(collect_node: Callable[[str, str, Path], tuple[Path, Manifest]],
+                              failing: dict[str, str], report_dir: Path) -> dict[str, dict[str, object]]:
+    """One bundle per failing node (node -> the failure that names it), under <report_dir>/bundles, by
+    `collect_node(node, reason, folder)` (a sandbox's or a cluster's collection); the report's entry
+    per node: the path relative to the report, size, and collectors not ok."""
     out: dict[str, dict[str, object]] = {}
     for node, reason in sorted(failing.items()):
-        path, manifest = collect_sandbox(state, node, report_dir / "bundles", caps, trigger=trigger,
-                                         reason=reason, detected_at=time.time())
+        path, manifest = collect_node(node, reason, report_dir / "bundles")
         out[node] = {"path": str(path.relative_to(report_dir)), "bytes": path.stat().st_size,
                      "not_ok": [f"{m.collector}: {m.status}" for m in manifest.members if m.status != "ok"]}
     return out

@@ -316,6 +316,5 @@ def test_a_full_kubernetes_sweep_without_a_perf_pod_exits_2_before_reading_it(tm
                                    "--no-record"], env={"GPUFLEET_SANDBOX_ROOT": str(tmp_path)})
     out = " ".join(res.output.split())
     assert res.exit_code == 2 and "stack sandbox sets no inspect.perfPod" in out, res.output
-    res = CliRunner().invoke(app, ["inspect", "--stack", "sandbox", "--kubernetes", "--bundle", "--out",
-                                   str(tmp_path)])
-    assert res.exit_code == 2 and "not with --here or --bundle" in " ".join(res.output.split()), res.output
+    res = CliRunner().invoke(app, ["inspect", "--stack", "sandbox", "--kubernetes", "--here"])
+    assert res.exit_code == 2 and "not with --here" in " ".join(res.output.split()), res.output
