@@ -28,6 +28,8 @@ from gpufleet.cli.common import cluster_client, console, fail, input_errors, pri
 
 if TYPE_CHECKING:
     from gpufleet.config import StackSpec
+    from gpufleet.config.model import PerfJob
+    from gpufleet.core.sandbox_contract import SandboxState
     from gpufleet.fleet.bundle.model import Manifest
     from gpufleet.fleet.inspect.observation import NodeObservation
     from gpufleet.fleet.node_pod import NodePod
@@ -199,6 +201,8 @@ def register(app: typer.Typer) -> None:
             figures = SB.measure(state, plan.pairs, plan.unpaired)
             obs = [o.model_copy(update={"perf": {SB.PERF_METRIC: figures[o.node]}}) if o.node in figures
                    else o for o in obs]
+            if spec.inspect.perf_job is not None:
+                obs = _perf_jobs(state, spec.inspect.perf_job, obs, [p.node for p in plan.nodes if p.full])
         pins = {p.name: Pins(p.software.driver, p.software.firmware) for p in spec.node_pools}
         outcome = run_sweep(run_id=uuid.uuid4().hex[:12], stack=stack,
                             level="full" if level is Level.FULL else "light", at=time.time(),
@@ -289,6 +293,34 @@ def _probe(stack: str, spec: StackSpec, kubeconfig: Path | None) -> _Probe:
                    "kubelet nodes, and it has none (`gpufleet sandbox up --kubernetes --kubelet-nodes N`)", 2)
     return _Probe(pod or node_pods.sandbox_perf_pod(spec, PROBE_APP),
                   lambda n: None if n in kubelet else "a kwok node runs no container")
+
+
+def _perf_jobs(state: SandboxState, job: PerfJob, obs: list[NodeObservation], heavy: list[str]
+               ) -> list[NodeObservation]:
+    """The stack's performance job through Slurm on each node the plan lets the heavy checks run on,
+    one node at a time (ADR 0086); its figures join the node's, and a node it could not measure is
+    UNKNOWN, with why."""
+    from gpufleet.fleet.inspect.perf_job import run_job
+
+    try:
+        prefix = state.slurm_command()
+    except RuntimeError as e:
+        raise fail(f"inspect.perfJob runs through Slurm: {e}", 2) from None
+    out = []
+    for o in obs:
+        if o.node not in heavy:
+            out.append(o)
+            continue
+        if o.sched_state == "drained":  # Slurm starts no job there (srun waits, then gives up)
+            out.append(o.model_copy(update={"unknown": (*o.unknown, "perf: drained: Slurm starts no job on "
+                                                                     "a drained node")}))
+            continue
+        figures, why = run_job(prefix, o.node, job.command, job.deadline_seconds, job.srun_args)
+        if figures:
+            out.append(o.model_copy(update={"perf": {**o.perf, **figures}}))
+        else:
+            out.append(o.model_copy(update={"unknown": (*o.unknown, f"perf: {why}")}))
+    return out
 
 
 def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespace: str | None,

@@ -823,10 +823,23 @@ class PerfPod(Model):
                                    ] | None = None
 
 
+class PerfJob(Model):
+    """`inspect.perfJob` (ADR 0086): how a Slurm node's performance is measured by `gpufleet inspect
+    --level full`: one job step on the node through `srun --exclusive --immediate`, on the nodes
+    inspect's plan lets the heavy checks run on, that prints one JSON line `{"perf": {metric: value}}`
+    to stdout (the contract of the performance pod, ADR 0083). `srunArgs`: what the site's Slurm needs
+    to give the step the node's GPUs (`--gres=gpu:8`, `--partition=...`)."""
+
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+    srun_args: list[Annotated[str, Field(pattern=r"^--[a-z][a-z-]*(=.+)?$")]] = Field(default_factory=list)
+
+
 class InspectSpec(Model):
     """`gpufleet:inspect`: how `gpufleet inspect` measures a node (docs/fleet-inspect.md)."""
 
     perf_pod: PerfPod | None = None
+    perf_job: PerfJob | None = None
 
 
 class BundleNodePod(Model):

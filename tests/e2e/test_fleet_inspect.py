@@ -13,12 +13,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from e2e_support import GPUFLEET, REPO, gpufleet, sandbox_up
 
 from gpufleet.core.sandbox_contract import SandboxState, read_state
@@ -137,6 +139,52 @@ def test_here_reads_a_node_from_inside_it(sandbox: tuple[Path, SandboxState], tm
     assert rc == 1
     flaps = [f for f in second["findings"] if f["name"] == "fabric-port-flapping"]
     assert [(f["subject"], f["value"]) for f in flaps] == [(f"port {ifname}", 3)], second
+
+
+def test_the_stacks_perf_job_runs_through_slurm_on_the_idle_nodes(sandbox: tuple[Path, SandboxState],
+                                                                   tmp_path: Path) -> None:
+    """`inspect.perfJob` (ADR 0086): gpufleet's collective probe as the stack's performance job, one
+    srun step per idle node through the sandbox's real Slurm; the node a job holds gets none; a step
+    that prints no figure leaves its node UNKNOWN with srun's word."""
+    root, state = sandbox
+    stack = yaml.safe_load((REPO / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
+    probe = [sys.executable, "-m", "gpufleet.fleet.inspect.collprobe", "--ranks", "2", "--size-mib", "16",
+             "--iters", "30", "--deadline", "45"]
+    stack["config"]["gpufleet:inspect"] = {"perfJob": {"command": probe, "deadlineSeconds": 60}}
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    (stacks / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack))
+    sub = subprocess.run(state.slurm_command("sbatch", "-o", "/dev/null", "-N", "1", "-w", "gpu-0", "--wrap",
+                                             "sleep 300"), capture_output=True, text=True, timeout=20)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.split()[-1]
+    try:
+        for _ in range(40):
+            out = subprocess.run(state.slurm_command("sinfo", "-h", "-n", "gpu-0", "-o", "%T"),
+                                 capture_output=True, text=True, timeout=20).stdout.strip()
+            if out in ("mixed", "allocated"):
+                break
+            time.sleep(0.5)
+        # A floor of 50 %: on these shared 2-core machines one probe reads 83 to 106 % of the pool's
+        # median (docs/fleet-inspect.md); the floor is not what this test is about.
+        rc, doc = inspect(root, tmp_path, "--stacks-dir", str(stacks), "--level", "full", "--no-record",
+                          "--floor", "50")
+    finally:
+        subprocess.run(state.slurm_command("scancel", job), capture_output=True, timeout=20)
+    rows = {n["node"]: n for n in doc["nodes"]}  # type: ignore[attr-defined]
+    assert rows["gpu-0"]["full"] is False
+    assert not any(k.startswith("perf:gloo") for k in rows["gpu-0"]["metrics"]), rows["gpu-0"]
+    for n in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
+        assert rows[n]["unknown"] == [], rows[n]
+        assert rows[n]["metrics"]["perf:gloo_allreduce_busbw_gbs:pct"] >= 50, rows[n]["metrics"]
+    assert rc == 0, [(n, r["findings"]) for n, r in rows.items() if r["status"] != "ok"]
+
+    stack["config"]["gpufleet:inspect"]["perfJob"]["command"] = ["sh", "-c", "echo no figures; exit 3"]
+    (stacks / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack))
+    _, doc = inspect(root, tmp_path, "--stacks-dir", str(stacks), "--level", "full", "--no-record",
+                     "--node", "gpu-1")
+    (row,) = doc["nodes"]  # type: ignore[misc]
+    assert row["status"] == "unknown" and row["unknown"][0].startswith("perf: srun exit 3"), row
 
 
 def test_jobs_that_exclude_a_node_make_it_a_lemon(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:
