@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -273,6 +274,10 @@ def down_cmd(
     keep_files: Annotated[bool, typer.Option("--keep-files", help="keep the run directory (logs)")] = False,
     kubernetes: KubeOpt = False,
     storage: StorageOpt = False,
+    leftovers: Annotated[bool, typer.Option(
+        "--leftovers", help="instead: remove the namespaces and links of killed runs that no state file "
+                            "under the state root records and no process runs in (`sandbox doctor` lists "
+                            "them)")] = False,
 ) -> None:
     """Remove exactly what `up` made (also after a crashed `up`). Idempotent. With --kubernetes,
     the Kubernetes sandbox's run only (the Slurm sandbox of the stack is left alone)."""
@@ -283,6 +288,9 @@ def down_cmd(
         require_root()
     except SandboxError as e:
         raise fail(str(e)) from None
+    if leftovers:
+        _down_leftovers()
+        return
     from gpufleet.cli.storage_cmds import storage_down
 
     if storage:
@@ -327,6 +335,44 @@ def _kube_down(stack: str, all_: bool, keep_files: bool) -> None:
         raise typer.Exit(1)
 
 
+def _down_leftovers() -> None:
+    from gpufleet.sandbox.leftovers import remove, survey
+
+    found = survey()
+    if not found.leftovers:
+        console.print("no leftover runs: every gf-* namespace and link is a recorded or a live run's",
+                      highlight=False)
+    problems = []
+    for run in found.leftovers:
+        errors = remove(run)
+        problems += errors
+        if not errors:
+            console.print(f"run {run.run_id}: removed {len(run.namespaces)} namespace(s), "
+                          f"{len(run.links)} link(s)", highlight=False)
+    for run, n in found.live:
+        console.print(f"run {run.run_id}: {n} process(es) run in its namespaces; another state root's "
+                      "sandbox, not touched", highlight=False)
+    if problems:
+        for p in problems:
+            console.print(f"[red]{p}[/]", highlight=False)
+        raise typer.Exit(1)
+
+
+def leftover_checks() -> list[Check]:
+    """`sandbox doctor`'s view of killed runs (gpufleet.sandbox.leftovers): each leftover fails, with
+    the command that removes it; a live run of another state root is said, and passes."""
+    from gpufleet.sandbox.leftovers import survey
+
+    found = survey()
+    checks = [Check(f"leftover run {r.run_id}", False,
+                    f"{len(r.namespaces)} namespace(s), {len(r.links)} link(s): no state file under this "
+                    "state root records it and no process runs in it", "gpufleet sandbox down --leftovers")
+              for r in found.leftovers]
+    checks += [Check(f"live run {r.run_id}", True, f"{n} process(es) in {len(r.namespaces)} namespace(s): a "
+                     "sandbox of another state root (GPUFLEET_SANDBOX_ROOT)") for r, n in found.live]
+    return checks or [Check("leftover runs", True, "none: every gf-* namespace and link is a recorded run's")]
+
+
 @sandbox_app.command("doctor")
 def doctor_cmd(kubernetes: KubeOpt = False, storage: StorageOpt = False) -> None:
     """Check this machine for everything the sandbox needs; say how to get what is missing. With
@@ -338,6 +384,8 @@ def doctor_cmd(kubernetes: KubeOpt = False, storage: StorageOpt = False) -> None
         storage_doctor()
         return
     checks: list[Check] = diagnose_kube() if kubernetes else diagnose()
+    if not kubernetes and os.geteuid() == 0:  # listing namespaces' processes needs root
+        checks += leftover_checks()
     for c in checks:
         mark = "[green]ok[/]     " if c.ok else "[red]MISSING[/]"
         console.print(f"{mark} {c.name}: {c.detail}", highlight=False)
