@@ -8,12 +8,10 @@
   validator, the device plugin, DCGM's exporter): their phase, conditions, restarts, last states;
 - the node's own inspect reading (its `inspect-<node>` ConfigMap, ADR 0074), what nvidia-smi, the
   kernel log and the fabric ports said the last time the node published;
-- the node's series in Prometheus around the detection, when a Prometheus is given.
-
+- the node's series in Prometheus around the detection, when a Prometheus is given;
 - the logs of every container on the node (the tail of each since the window's start, and of the
   previous instance of a container that restarted: the crash is in that one), read through the API
-  server from the node's kubelet; a node with no kubelet endpoint (a kwok node) says so instead.
-
+  server from the node's kubelet; a node with no kubelet endpoint (a kwok node) says so instead;
 - with a node pod (`bundle.nodePod`, ADR 0085): what only the node itself holds (nvidia-bug-report,
   the kernel log, DCGM diagnostics, the daemons' journals), collected by a privileged pod on the node
   (gpufleet.fleet.bundle.nodepod) whose archive comes back through its log, kept whole as

@@ -12,9 +12,9 @@ The archive is capped at ARCHIVE_CAP_BYTES so that its base64 (4/3 of it) stays 
 default containerLogMaxSize of 10 MiB (KubeletConfiguration reference), past which the kubelet
 rotates the log and the start of the archive would be lost.
 
-Exit 0: the archive was printed (its collectors may have failed; its manifest says which); 1: no
-archive; 2: bad input. The termination message is one JSON line: the archive's name, size and the
-collectors that were not ok.
+Exit 0: the archive was printed (its collectors may have failed; its manifest says which); 2: bad
+input. The termination message is one JSON line: the archive's name, size and the collectors that
+were not ok.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ pod's contract, gpufleet.fleet.node_pod.perf_figures).
 
 - `--exclusive`: the step has the node to itself, as a collective bandwidth test must;
 - `--immediate`: a node that a job took since the plan was made is not waited for, and the step
-  fails saying so (inspect's plan: jobs take precedence); a drained node is refused by Slurm too;
+  fails saying so (inspect's plan: jobs take precedence); a drained node is not asked at all, since
+  Slurm starts no job there (gpufleet inspect says so);
 - `--time`: the stack's deadline, rounded up to Slurm's minutes; the wait for srun is that deadline
   plus the immediate allocation's seconds and a margin, after which srun gets SIGINT twice within a
   second, which terminates the job (srun(1), "SIGNALS AND ESCAPE SEQUENCES");
