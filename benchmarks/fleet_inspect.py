@@ -8,8 +8,11 @@ synthetic observations (target <= 1 s), and a light (and full) sweep of a runnin
 The 1,250-node figure times the pure part of a sweep on SIMULATED observations
 (gpufleet.fleet.inspect.synthetic): the plan (who runs heavy checks, collective pairs), every check
 of every node, the pool references, the lemon rule over 6 earlier sweeps of history, and the rows
-of the report; it does not time reading nodes. The sandbox figures time the real command
-(`gpufleet inspect`), subprocess start included. Prints a table and writes
+of the report; it does not time reading nodes. `slurm_read_1250` times what `inspect --slurm` adds
+before that (ADR 0088): parsing sinfo's lines for 1,250 nodes, reading and validating the 1,250
+files the nodes published (written here from the same synthetic observations, to a local folder:
+a shared file system's latency is not in it) and joining them with Slurm's view. The sandbox
+figures time the real command (`gpufleet inspect`), subprocess start included. Prints a table and writes
 benchmarks/results/inspect.json. Figures, not asserts.
 """
 
@@ -72,6 +75,34 @@ def plan_1250(repeats: int, history_runs: int = 6) -> dict[str, Any]:
     }
 
 
+def slurm_read_1250(repeats: int) -> dict[str, Any]:
+    from gpufleet.config.accelerators import AcceleratorModel
+    from gpufleet.fleet.inspect import slurm_cluster as S
+    from gpufleet.fleet.inspect.cluster import PoolShape
+
+    nodes = [f"gpu-{i:04d}" for i in range(1250)]
+    obs = next(iter(fleet_runs(nodes, 1, seed=1, deg=Degradations())))
+    sinfo = "".join(f"{n}|idle|none|Unknown|train*|gpu\n" for n in nodes)
+    pools = [S.SlurmPool("gpu", PoolShape(AcceleratorModel.H100_SXM, 8))]
+    read_s: list[float] = []
+    judged = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for o in obs:
+            S.write_published(o, folder)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            slurm_nodes = S.parse_slurm_nodes(sinfo)
+            texts, unreadable = S.read_published(folder, sorted(slurm_nodes))
+            got = S.observations_from_slurm(slurm_nodes, texts, unreadable, pools, now=obs[0].at + 60)
+            read_s.append(time.perf_counter() - t0)
+            judged = sum(1 for o in got if not o.unknown)
+    return {"nodes": len(nodes), "repeats": repeats,
+            "read_and_join_seconds_median": statistics.median(read_s),
+            "read_and_join_seconds_max": max(read_s), "nodes_with_a_reading": judged,
+            "target_seconds": PLAN_TARGET_S, "folder": "local temporary folder"}
+
+
 def sandbox_sweep(stack: str, level: str, history: Path) -> dict[str, Any]:
     cmd = [str(Path(sys.executable).parent / "gpufleet"), "inspect", "--stack", stack, "--level", level,
            "--format", "json", "--history", str(history)]
@@ -93,12 +124,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "inspect.json")
     a = ap.parse_args()
     result: dict[str, Any] = {"host": {"python": platform.python_version(), "cpus": os.cpu_count()},
-                              "plan_1250": plan_1250(a.repeats)}
+                              "plan_1250": plan_1250(a.repeats),
+                              "slurm_read_1250": slurm_read_1250(a.repeats)}
     p = result["plan_1250"]
     print(f"1,250 nodes: plan {p['plan_seconds_median'] * 1000:.1f} ms, plan+decide "
           f"{p['plan_and_decide_seconds_median']:.3f} s median "
           f"(max {p['plan_and_decide_seconds_max']:.3f} s; "
           f"target <= {PLAN_TARGET_S} s); lemons {p['lemons']}")
+    r = result["slurm_read_1250"]
+    print(f"1,250 nodes, --slurm's reading: sinfo + {r['nodes']} published files + join "
+          f"{r['read_and_join_seconds_median']:.3f} s median (max {r['read_and_join_seconds_max']:.3f} s; "
+          f"{r['nodes_with_a_reading']} nodes with a reading)")
     if a.sandbox:
         with tempfile.TemporaryDirectory() as tmp:
             result["sandbox"] = [sandbox_sweep(a.sandbox, lvl, Path(tmp)) for lvl in ("light", "full")]

@@ -7,7 +7,9 @@ one node's verdict in node-problem-detector's custom-plugin form and exits with 
 `--here` reads the host it runs on instead (`--publish`: and writes what it read to the cluster);
 `--kubernetes` sweeps a cluster whose nodes publish (gpufleet.fleet.inspect.cluster); with `--level
 full` it also runs the stack's performance pod (`inspect.perfPod`, ADR 0083) on the nodes inspect's
-plan lets the heavy checks run on (idle or drained), one at a time.
+plan lets the heavy checks run on (idle or drained), one at a time. `--slurm` sweeps a Slurm cluster
+whose nodes publish to a shared folder (`--here --publish-dir`, gpufleet.fleet.inspect.slurm_cluster,
+ADR 0088); with `--level full` it runs the stack's performance job (`inspect.perfJob`) through srun.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -29,7 +31,6 @@ from gpufleet.cli.common import cluster_client, console, fail, input_errors, pri
 if TYPE_CHECKING:
     from gpufleet.config import StackSpec
     from gpufleet.config.model import PerfJob
-    from gpufleet.core.sandbox_contract import SandboxState
     from gpufleet.fleet.bundle.model import Manifest
     from gpufleet.fleet.inspect.observation import NodeObservation
     from gpufleet.fleet.node_pod import NodePod
@@ -98,15 +99,22 @@ def register(app: typer.Typer) -> None:
             help="with --publish or --kubernetes: where the nodes' results live (default gpufleet-inspect)")
                              ] = None,
         max_age: Annotated[float | None, typer.Option(
-            help="with --kubernetes: a node's result older than this many seconds is UNKNOWN (default 900: "
-            "three missed runs of the platform's 5-minute publishing)")
+            help="with --kubernetes or --slurm: a node's result older than this many seconds is UNKNOWN "
+            "(default 900: three missed runs of a 5-minute publishing)")
                            ] = None,
+        slurm: Annotated[bool, typer.Option(
+            "--slurm", help="sweep the Slurm cluster whose client commands run here (sinfo, scontrol), "
+            "its nodes publishing to --publish-dir (`--here --publish-dir`)")] = False,
+        publish_dir: Annotated[Path | None, typer.Option(
+            help="with --here: also write what was read to <dir>/inspect-<node>.json; with --slurm: read "
+            "the nodes' files there (a folder of the cluster's shared file system)")] = None,
     ) -> None:
         """Inspect every GPU node of the stack's sandbox, with --here this host, or with --kubernetes
         every node of a cluster: GPU count, XIDs, ECC, PCIe, fabric ports and flaps, driver/firmware
-        drift, performance vs the pool's reference; trends and lemons. Exit 0: no node fails; 1: a
-        node fails; 2: bad input or no sandbox (with --format npd or --here: the node's code, 2 when
-        a source could not be read)."""
+        drift, performance vs the pool's reference; trends and lemons. With --slurm, every node of a
+        Slurm cluster whose nodes publish to --publish-dir. Exit 0: no node fails; 1: a node fails; 2:
+        bad input or no sandbox (with --format npd or --here: the node's code, 2 when a source could
+        not be read)."""
         from gpufleet.catalog import load_catalog, xid_policy
         from gpufleet.config.load import load_named_stack
         from gpufleet.core.agent_client import AgentError
@@ -131,10 +139,23 @@ def register(app: typer.Typer) -> None:
             raise fail("--pool, --fabric-if, --kernel-log and --publish read this host: give --here", 2)
         if kubernetes and here:
             raise fail("--kubernetes sweeps what the cluster's nodes publish: not with --here", 2)
+        if slurm and (here or kubernetes):
+            raise fail("--slurm sweeps what a Slurm cluster's nodes publish: not with --here or "
+                       "--kubernetes", 2)
+        if slurm and publish_dir is None:
+            raise fail("--slurm reads the files the nodes write (`inspect --here --publish-dir`): give "
+                       "--publish-dir", 2)
+        if publish_dir is not None and not (here or slurm):
+            raise fail("--publish-dir is where --here writes and --slurm reads: give one of them", 2)
+        if slurm and bundle:
+            raise fail("--bundle collects from the sandbox or the Kubernetes API; on a Slurm cluster collect "
+                       "on the node (`gpufleet bundle collect --real`)", 2)
+        if publish_dir is not None:
+            _check_publish_dir(publish_dir, write=here)
         if not (publish or kubernetes) and (kubeconfig is not None or namespace is not None):
             raise fail("--kubeconfig and --namespace name the cluster of --publish or --kubernetes", 2)
-        if max_age is not None and (not kubernetes or max_age <= 0):
-            raise fail(f"--max-age {max_age}: a number of seconds > 0, with --kubernetes", 2)
+        if max_age is not None and (not (kubernetes or slurm) or max_age <= 0):
+            raise fail(f"--max-age {max_age}: a number of seconds > 0, with --kubernetes or --slurm", 2)
         if kubeconfig is not None and not kubeconfig.is_file():
             raise fail(f"--kubeconfig {kubeconfig}: not a file", 2)
         if fmt is Format.NPD and node is None and not here:
@@ -158,8 +179,11 @@ def register(app: typer.Typer) -> None:
             pool = named[0]
         if kernel_log is not None and not kernel_log.is_file():
             raise InputError("--kernel-log", [Problem(str(kernel_log), "not a file")])
+        if slurm and level is Level.FULL and spec.inspect.perf_job is None:
+            raise fail("--level full on Slurm measures the idle nodes with the stack's performance job: "
+                       f"stack {stack} sets no inspect.perfJob (docs/fleet-inspect.md)", 2)
         state = None
-        if not here and not kubernetes:
+        if not here and not kubernetes and not slurm:
             try:
                 state = read_state(stack)
             except (OSError, ValueError) as e:
@@ -175,9 +199,14 @@ def register(app: typer.Typer) -> None:
         probe = _probe(stack, spec, kubeconfig) if kubernetes and level is Level.FULL else None
         if kubernetes:
             obs = _sweep_cluster(stack, spec, kubeconfig, namespace, max_age, since, probe)
+        elif slurm:
+            assert publish_dir is not None
+            obs = _sweep_slurm(stack, spec, publish_dir, max_age, since)
         elif state is None:
-            # In a pod, the downward API's NODE_NAME names the node (the pod's hostname does not).
-            target = HostTarget(node=node or os.environ.get("NODE_NAME") or socket.gethostname(),
+            # In a pod, the downward API's NODE_NAME names the node (the pod's hostname does not); under
+            # slurmd (its HealthCheckProgram, a job step), SLURMD_NODENAME names it (srun(1)).
+            target = HostTarget(node=node or os.environ.get("NODE_NAME") or os.environ.get("SLURMD_NODENAME")
+                                or socket.gethostname(),
                                 pool=pool.name, sku=pool.accelerator,
                                 expected_gpus=pool.gpus_per_node,
                                 expected_port_gbps=float(spec.fabric.link_speed_gbps),
@@ -202,7 +231,15 @@ def register(app: typer.Typer) -> None:
             obs = [o.model_copy(update={"perf": {SB.PERF_METRIC: figures[o.node]}}) if o.node in figures
                    else o for o in obs]
             if spec.inspect.perf_job is not None:
-                obs = _perf_jobs(state, spec.inspect.perf_job, obs, [p.node for p in plan.nodes if p.full])
+                try:
+                    prefix = state.slurm_command()
+                except RuntimeError as e:
+                    raise fail(f"inspect.perfJob runs through Slurm: {e}", 2) from None
+                obs = _perf_jobs(prefix, spec.inspect.perf_job, obs, [p.node for p in plan.nodes if p.full])
+        elif level is Level.FULL and slurm:
+            assert spec.inspect.perf_job is not None
+            plan = plan_sweep([(o.node, o.sched_state) for o in obs], "full")
+            obs = _perf_jobs((), spec.inspect.perf_job, obs, [p.node for p in plan.nodes if p.full])
         pins = {p.name: Pins(p.software.driver, p.software.firmware) for p in spec.node_pools}
         outcome = run_sweep(run_id=uuid.uuid4().hex[:12], stack=stack,
                             level="full" if level is Level.FULL else "light", at=time.time(),
@@ -245,6 +282,8 @@ def register(app: typer.Typer) -> None:
         worst = max((exit_code(r.result) for r in outcome.rows), default=0)
         if publish:
             _publish(obs[0], kubeconfig, namespace)
+        if publish_dir is not None and here:
+            _publish_file(obs[0], publish_dir)
         if fmt is Format.NPD:
             typer.echo(npd_message(outcome.rows[0].result))
             raise typer.Exit(worst)
@@ -295,17 +334,13 @@ def _probe(stack: str, spec: StackSpec, kubeconfig: Path | None) -> _Probe:
                   lambda n: None if n in kubelet else "a kwok node runs no container")
 
 
-def _perf_jobs(state: SandboxState, job: PerfJob, obs: list[NodeObservation], heavy: list[str]
+def _perf_jobs(prefix: Sequence[str], job: PerfJob, obs: list[NodeObservation], heavy: list[str]
                ) -> list[NodeObservation]:
-    """The stack's performance job through Slurm on each node the plan lets the heavy checks run on,
-    one node at a time (ADR 0086); its figures join the node's, and a node it could not measure is
-    UNKNOWN, with why."""
+    """The stack's performance job through Slurm (`prefix`: how Slurm commands run here) on each node
+    the plan lets the heavy checks run on, one node at a time (ADR 0086); its figures join the node's,
+    and a node it could not measure is UNKNOWN, with why."""
     from gpufleet.fleet.inspect.perf_job import run_job
 
-    try:
-        prefix = state.slurm_command()
-    except RuntimeError as e:
-        raise fail(f"inspect.perfJob runs through Slurm: {e}", 2) from None
     out = []
     for o in obs:
         if o.node not in heavy:
@@ -341,6 +376,34 @@ def _sweep_cluster(stack: str, spec: StackSpec, kubeconfig: Path | None, namespa
     obs = C.observations_from_cluster(nodes, cms, pods, pools, now=time.time(),
                                       max_age_s=max_age or DEFAULT_MAX_AGE_S, since=since)
     return obs if probe is None else _measure(client, obs, probe)
+
+
+def _sweep_slurm(stack: str, spec: StackSpec, publish_dir: Path, max_age: float | None,
+                 since: dict[str, float]) -> list[NodeObservation]:
+    """Every node of the stack's pools on the Slurm cluster whose commands run here (ADR 0088)."""
+    from gpufleet.config.model import StaticProvisioning
+    from gpufleet.core.inspect_contract import DEFAULT_MAX_AGE_S
+    from gpufleet.fleet.inspect import slurm_cluster as S
+    from gpufleet.fleet.inspect.cluster import PoolShape
+    from gpufleet.fleet.inspect.exclusions import job_exclusions
+
+    pools = [S.SlurmPool(p.name, PoolShape(p.accelerator, p.gpus_per_node),
+                         frozenset(p.provisioning.node_names or ())
+                         if isinstance(p.provisioning, StaticProvisioning) else frozenset())
+             for p in spec.node_pools]
+    try:
+        nodes, jobs = S.read_slurm()
+    except S.SlurmReadError as e:
+        raise fail(f"reading Slurm: {e}", 2) from None
+    names = sorted(n for n, sn in nodes.items() if S.pool_of(sn, pools) is not None)
+    if not names:
+        raise fail(f"no Slurm node belongs to a pool of stack {stack} ({', '.join(p.name for p in pools)}): "
+                   "a pool is matched by its provisioning.nodeNames, else a Slurm feature or partition of "
+                   "its name (docs/fleet-inspect.md)", 2)
+    texts, unreadable = S.read_published(publish_dir, names)
+    return S.observations_from_slurm(nodes, texts, unreadable, pools, now=time.time(),
+                                     max_age_s=max_age or DEFAULT_MAX_AGE_S,
+                                     exclusions=job_exclusions(jobs, since))
 
 
 def _measure(client: object, obs: list[NodeObservation], probe: _Probe) -> list[NodeObservation]:
@@ -386,6 +449,27 @@ def _publish(obs: NodeObservation, kubeconfig: Path | None, namespace: str | Non
         raise fail(f"--publish: writing ConfigMap {configmap_name(obs.node)} in {ns}: "
                    f"{str(e).strip()[:300]}", 2) from None
     typer.echo(f"published {ns}/{name}", err=True)  # stdout is the node's verdict (the plugin contract)
+
+
+def _check_publish_dir(path: Path, *, write: bool) -> None:
+    """The folder --here writes to (it must take a new file) or --slurm reads from, checked before
+    any reading."""
+    from gpufleet.core.errors import InputError, Problem
+
+    if not path.is_dir():
+        raise InputError("--publish-dir", [Problem(str(path), "not a directory")])
+    if write and not os.access(path, os.W_OK | os.X_OK):
+        raise InputError("--publish-dir", [Problem(str(path), "not writable by this user")])
+
+
+def _publish_file(obs: NodeObservation, directory: Path) -> None:
+    from gpufleet.fleet.inspect.slurm_cluster import write_published
+
+    try:
+        path = write_published(obs, directory)
+    except (OSError, ValueError) as e:
+        raise fail(f"--publish-dir: writing {obs.node}'s result in {directory}: {e}", 2) from None
+    typer.echo(f"published {path}", err=True)  # stdout is the node's verdict (the plugin contract)
 
 
 def _table(doc: dict[str, object]) -> None:

@@ -1,7 +1,8 @@
 """What a node's `gpufleet inspect --here --publish` writes and `gpufleet inspect --kubernetes` reads
-on a cluster, and where: shared by the inspect source (gpufleet.fleet.inspect.cluster), the Pulumi
-program's per-node inspection (gpufleet.infra.fleet_inspect) and the Kubernetes sandbox, which are
-sibling layers.
+on a cluster (on a Slurm cluster: `--publish-dir` and `--slurm`, a file per node), and where: shared
+by the inspect sources (gpufleet.fleet.inspect.cluster, .slurm_cluster), the Pulumi program's
+per-node inspection (gpufleet.infra.fleet_inspect) and the Kubernetes sandbox, which are sibling
+layers.
 
 One ConfigMap per node in a namespace of its own: a node's writer (a ServiceAccount in
 gpufleet-system, where its pods and their copy of the stack live) may create and update ConfigMaps
@@ -42,11 +43,29 @@ _NAME_MAX = 253  # a ConfigMap name is a DNS subdomain
 
 def configmap_name(node: str) -> str:
     """`inspect-<node>`; a node name too long for the prefix keeps its head and a hash of the whole."""
-    name = NAME_PREFIX + node
-    if len(name) <= _NAME_MAX:
+    return _capped(NAME_PREFIX + node, node, _NAME_MAX)
+
+
+def _capped(name: str, node: str, limit: int) -> str:
+    if len(name) <= limit:
         return name
     digest = hashlib.sha256(node.encode()).hexdigest()[:12]
-    return f"{name[:_NAME_MAX - 13].rstrip('.-')}-{digest}"
+    return f"{name[:limit - 13].rstrip('.-')}-{digest}"
+
+
+# On a Slurm cluster (ADR 0088) a node writes the same observation to a file `inspect-<node>.json` in
+# a folder every node and the sweeping host mount (the cluster's shared file system), written whole
+# (a temporary file renamed over the old one), so the sweep never reads half of one.
+PUBLISHED_FILE_SUFFIX = ".json"
+_FILE_NAME_MAX = 255  # NAME_MAX of Linux file systems, in bytes
+
+
+def published_file_name(node: str) -> str:
+    """`inspect-<node>.json`; a node name too long keeps its head and a hash of the whole."""
+    if not node or "/" in node or node in (".", ".."):
+        raise ValueError(f"node name {node!r} cannot name a file")
+    stem = _capped(NAME_PREFIX + node, node, _FILE_NAME_MAX - len(PUBLISHED_FILE_SUFFIX))
+    return stem + PUBLISHED_FILE_SUFFIX
 
 
 def node_label_value(node: str) -> str:

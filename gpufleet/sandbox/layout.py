@@ -87,6 +87,7 @@ class NodePlan:
     fabric: tuple[tuple[int, str, str, str], ...] = ()  # (rail, ifname, peer, ip)
     gpus: int = 0
     accelerator: str = ""
+    pool: str = ""  # the stack's node pool: the node's Slurm feature (gpufleet inspect --slurm)
     weight: int = 1
     leaf: str | None = None  # the node's leaf group (stack topology.nodesPerLeaf)
     # The pool's software pins (nodePools[].software): the versions the node agent starts at.
@@ -291,6 +292,7 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
                 fabric=fabric,
                 gpus=pool.gpus_per_node,
                 accelerator=pool.accelerator.value,
+                pool=pool.name,
                 # Slurm allocates the lowest-Weight nodes first (slurm.conf(5) "Weight"): spares last.
                 weight=1 if role == "compute" else 100,
                 leaf=leaf[name],

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_support import GPUFLEET, REPO, gpufleet, sandbox_up
+from e2e_support import GPUFLEET, REPO, gpufleet, nvidia_smi_double, sandbox_up, wait_until
 
+from gpufleet.config.load import load_named_stack
 from gpufleet.core.sandbox_contract import SandboxState, read_state
 from gpufleet.fleet.inspect import sandbox as SB
 
@@ -38,6 +39,27 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Sa
     root = tmp_path_factory.mktemp("sbroot")
     with sandbox_up(root, STACK, "--no-training"):
         yield root, read_state(STACK, root)
+
+
+def resume_drained(state: SandboxState) -> None:
+    """A pulled cable (SB.degrade_flap) is a real port loss, and the node's health check, every
+    healthCheckInterval seconds, drains a node it sees without its port: whether it looks while the
+    cable is out is chance. So a test that pulls cables waits one interval more, resumes what was
+    drained, and leaves every node idle, so that its damage decides no later test's verdict."""
+    spec = load_named_stack(STACK, REPO / "stacks")
+    assert spec.sandbox is not None
+    time.sleep(spec.sandbox.slurm.health_check_interval + 1)
+
+    def states() -> dict[str, str]:
+        out = subprocess.run(state.slurm_command("sinfo", "-h", "-N", "-o", "%N %T"), capture_output=True,
+                             text=True, timeout=20).stdout
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+    drained = sorted(n for n, st in states().items() if st.startswith("drain"))
+    if drained:
+        subprocess.run(state.slurm_command("scontrol", "update", f"nodename={','.join(drained)}",
+                                           "state=resume"), check=True, capture_output=True, timeout=20)
+    wait_until("every node idle", lambda: set(states().values()) == {"idle"}, 60)
 
 
 def inspect(root: Path, hist: Path, *args: str) -> tuple[int, dict[str, object]]:
@@ -106,6 +128,7 @@ def test_three_degradations_become_lemons_and_nothing_else(sandbox: tuple[Path, 
         assert res.returncode == 1 and res.stdout.startswith("PROBLEM: GFI033 fabric-port-flapping port fab0")
     finally:
         SB.degrade_slow(state, "gpu-1", clear=True)
+        resume_drained(state)
 
 
 def test_here_reads_a_node_from_inside_it(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:
@@ -135,7 +158,10 @@ def test_here_reads_a_node_from_inside_it(sandbox: tuple[Path, SandboxState], tm
     if shutil.which("nvidia-smi") is None:  # this machine has no GPU: unknown, never healthy
         assert "gpus: nvidia-smi not found" in first["unknown"] and rc == 1
     SB.degrade_flap(state, "gpu-0", count=3)
-    rc, second = here()
+    try:
+        rc, second = here()
+    finally:
+        resume_drained(state)
     assert rc == 1
     flaps = [f for f in second["findings"] if f["name"] == "fabric-port-flapping"]
     assert [(f["subject"], f["value"]) for f in flaps] == [(f"port {ifname}", 3)], second
@@ -165,6 +191,10 @@ def test_the_stacks_perf_job_runs_through_slurm_on_the_idle_nodes(sandbox: tuple
             if out in ("mixed", "allocated"):
                 break
             time.sleep(0.5)
+        else:
+            raise AssertionError("the job never held gpu-0: " + subprocess.run(
+                state.slurm_command("sinfo", "-h", "-N", "-o", "%N %T %E"), capture_output=True, text=True,
+                timeout=20).stdout)
         # A floor of 50 %: on these shared 2-core machines one probe reads 83 to 106 % of the pool's
         # median (docs/fleet-inspect.md); the floor is not what this test is about.
         rc, doc = inspect(root, tmp_path, "--stacks-dir", str(stacks), "--level", "full", "--no-record",
@@ -185,6 +215,72 @@ def test_the_stacks_perf_job_runs_through_slurm_on_the_idle_nodes(sandbox: tuple
                      "--node", "gpu-1")
     (row,) = doc["nodes"]  # type: ignore[misc]
     assert row["status"] == "unknown" and row["unknown"][0].startswith("perf: srun exit 3"), row
+
+
+def test_a_slurm_cluster_sweep_reads_what_its_nodes_published(sandbox: tuple[Path, SandboxState],
+                                                               tmp_path: Path) -> None:
+    """`inspect --slurm` (ADR 0088) as on a real cluster: each node runs `inspect --here --publish-dir`
+    inside itself (here as a job step through the sandbox's real Slurm, which names the node in
+    SLURMD_NODENAME), with an nvidia-smi test double on PATH (this machine has no GPU; gpu-2's GPU 5
+    has uncorrectable ECC errors) and its own fabric port; then one sweep, run where Slurm's commands
+    work (the head namespace), judges every node from sinfo, scontrol and the files. gpu-4 publishes
+    nothing; a job holds gpu-0; one job keeps off gpu-1."""
+    _, state = sandbox
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    path = nvidia_smi_double(tmp_path / "bin")
+    by_name = {n.name: n for n in state.nodes}
+    for name in ("gpu-0", "gpu-1", "gpu-2", "gpu-3"):
+        n = by_name[name]
+        res = subprocess.run(state.slurm_command(
+            "srun", "-N1", "-n1", f"--nodelist={name}", "--immediate=30", GPUFLEET, "inspect", "--here",
+            "--stack", STACK, "--fabric-if", n.fabric[0].ifname, "--kernel-log", str(n.kernel_log),
+            "--publish-dir", str(pub), "--no-record", "--format", "npd"),
+            capture_output=True, text=True, timeout=120, cwd=REPO,
+            env={**os.environ, "PATH": path, "SMI_BAD_GPU": "5" if name == "gpu-2" else ""})
+        assert f"published {pub}/inspect-{name}.json" in res.stderr, res.stdout + res.stderr
+    hold = subprocess.run(state.slurm_command("sbatch", "-o", "/dev/null", "-N", "1", "-w", "gpu-0", "--wrap",
+                                              "sleep 300"), capture_output=True, text=True, timeout=20)
+    assert hold.returncode == 0, hold.stderr
+    avoid = subprocess.run(state.slurm_command("sbatch", "-o", "/dev/null", "-N", "1", "--exclude", "gpu-1",
+                                               "--wrap", "true"), capture_output=True, text=True, timeout=20)
+    assert avoid.returncode == 0, avoid.stderr
+    job = hold.stdout.split()[-1]
+    history, out = tmp_path / "history", tmp_path / "report"
+
+    def sweep(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(state.slurm_command(
+            GPUFLEET, "inspect", "--slurm", "--stack", STACK, "--publish-dir", str(pub), "--format", "json",
+            *args), capture_output=True, text=True, timeout=120, cwd=REPO)
+
+    try:
+        wait_until("gpu-0 allocated", lambda: subprocess.run(
+            state.slurm_command("sinfo", "-h", "-n", "gpu-0", "-o", "%T"), capture_output=True, text=True,
+            timeout=20).stdout.strip() in ("mixed", "allocated"), 30)
+        res = sweep("--history", str(history), "--out", str(out))
+    finally:
+        subprocess.run(state.slurm_command("scancel", job), capture_output=True, timeout=20)
+    assert res.returncode == 1, res.stdout + res.stderr  # a node fails
+    doc = json.loads((out / "inspect.json").read_text())
+    rows = {n["node"]: n for n in doc["nodes"]}
+    assert sorted(rows) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"]  # every node with the pool's feature
+    found = {n: {(f["name"], f["subject"]) for f in r["findings"]} for n, r in rows.items()}
+    assert ("ecc-uncorrectable", "GPU 5") in found["gpu-2"]
+    for name in ("gpu-0", "gpu-1", "gpu-3"):
+        # Eight healthy GPUs read; the veth's own 10 Gb/s is below the stack's 100 (as with --here).
+        assert found[name] == {("fabric-port-slow", f"port {by_name[name].fabric[0].ifname}")}, rows[name]
+        assert rows[name]["unknown"] == [], rows[name]
+    assert rows["gpu-4"]["status"] == "unknown"
+    assert rows["gpu-4"]["unknown"][0].startswith("no inspect result published by the node"), rows["gpu-4"]
+    records = [json.loads(line) for line in (history / f"{STACK}.jsonl").read_text().splitlines()]
+    seen = {r["node"]: r["observation"] for r in records}
+    assert seen["gpu-0"]["sched_state"] in ("mixed", "allocated"), seen["gpu-0"]
+    assert {seen[n]["sched_state"] for n in ("gpu-1", "gpu-2", "gpu-3", "gpu-4")} == {"idle"}, seen
+    assert seen["gpu-1"]["job_exclusions"] == 1 and seen["gpu-2"]["pool"] == "gpu"
+    time.sleep(1.1)
+    stale = sweep("--no-record", "--max-age", "1")
+    assert stale.returncode == 0, stale.stdout + stale.stderr  # nothing judged, so nothing fails
+    assert all(n["status"] == "unknown" and n["findings"] == [] for n in json.loads(stale.stdout)["nodes"])
 
 
 def test_jobs_that_exclude_a_node_make_it_a_lemon(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:

@@ -117,12 +117,19 @@ def published_observation(cm: Mapping[str, Any] | None, node: str, now: float, m
     text = (cm.get("data") or {}).get(DATA_KEY)
     if not text:
         return None, f"ConfigMap {cm['metadata']['name']} has no {DATA_KEY}"
+    return judge_published(text, f"ConfigMap {cm['metadata']['name']}", node, now, max_age_s)
+
+
+def judge_published(text: str, where: str, node: str, now: float, max_age_s: float
+                    ) -> tuple[NodeObservation | None, str | None]:
+    """What a node published (`where`: the ConfigMap or file it came from), or None and why it
+    cannot be judged: unreadable, about another node, or older than `max_age_s`."""
     try:
         obs = NodeObservation.model_validate_json(text)
     except ValidationError as e:
-        return None, f"ConfigMap {cm['metadata']['name']}: unreadable observation: {e.errors()[0]['msg']}"
+        return None, f"{where}: unreadable observation: {e.errors()[0]['msg']}"
     if obs.node != node:
-        return None, f"ConfigMap {cm['metadata']['name']} describes node {obs.node}, not {node}"
+        return None, f"{where} describes node {obs.node}, not {node}"
     age = now - obs.at
     if age > max_age_s:
         return None, f"last published {age:.0f} s ago (older than {max_age_s:g} s)"

@@ -22,6 +22,7 @@ from gpufleet.core.sandbox_contract import SandboxNode, SandboxState
 from gpufleet.core.slurm_state import SINFO_ARGS, parse_sinfo
 from gpufleet.fleet.inspect.exclusions import job_exclusions
 from gpufleet.fleet.inspect.observation import GpuObs, NodeObservation, PortObs, SchedState
+from gpufleet.fleet.inspect.slurm_cluster import sched_state_of
 
 # DCGM field ids (shared/reference/gpu-faults.md "DCGM"), as the agent's /state keys them.
 F_ECC_SBE_VOL, F_ECC_DBE_VOL = "310", "311"
@@ -33,17 +34,6 @@ PROBE_RATE_MBIT = 400.0
 PROBE_SECONDS = 2.0
 PROBE_PORT = 5201
 PERF_METRIC = "fabric_tcp_mbps"
-
-
-def sched_state_of(slurm_state: str | None) -> SchedState:
-    """A Slurm long state (sinfo %T, flags stripped) -> the plan's vocabulary."""
-    if slurm_state is None:
-        return "unknown"
-    s = slurm_state.strip().lower().rstrip("*~#!%$@^-")
-    table: dict[str, SchedState] = {"idle": "idle", "allocated": "allocated", "mixed": "mixed",
-                                    "drained": "drained", "draining": "draining", "down": "down",
-                                    "completing": "allocated"}
-    return table.get(s, "unknown")
 
 
 def _xids_since_reset(doc: dict[str, Any], gpu: int, reset_at: float | None) -> tuple[int, ...]:

@@ -41,6 +41,7 @@ from gpufleet.fleet.inspect.checks import Reference
 from gpufleet.fleet.inspect.observation import NodeObservation as InspectObservation
 from gpufleet.fleet.inspect.plan import plan_sweep
 from gpufleet.fleet.inspect.reference import pool_references
+from gpufleet.fleet.inspect.slurm_cluster import sched_state_of
 from gpufleet.fleet.upgrade.gate import GateSetup, inspect_gate
 from gpufleet.fleet.upgrade.model import Component, FleetSnapshot, Job, NodeObservation
 from gpufleet.fleet.upgrade.sandbox_ops import (
@@ -367,7 +368,7 @@ class SandboxDriver:
         computes it (the SKU's published figure, else the pool's median), measured once before the
         rollout on the nodes inspect's plan lets the heavy checks run on (idle: jobs take precedence)."""
         sched = inspect_sb.slurm_states(self.state)
-        plan = plan_sweep([(n.name, inspect_sb.sched_state_of(sched.get(n.name)))
+        plan = plan_sweep([(n.name, sched_state_of(sched.get(n.name)))
                            for n in inspect_sb.inspected_nodes(self.state)], "full")
         figures = inspect_sb.measure(self.state, plan.pairs, plan.unpaired)
         observed = []

@@ -15,7 +15,8 @@ from gpufleet.cli.main import app
 from gpufleet.config.accelerators import AcceleratorModel
 from gpufleet.fleet.inspect import bwprobe
 from gpufleet.fleet.inspect.checks import Context, check_node
-from gpufleet.fleet.inspect.sandbox import observation_from_agent, sched_state_of
+from gpufleet.fleet.inspect.sandbox import observation_from_agent
+from gpufleet.fleet.inspect.slurm_cluster import sched_state_of
 from gpufleet.fleet.inspect.thresholds import load_thresholds
 
 # The shape of GET /state (gpufleet.sandbox.agent.runtime.Agent.state_doc), one GPU shortened.
