@@ -282,6 +282,25 @@ def test_a_slurm_cluster_sweep_reads_what_its_nodes_published(sandbox: tuple[Pat
     assert stale.returncode == 0, stale.stdout + stale.stderr  # nothing judged, so nothing fails
     assert all(n["status"] == "unknown" and n["findings"] == [] for n in json.loads(stale.stdout)["nodes"])
 
+    # --level full: the stack's perfJob as one srun step per idle node (ADR 0086), its figure joined
+    # to each node's published reading. A command that prints a fixed figure: every node is the
+    # pool's median, 100 %. What is measured here is the path, not a bandwidth.
+    stack = yaml.safe_load((REPO / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
+    figure = json.dumps({"perf": {"gloo_allreduce_busbw_gbs": 10.0}})
+    stack["config"]["gpufleet:inspect"] = {"perfJob": {"command": ["echo", figure], "deadlineSeconds": 60}}
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    (stacks / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack))
+    wait_until("gpu-0 idle again", lambda: subprocess.run(
+        state.slurm_command("sinfo", "-h", "-n", "gpu-0", "-o", "%T"), capture_output=True, text=True,
+        timeout=20).stdout.strip() == "idle", 60)
+    full = sweep("--no-record", "--level", "full", "--stacks-dir", str(stacks))
+    assert full.stdout.startswith("{"), full.stderr
+    rows = {n["node"]: n for n in json.loads(full.stdout)["nodes"]}
+    for name in ("gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"):
+        assert rows[name]["full"] is True, rows[name]
+        assert rows[name]["metrics"]["perf:gloo_allreduce_busbw_gbs:pct"] == 100.0, rows[name]["metrics"]
+
 
 def test_jobs_that_exclude_a_node_make_it_a_lemon(sandbox: tuple[Path, SandboxState], tmp_path: Path) -> None:
     """Last in the module: Slurm remembers these jobs for MinJobAge (300 s), and a first sweep of
