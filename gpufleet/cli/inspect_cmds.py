@@ -392,14 +392,16 @@ def _sweep_slurm(stack: str, spec: StackSpec, publish_dir: Path, max_age: float 
                          if isinstance(p.provisioning, StaticProvisioning) else frozenset())
              for p in spec.node_pools]
     try:
-        nodes, jobs = S.read_slurm()
+        nodes = S.read_slurm_nodes()
+        names = sorted(n for n, sn in nodes.items() if S.pool_of(sn, pools) is not None)
+        if not names:
+            raise fail(f"no Slurm node belongs to a pool of stack {stack} "
+                       f"({', '.join(p.name for p in pools)}): a pool is matched by its "
+                       "provisioning.nodeNames, else a Slurm feature or partition of its name "
+                       "(docs/fleet-inspect.md)", 2)
+        jobs = S.read_slurm_jobs()
     except S.SlurmReadError as e:
         raise fail(f"reading Slurm: {e}", 2) from None
-    names = sorted(n for n, sn in nodes.items() if S.pool_of(sn, pools) is not None)
-    if not names:
-        raise fail(f"no Slurm node belongs to a pool of stack {stack} ({', '.join(p.name for p in pools)}): "
-                   "a pool is matched by its provisioning.nodeNames, else a Slurm feature or partition of "
-                   "its name (docs/fleet-inspect.md)", 2)
     texts, unreadable = S.read_published(publish_dir, names)
     return S.observations_from_slurm(nodes, texts, unreadable, pools, now=time.time(),
                                      max_age_s=max_age or DEFAULT_MAX_AGE_S,

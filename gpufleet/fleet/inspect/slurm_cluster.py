@@ -16,14 +16,14 @@ backends, as the Kubernetes sweep does (cluster.py):
 - a node that published nothing, something unreadable or about another node, or last published
   more than `max_age_s` ago is UNKNOWN with the reason: old readings are not judged as today's;
 - the jobs that excluded a node since its previous sweep come from ExcNodeList (exclusions.py,
-  from the text `read_slurm` returns).
+  from the text `read_slurm_jobs` returns).
 
 Why files rather than running `inspect --here` on each node through srun: a job step needs the
 node's resources, and the light checks must read every node, the busy ones included; slurmd runs
 its HealthCheckProgram on every node whatever its jobs, so the nodes write and the sweep reads.
 
 `parse_slurm_nodes`, `pool_of`, `sched_state_of` and `observations_from_slurm` are pure;
-`write_published`, `read_published` and `read_slurm` are the I/O.
+`write_published`, `read_published`, `read_slurm_nodes` and `read_slurm_jobs` are the I/O.
 """
 
 from __future__ import annotations
@@ -191,10 +191,15 @@ def _run(argv: Sequence[str]) -> str:
     return res.stdout
 
 
-def read_slurm(prefix: Sequence[str] = ()) -> tuple[dict[str, SlurmNode], str]:
-    """(the nodes, `scontrol -o show job`'s text); `prefix`: how Slurm commands run here (nothing on
-    a login host). Raises SlurmReadError."""
+def read_slurm_nodes(prefix: Sequence[str] = ()) -> dict[str, SlurmNode]:
+    """sinfo's nodes; `prefix`: how Slurm commands run here (nothing on a login host). Raises
+    SlurmReadError."""
     nodes = parse_slurm_nodes(_run([*prefix, *SINFO_NODE_ARGS]))
     if not nodes:
         raise SlurmReadError("sinfo lists no node")
-    return nodes, _run([*prefix, *JOBS_ARGS])
+    return nodes
+
+
+def read_slurm_jobs(prefix: Sequence[str] = ()) -> str:
+    """`scontrol -o show job`'s text (exclusions.job_exclusions reads it). Raises SlurmReadError."""
+    return _run([*prefix, *JOBS_ARGS])

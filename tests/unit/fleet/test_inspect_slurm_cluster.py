@@ -134,7 +134,7 @@ def test_bad_slurm_input_exits_2_before_reading_slurm(argv: list[str], says: str
 
 SLURM_DOUBLE = """#!/bin/sh
 # sinfo and scontrol's answers to gpufleet inspect --slurm (a test double; the e2e runs real Slurm).
-case "$(basename "$0") $*" in
+case "${0##*/} $*" in
   "sinfo -h -N -o %N|%T|%E|%H|%P|%f") echo 'gpu-0|idle|none|Unknown|train*|gpu'
       echo 'gpu-1|allocated|none|Unknown|train*|gpu' ;;
   "scontrol -o show job") echo "JobId=7 ExcNodeList=gpu-1 SubmitTime=2026-12-06T10:00:00" ;;
@@ -167,3 +167,28 @@ def test_here_publishes_and_slurm_sweeps_what_was_published(tmp_path: Path, monk
     records = [json.loads(line) for line in (tmp_path / "h" / "sandbox.jsonl").read_text().splitlines()]
     assert {r["node"]: (r["observation"]["sched_state"], r["observation"]["job_exclusions"])
             for r in records} == {"gpu-0": ("idle", 0), "gpu-1": ("allocated", 1)}
+
+
+def test_slurm_that_cannot_be_read_is_a_clear_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    argv = ["inspect", "--slurm", "--stack", "sandbox", "--publish-dir", str(pub), "--no-record"]
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sinfo anywhere
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2 and "sinfo: not found" in " ".join(res.output.split()), res.output
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'sinfo: error: Unable to contact slurm controller' >&2\n"
+                                   "exit 1\n")
+    os.chmod(bin_dir / "sinfo", 0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))  # never this machine's own Slurm commands
+    res = CliRunner().invoke(app, argv)
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "exit 1: sinfo: error: Unable to contact slurm controller" in out, out
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'login1|idle|none|Unknown|debug*|(null)'\n")
+    res = CliRunner().invoke(app, argv)
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "no Slurm node belongs to a pool of stack sandbox (gpu)" in out, out
+    (bin_dir / "sinfo").write_text(SLURM_DOUBLE)  # nodes of the pool, then scontrol, which is not there
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2 and "scontrol: not found" in " ".join(res.output.split()), res.output
