@@ -392,3 +392,44 @@ def evidence_key(dump: str) -> str:
 def newest_verified(evidence: list[DumpEvidence]) -> DumpEvidence | None:
     """The newest dump whose evidence says verified (what a restore loads)."""
     return backup_checks.newest_verified(evidence, "dump")
+
+
+# The slice-id counter after a restore. `juicefs load` (1.4.2, pkg/meta/redis.go LoadMeta) sets the
+# Redis engine's `nextchunk` from the slices the dump names (the highest + 1), not from the dump's
+# own counters, so the restored engine hands out again every slice id the lost engine gave out
+# after the dump. Their blocks are still in the bucket (leaks until gc), under the same keys a new
+# slice of that id writes (`chunks/<id/10^6>/<id/10^3>/<id>_<block>_<size>`, pkg/chunk/cached_store.go):
+# a new block overwrites a leak, gc's count of leaks changes between its passes, and a client's disk
+# cache, keyed the same way, serves a leak's bytes as the new slice's. So the restore moves the
+# counter past the highest id in the bucket, plus one batch a client still running against the lost
+# engine may hold and upload under (sliceIdBatch = 4 << 10, pkg/meta/base.go).
+NEXT_SLICE_COUNTER = "nextchunk"
+VOLUME_SETTING_KEY = "setting"  # the Redis engine's volume format, JSON (LoadMeta sets it too)
+SLICE_ID_BATCH = 4096
+CHUNKS_DIR = "chunks/"
+_BLOCK_NAME = re.compile(r"(\d+)_(\d+)_(\d+)")
+
+
+def slice_id_of(key: str) -> int | None:
+    """The slice id of a block's object key (`.../chunks/.../<id>_<block>_<size>`), None for another
+    object (the volume's `juicefs_uuid`, a dump)."""
+    parts = key.rsplit("/", 1)
+    if CHUNKS_DIR.rstrip("/") not in key.split("/") or len(parts) != 2:
+        return None
+    m = _BLOCK_NAME.fullmatch(parts[1])
+    return int(m.group(1)) if m else None
+
+
+def hash_prefixed(dump: Mapping[str, Any]) -> bool:
+    """Whether the dump's volume spreads its blocks over 256 hashed folders (`juicefs format
+    --hash-prefix`: `chunks/<id%256 as %02X>/<id/10^6>/...`) rather than `chunks/<id/10^6>/...`."""
+    setting = dump.get("Setting")
+    if not isinstance(setting, Mapping):
+        raise ValueError("not a JuiceFS metadata dump (no Setting)")
+    return bool(setting.get("HashPrefix", False))
+
+
+def slice_counter_floor(highest_in_bucket: int | None) -> int:
+    """The lowest `nextchunk` that never hands out an id the bucket holds a block of, nor one a
+    client of the lost engine may still upload under."""
+    return (highest_in_bucket or 0) + 1 + SLICE_ID_BATCH

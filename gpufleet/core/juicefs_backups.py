@@ -92,3 +92,59 @@ def restore_newest(
     jfs.run(jfs.load_argv(rec.meta_url, path))
     jfs.run(jfs.config_secret_argv(rec.meta_url, creds.access_key, creds.secret_key))
     return chosen
+
+
+def _folders(client: Any, bucket: str, prefix: str) -> list[str]:
+    """The names of the folders right under `prefix` (S3 common prefixes, '/' the delimiter)."""
+    names: list[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+        names += [str(p["Prefix"])[len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", [])]
+    return names
+
+
+def _last_numbered(client: Any, bucket: str, prefix: str) -> str | None:
+    """The folder under `prefix` with the highest number: slice ids only grow with it."""
+    numbered = [n for n in _folders(client, bucket, prefix) if n.isdigit()]
+    return f"{prefix}{max(numbered, key=int)}/" if numbered else None
+
+
+def highest_slice_id(client: Any, bucket: str, volume: str, hash_prefix: bool) -> int | None:
+    """The highest slice id with a block in the volume's bucket, None when it holds none. Reads
+    only the last folder of each level (`chunks/<id/10^6>/<id/10^3>/`), or with hashed folders the
+    last `<id/10^6>` folder of each of the 256: a few listings, not the bucket's every object."""
+    root = f"{volume}/{jfs.CHUNKS_DIR}"
+    if hash_prefix:
+        leaves = [_last_numbered(client, bucket, f"{root}{h}/") for h in _folders(client, bucket, root)]
+    else:
+        top = _last_numbered(client, bucket, root)
+        leaves = [_last_numbered(client, bucket, top)] if top else []
+    ids: list[int] = []
+    for leaf in (x for x in leaves if x is not None):
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=leaf):
+            ids += [i for o in page.get("Contents", []) if (i := jfs.slice_id_of(str(o["Key"]))) is not None]
+    return max(ids) if ids else None
+
+
+def _redis_get(rec: JuiceFsRecord, key: str) -> str:
+    # redis-cli writing to a pipe prints a value raw, and a missing key as an empty line.
+    return jfs.run(jfs.redis_cli(rec.meta_port, "GET", key, db=rec.meta_db), timeout_s=10).strip()
+
+
+def advance_slice_counter(rec: JuiceFsRecord, client: Any) -> dict[str, int | None]:
+    """After a load and before any client mounts the restored engine: move its slice-id counter past
+    every id the lost engine gave out (core.juicefs says why). JuiceFsError when the engine holds no
+    volume setting or counter (not a loaded JuiceFS engine)."""
+    try:
+        hash_prefix = jfs.hash_prefixed({"Setting": json.loads(_redis_get(rec, jfs.VOLUME_SETTING_KEY))})
+    except ValueError as e:
+        raise jfs.JuiceFsError(f"the restored engine's volume setting is unreadable: {e}") from None
+    loaded = _redis_get(rec, jfs.NEXT_SLICE_COUNTER)
+    if not loaded.isdigit():
+        raise jfs.JuiceFsError(f"the restored engine has no {jfs.NEXT_SLICE_COUNTER} counter: {loaded!r}")
+    counter = int(loaded)
+    highest = highest_slice_id(client, rec.bucket, rec.name, hash_prefix)
+    floor = jfs.slice_counter_floor(highest)
+    if counter < floor:
+        jfs.run(jfs.redis_cli(rec.meta_port, "SET", jfs.NEXT_SLICE_COUNTER, str(floor), db=rec.meta_db),
+                timeout_s=10)
+    return {"loaded": counter, "highest_in_bucket": highest, "set_to": max(counter, floor)}

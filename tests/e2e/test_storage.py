@@ -225,6 +225,13 @@ class TestJuiceFs:
             wait_until("its alert gone", lambda: _alert(prom, "StorageMetadataEngineDown") is None, 60, 2)
         (restore,) = [e for e in read_objects(jstate.events_file("metadata-restore")) if e["t"] >= t1]
         assert restore["loaded"] is not None and restore["verified"] and not restore["corrupt"], restore
+        # The restored engine's slice ids start past every block in the bucket (the lost engine's
+        # after the dump included): no new block takes a leak's key, so gc's passes agree below.
+        counter = restore["loaded"]["slice_counter"]
+        print(f"slice counter after the restore: {counter}")
+        highest = counter["highest_in_bucket"]
+        assert highest is not None and counter["loaded"] <= highest, counter  # ids the dump did not know
+        assert counter["set_to"] > counter["highest_in_bucket"] + jfs.SLICE_ID_BATCH, counter
         # The file written after the newest dump is gone with the engine; its two blocks (4 + 2 MiB)
         # stayed in the bucket as leaks until `juicefs gc --delete` removed them.
         gc = restore["gc"]

@@ -30,7 +30,7 @@ from gpufleet.core.checkpoint_manifest import stem
 from gpufleet.core.fs_checkpoints import FsCheckpointStore
 from gpufleet.core.job_checkpoints import job_folders, verify_folder
 from gpufleet.core.jsonl import append_objects
-from gpufleet.core.juicefs_backups import restore_newest
+from gpufleet.core.juicefs_backups import advance_slice_counter, restore_newest
 from gpufleet.core.procs import alive, children, launch, start_time
 from gpufleet.core.s3_checkpoints import S3CheckpointStore, store_for
 from gpufleet.core.s3_job_checkpoints import copy_fence, job_prefixes
@@ -282,7 +282,7 @@ def _empty(folder: Path) -> None:
 
 def _engine_formatted(rec: JuiceFsRecord) -> bool:
     """Whether the metadata engine holds a JuiceFS volume (its `setting` key, JuiceFS's Redis layout)."""
-    out = jfs.run(jfs.redis_cli(rec.meta_port, "EXISTS", "setting", db=rec.meta_db), timeout_s=5)
+    out = jfs.run(jfs.redis_cli(rec.meta_port, "EXISTS", jfs.VOLUME_SETTING_KEY, db=rec.meta_db), timeout_s=5)
     return out.strip() == "1"
 
 
@@ -319,14 +319,17 @@ def rb_restore_metadata(args: dict[str, Any]) -> None:
         try:
             chosen = restore_newest(rec, client, bucket, state.credentials(),
                                     Path(state.base_dir) / "juicefs" / "restore-work")
+            counter = advance_slice_counter(rec, client)
         except jfs.JuiceFsError as e:
             raise ActivityFailed(f"metadata restore failed: {e}") from None
         loaded = {"dump": chosen.dump, "taken_at": chosen.taken_at, "files": chosen.files,
-                  "inodes": chosen.inodes}
-        # The restored engine hands out again the slice ids the lost one gave out after the dump, and
-        # the client's disk cache keys blocks by slice id and size: a cached block of a file written
-        # after the dump would be read back as a new file's block. Seen here: a checkpoint written
-        # after the restore read back with another sha256 until the cache was emptied.
+                  "inodes": chosen.inodes, "slice_counter": counter}
+        # Left by itself the restored engine would hand out again the slice ids the lost one gave
+        # out after the dump, and the client's disk cache keys blocks by slice id and size. Seen
+        # here before the counter was moved: a checkpoint written after the restore read back with
+        # another sha256 until the cache was emptied; and gc counted 14 leaks, then deleted 13 (a new
+        # block had overwritten one). The counter now moves past them (advance_slice_counter); the
+        # cache is emptied still, so that a counter moved too little cannot serve a stale block.
         _empty(Path(rec.cache_dir))
     loaded_at = time.time()
     _remount(state, Launch.model_validate(args["mount"]), args)

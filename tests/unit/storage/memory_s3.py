@@ -1,7 +1,7 @@
 """An in-memory double of the boto3 S3 calls the checkpoint stores make (upload_file,
-upload_fileobj, put_object, get_object, list_objects_v2 pages, delete_object), raising botocore's
-ClientError as radosgw answers for a missing key or bucket. Tests that need the real thing run
-against radosgw (tests/e2e)."""
+upload_fileobj, put_object, get_object, list_objects_v2 pages with or without a delimiter,
+delete_object), raising botocore's ClientError as radosgw answers for a missing key or bucket.
+Tests that need the real thing run against radosgw (tests/e2e)."""
 
 from __future__ import annotations
 
@@ -57,9 +57,15 @@ class MemoryS3:
         store = self
 
         class Pages:
-            def paginate(self, Bucket: str, Prefix: str) -> list[dict[str, Any]]:
+            def paginate(self, Bucket: str, Prefix: str, Delimiter: str = "") -> list[dict[str, Any]]:
                 store._bucket(Bucket, "ListObjectsV2")
                 keys = sorted(k for b, k in store.objects if b == Bucket and k.startswith(Prefix))
-                return [{"Contents": [{"Key": k} for k in keys]}]
+                if not Delimiter:
+                    return [{"Contents": [{"Key": k} for k in keys]}]
+                # S3: a key with the delimiter past the prefix rolls up into its common prefix.
+                rest = [(k, k[len(Prefix):].find(Delimiter)) for k in keys]
+                folders = sorted({k[: len(Prefix) + i + 1] for k, i in rest if i >= 0})
+                return [{"Contents": [{"Key": k} for k, i in rest if i < 0],
+                         "CommonPrefixes": [{"Prefix": f} for f in folders]}]
 
         return Pages()
