@@ -39,6 +39,9 @@ NAME_PREFIX = "inspect-"
 PUBLISH_INTERVAL_S = 300  # how often the Pulumi program's DaemonSet publishes
 DEFAULT_MAX_AGE_S = 3.0 * PUBLISH_INTERVAL_S  # older is UNKNOWN: three missed runs
 _NAME_MAX = 253  # a ConfigMap name is a DNS subdomain
+# The most a published reading may hold: a ConfigMap's data cannot exceed 1 MiB (Kubernetes docs,
+# "ConfigMaps"), and a Slurm node's file is held to the same. A node's observation is about 2 KB.
+PUBLISHED_MAX_BYTES = 1 << 20
 
 
 def configmap_name(node: str) -> str:

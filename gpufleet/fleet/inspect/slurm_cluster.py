@@ -29,13 +29,14 @@ its HealthCheckProgram on every node whatever its jobs, so the nodes write and t
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.core.inspect_contract import DEFAULT_MAX_AGE_S, published_file_name
+from gpufleet.core.inspect_contract import DEFAULT_MAX_AGE_S, PUBLISHED_MAX_BYTES, published_file_name
 from gpufleet.core.slurm_state import SINFO_FORMAT, parse_sinfo
 from gpufleet.fleet.inspect.cluster import PoolShape, judge_published
 from gpufleet.fleet.inspect.observation import NodeObservation, SchedState
@@ -155,19 +156,32 @@ def write_published(obs: NodeObservation, directory: Path) -> Path:
 
 def read_published(directory: Path, nodes: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
     """(node -> its file's text, node -> why its file could not be read); a missing file is in
-    neither (the node published nothing)."""
+    neither (the node published nothing). Only a regular file of at most PUBLISHED_MAX_BYTES is read:
+    the folder is shared by every node, and a link, a FIFO (open(2) would wait for a writer) or a
+    runaway file must cost the sweep one UNKNOWN node, not the sweep."""
     texts: dict[str, str] = {}
     unreadable: dict[str, str] = {}
     for n in nodes:
         path = directory / published_file_name(n)
         try:
-            texts[n] = path.read_text()
+            texts[n] = _read_regular(path)
         except FileNotFoundError:
             continue
-        except (OSError, UnicodeDecodeError) as e:
+        except (OSError, UnicodeDecodeError, ValueError) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             unreadable[n] = f"{path}: {why}"
     return texts, unreadable
+
+
+def _read_regular(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = f.read(PUBLISHED_MAX_BYTES + 1)
+    if len(data) > PUBLISHED_MAX_BYTES:
+        raise ValueError(f"larger than {PUBLISHED_MAX_BYTES} bytes")
+    return data.decode()
 
 
 class SlurmReadError(RuntimeError):
@@ -191,15 +205,14 @@ def _run(argv: Sequence[str]) -> str:
     return res.stdout
 
 
-def read_slurm_nodes(prefix: Sequence[str] = ()) -> dict[str, SlurmNode]:
-    """sinfo's nodes; `prefix`: how Slurm commands run here (nothing on a login host). Raises
-    SlurmReadError."""
-    nodes = parse_slurm_nodes(_run([*prefix, *SINFO_NODE_ARGS]))
+def read_slurm_nodes() -> dict[str, SlurmNode]:
+    """sinfo's nodes, as this host's Slurm commands see them. Raises SlurmReadError."""
+    nodes = parse_slurm_nodes(_run(list(SINFO_NODE_ARGS)))
     if not nodes:
         raise SlurmReadError("sinfo lists no node")
     return nodes
 
 
-def read_slurm_jobs(prefix: Sequence[str] = ()) -> str:
+def read_slurm_jobs() -> str:
     """`scontrol -o show job`'s text (exclusions.job_exclusions reads it). Raises SlurmReadError."""
-    return _run([*prefix, *JOBS_ARGS])
+    return _run(list(JOBS_ARGS))

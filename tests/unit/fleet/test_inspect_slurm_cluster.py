@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.config.accelerators import AcceleratorModel
-from gpufleet.core.inspect_contract import published_file_name
+from gpufleet.core.inspect_contract import PUBLISHED_MAX_BYTES, published_file_name
 from gpufleet.fleet.inspect.cluster import PoolShape
 from gpufleet.fleet.inspect.observation import GpuObs, NodeObservation
 from gpufleet.fleet.inspect.slurm_cluster import (
@@ -106,6 +106,23 @@ def test_a_published_file_is_written_whole_and_read_back(tmp_path: Path) -> None
     texts, unreadable = read_published(tmp_path, ["gpu-a01", "gpu-a02", "gpu-a03"])
     assert json.loads(texts["gpu-a01"])["at"] == 2.0
     assert unreadable == {"gpu-a02": f"{tmp_path}/inspect-gpu-a02.json: Is a directory"}
+
+
+def test_only_a_regular_file_of_bounded_size_is_read(tmp_path: Path) -> None:
+    # The folder is every node's: what one writes there costs one UNKNOWN node, never the sweep.
+    write_published(obs("gpu-a01", 1.0), tmp_path)
+    os.mkfifo(tmp_path / "inspect-gpu-a02.json")  # open(2) without O_NONBLOCK would wait for a writer
+    (tmp_path / "inspect-gpu-a03.json").symlink_to(tmp_path / "inspect-gpu-a01.json")  # another's file
+    (tmp_path / "inspect-gpu-a04.json").write_bytes(b" " * (PUBLISHED_MAX_BYTES + 1))
+    (tmp_path / "inspect-gpu-a05.json").write_bytes(b"\xff\xfe")
+    texts, unreadable = read_published(tmp_path, [f"gpu-a0{i}" for i in range(1, 6)])
+    assert list(texts) == ["gpu-a01"]
+    assert {n: why.split(": ", 1)[1] for n, why in unreadable.items()} == {
+        "gpu-a02": "not a regular file",
+        "gpu-a03": "Too many levels of symbolic links",
+        "gpu-a04": f"larger than {PUBLISHED_MAX_BYTES} bytes",
+        "gpu-a05": "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte",
+    }
 
 
 def test_a_file_name_holds_any_node_name_a_file_can() -> None:
