@@ -3,7 +3,9 @@
 The sandbox's bridges have no address in the root namespace (nothing routes into the sandbox), so
 Prometheus in the head namespace is reached through this process: it accepts on the ROOT
 namespace's loopback, and creates each outbound socket from a thread that entered the target
-namespace with setns(2) (per-thread on Linux). Sockets keep the namespace they were created in.
+namespace with setns(2) (per-thread on Linux). Sockets keep the namespace they were created in. The
+same way, a kubelet node's kubelet reaches containerd's streaming server in the node's namespace
+(`--netns /proc/<pid>/ns/net`, ADR 0090).
 
 The other way (`--out-of`), a namespace's processes reach one service of the root namespace's
 loopback on their own 127.0.0.1: the training job reaches the storage sandbox's radosgw so, when its

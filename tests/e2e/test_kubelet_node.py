@@ -29,7 +29,7 @@ from gpufleet.fleet.bundle.archive import read_manifest
 from gpufleet.fleet.node_pod import GATE_APP, NodePod, gpu_requests
 from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
 from gpufleet.fleet.upgrade.model import Component
-from gpufleet.sandbox.kube import kubelet_node
+from gpufleet.sandbox.kube import kubelet_node, require_kube_paths
 from gpufleet.sandbox.kube.api import KubeApi, object_path
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig, node_ready
 
@@ -105,7 +105,8 @@ def test_the_node_is_a_real_kubelet_with_containerd(
 ) -> None:
     state, _ = sandbox
     assert state.kubelet_nodes == [NODE]
-    assert [p.name for p in state.processes][-2:] == [f"containerd-{NODE}", f"kubelet-{NODE}"]
+    assert [p.name for p in state.processes][-3:] == [f"containerd-{NODE}", f"stream-relay-{NODE}",
+                                                       f"kubelet-{NODE}"]
     assert state.nodes == ["gpu-0", "gpu-1"]
     node = admin.get(object_path("Node", NODE))
     assert node_ready(node)
@@ -258,6 +259,32 @@ def test_pod_logs_come_through_the_api_server_and_into_the_nodes_bundle(
         assert f is not None
         assert "the node publishes no kubelet endpoint" in f.read().decode()
     assert admin.request("DELETE", object_path("Pod", "crash-once", NAMESPACE)).status_code == 200
+
+
+def test_kubectl_exec_runs_in_the_container_through_the_api_server(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi
+) -> None:
+    """The real kubectl's exec: API server, kubelet, then containerd's streaming server in the node's
+    namespace through the node's stream relay; stdin in, stdout, stderr and the exit code back."""
+    state, _ = sandbox
+    assert state.admin_kubeconfig is not None
+    manifest = pod("exec-target", "echo ready > /tmp/mark; exec sleep 300")
+    manifest["spec"]["terminationGracePeriodSeconds"] = 0
+    admin.create(manifest)
+
+    def running() -> bool:
+        st = admin.get(object_path("Pod", "exec-target", NAMESPACE))["status"]
+        return st.get("phase") == "Running"
+
+    wait_until("pod exec-target to run", running, 60)
+    kubectl = [str(require_kube_paths(unused=frozenset({"kueue"})).binaries["kubectl"]),
+               "--kubeconfig", state.admin_kubeconfig, "-n", NAMESPACE]
+    script = "cat /tmp/mark; read line; echo \"got $line\"; echo to-stderr >&2; exit 7"
+    proc = subprocess.run([*kubectl, "exec", "-i", "exec-target", "-c", "c", "--", "/bin/sh", "-c", script],
+                          input="from-stdin\n", capture_output=True, text=True, timeout=60, check=False)
+    assert (proc.returncode, proc.stdout) == (7, "ready\ngot from-stdin\n"), proc
+    assert proc.stderr.splitlines()[0] == "to-stderr", proc  # then kubectl's own line on the exit code
+    assert admin.request("DELETE", object_path("Pod", "exec-target", NAMESPACE)).status_code == 200
 
 
 def test_the_node_pod_brings_back_what_only_the_node_holds(

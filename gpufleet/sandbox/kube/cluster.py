@@ -566,6 +566,9 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_t
             return True
 
         run.wait(f"containerd of {name}", serving_ctr, 0.2, f"{kubelet_node.CONTAINERD}-{name}")
+        relay = f"{kubelet_node.STREAM_RELAY}-{name}"
+        run.start(relay, kubelet_node.stream_relay_argv(nl, containerd_pid))
+        run.wait(f"the stream relay of {name}", nl.stream_relay_port_file.exists, 0.1, relay)
         try:
             kubelet_node.run_ctr(ctr, ["images", "import", str(archive)], run.left())
         except RuntimeError as e:

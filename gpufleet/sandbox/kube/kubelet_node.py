@@ -54,6 +54,7 @@ from gpufleet.sandbox.rootfs import rootfs_key
 
 KUBELET = "kubelet"
 CONTAINERD = "containerd"
+STREAM_RELAY = "stream-relay"
 KUBELET_NODE_LABEL = "gpufleet.io/kubelet-node"
 # The pods' image: the sandbox's Debian root filesystem, tagged by its cache key.
 NODE_IMAGE = f"localhost/gpufleet/node-base:{rootfs_key()}"
@@ -80,7 +81,7 @@ def choose(nodes: Sequence[KwokNode], count: int) -> list[str]:
 
 def port_names(names: Sequence[str]) -> tuple[str, ...]:
     """The ports each kubelet node needs, by name (KubeLayout.ports)."""
-    return tuple(p for n in names for p in (f"kubelet-{n}", f"kubelet-{n}-healthz"))
+    return tuple(p for n in names for p in (f"kubelet-{n}", f"kubelet-{n}-healthz", f"kubelet-{n}-stream"))
 
 
 # What a kubelet may set on its own node in the kubernetes.io and k8s.io namespaces with
@@ -132,6 +133,9 @@ class KubeletNodeLayout:
     dir: Path  # <run dir>/kn<index>: short, for the sockets' 107-byte path limit (unix(7))
     port: int  # the kubelet's API (TLS)
     healthz_port: int
+    # containerd's streaming server (exec, attach, port-forward), on this port of 127.0.0.1 in the
+    # node's namespace, and the same port of the host's loopback through the node's stream relay.
+    stream_port: int
 
     @property
     def socket(self) -> Path:
@@ -156,6 +160,10 @@ class KubeletNodeLayout:
         return Path(NAMESPACE_TMPFS[0])
 
     @property
+    def stream_relay_port_file(self) -> Path:
+        return self.dir / "stream-relay.port"  # written once the relay listens
+
+    @property
     def cni_conf_dir(self) -> Path:
         return self.dir / "cni"
 
@@ -176,7 +184,8 @@ def layout(run_id: str, base_dir: Path, name: str, index: int, ports: Mapping[st
     """Node `index` of the run's kubelet nodes; its folder is named by the index (`kn<index>`), not
     by the node's name, which may be long: the sockets in it must stay under 108 bytes."""
     folder = base_dir / f"kn{index}"
-    return KubeletNodeLayout(run_id, name, folder, ports[f"kubelet-{name}"], ports[f"kubelet-{name}-healthz"])
+    return KubeletNodeLayout(run_id, name, folder, ports[f"kubelet-{name}"], ports[f"kubelet-{name}-healthz"],
+                             ports[f"kubelet-{name}-stream"])
 
 
 SOCKET_PATH_MAX = 107  # unix(7): sun_path holds 108 bytes with the terminating NUL
@@ -206,6 +215,13 @@ def containerd_config_text(nl: KubeletNodeLayout, runc: Path, cni_bin_dir: Path)
         f"  address = {_toml_str(nl.socket)}",
         "[ttrpc]",
         f"  address = {_toml_str(str(nl.socket) + '.ttrpc')}",
+        # The kubelet proxies exec, attach and port-forward to the URL containerd gives it, which
+        # names this address; the kubelet dials it from the host's namespace, where the stream
+        # relay (stream_relay_argv) listens on the same port. A fixed port, not containerd's
+        # default of a random one, so that the relay knows it before containerd starts.
+        "[plugins.'io.containerd.grpc.v1.cri']",
+        f"  stream_server_address = {_toml_str(LOOPBACK_IP)}",
+        f"  stream_server_port = {_toml_str(str(nl.stream_port))}",
         "[plugins.'io.containerd.cri.v1.images'.pinned_images]",
         f"  sandbox = {_toml_str(NODE_IMAGE)}",
         "[plugins.'io.containerd.cri.v1.runtime']",
@@ -303,6 +319,15 @@ def containerd_argv(nl: KubeletNodeLayout, binary: Path) -> list[str]:
     script = f'ip link set lo up && {mounts} && exec "$0" "$@"'
     return ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script,
             str(binary), "--config", str(nl.containerd_config)]
+
+
+def stream_relay_argv(nl: KubeletNodeLayout, containerd_pid: int) -> list[str]:
+    """The relay from the host's 127.0.0.1:<stream port>, where the kubelet dials containerd's
+    streaming server, into the node's namespace (containerd's), where it listens on the same port
+    of its own loopback (gpufleet.sandbox.portforward): nothing else of the node is reachable."""
+    return [sys.executable, "-m", "gpufleet.sandbox.portforward", "--netns", f"/proc/{containerd_pid}/ns/net",
+            "--target-port", str(nl.stream_port), "--listen-port", str(nl.stream_port),
+            "--port-file", str(nl.stream_relay_port_file)]
 
 
 def kubelet_argv(nl: KubeletNodeLayout, binary: Path, containerd_pid: int,

@@ -21,7 +21,7 @@ RUN_ID = "a1b2c3"
 
 
 def layout(tmp_path: Path) -> kubelet_node.KubeletNodeLayout:
-    ports = {"kubelet-gpu-3": 40001, "kubelet-gpu-3-healthz": 40002}
+    ports = {"kubelet-gpu-3": 40001, "kubelet-gpu-3-healthz": 40002, "kubelet-gpu-3-stream": 40003}
     return kubelet_node.layout(RUN_ID, tmp_path / "run-a1b2c3", "gpu-3", 0, ports)
 
 
@@ -32,7 +32,8 @@ def test_the_first_pools_last_compute_nodes_become_kubelet_nodes() -> None:
     assert kubelet_node.choose(nodes, 0) == []
     with pytest.raises(ValueError, match="the first pool has 5 compute node"):
         kubelet_node.choose(nodes, 6)
-    assert kubelet_node.port_names(["gpu-3"]) == ("kubelet-gpu-3", "kubelet-gpu-3-healthz")
+    assert kubelet_node.port_names(["gpu-3"]) == (
+        "kubelet-gpu-3", "kubelet-gpu-3-healthz", "kubelet-gpu-3-stream")
 
 
 def test_the_kubelet_registers_the_labels_it_may_set_and_the_rest_are_patched() -> None:
@@ -53,7 +54,7 @@ def test_the_kubelet_registers_the_labels_it_may_set_and_the_rest_are_patched() 
 
 def test_ports_and_cgroup_root(tmp_path: Path) -> None:
     nl = layout(tmp_path)
-    assert (nl.port, nl.healthz_port) == (40001, 40002)
+    assert (nl.port, nl.healthz_port, nl.stream_port) == (40001, 40002, 40003)
     assert nl.cgroup == "gpufleet-kube-a1b2c3-gpu-3"
     assert nl.cgroup.startswith(kubelet_node.cgroup_prefix(RUN_ID))
 
@@ -64,7 +65,7 @@ def test_sockets_fit_the_unix_path_limit_under_the_default_state_root() -> None:
     longest = max((p.stem.removeprefix("Pulumi.") for p in Path("stacks").glob("Pulumi.*.yaml")), key=len)
     base = Path("/run/gpufleet/sandboxes") / longest / "kubernetes" / "run-a1b2c3"
     node = "gpu-" + "9" * 40  # the folder is named by the index, not the node
-    nl = kubelet_node.layout(RUN_ID, base, node, 3, {f"kubelet-{node}": 1, f"kubelet-{node}-healthz": 2})
+    nl = kubelet_node.layout(RUN_ID, base, node, 3, nl_ports(node))
     assert nl.dir.name == "kn3"
     assert kubelet_node.socket_problem(nl) is None
     deep = kubelet_node.layout(RUN_ID, Path("/" + "x" * 100), node, 0, nl_ports(node))
@@ -72,7 +73,7 @@ def test_sockets_fit_the_unix_path_limit_under_the_default_state_root() -> None:
 
 
 def nl_ports(node: str) -> dict[str, int]:
-    return {f"kubelet-{node}": 1, f"kubelet-{node}-healthz": 2}
+    return {f"kubelet-{node}": 1, f"kubelet-{node}-healthz": 2, f"kubelet-{node}-stream": 3}
 
 
 def test_containerd_config_is_toml_with_the_nodes_own_paths(tmp_path: Path) -> None:
@@ -87,6 +88,19 @@ def test_containerd_config_is_toml_with_the_nodes_own_paths(tmp_path: Path) -> N
     assert cri["restrict_oom_score_adj"] is True and cri["netns_mounts_under_state_dir"] is True
     pinned = doc["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]
     assert pinned == {"sandbox": kubelet_node.NODE_IMAGE}
+    # exec's streaming server on a fixed port of the node's loopback, which the relay knows
+    stream = doc["plugins"]["io.containerd.grpc.v1.cri"]
+    assert stream == {"stream_server_address": "127.0.0.1", "stream_server_port": "40003"}
+
+
+def test_the_stream_relay_reaches_only_containerds_streaming_port_in_the_nodes_namespace(
+    tmp_path: Path,
+) -> None:
+    nl = layout(tmp_path)
+    argv = kubelet_node.stream_relay_argv(nl, 4242)
+    assert argv[1:3] == ["-m", "gpufleet.sandbox.portforward"]
+    assert argv[3:] == ["--netns", "/proc/4242/ns/net", "--target-port", "40003", "--listen-port", "40003",
+                        "--port-file", str(nl.dir / "stream-relay.port")]
 
 
 def test_kubelet_config_leaves_the_host_firewall_alone_and_serves_on_loopback(tmp_path: Path) -> None:
