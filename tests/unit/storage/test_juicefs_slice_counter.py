@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from memory_s3 import MemoryS3
 
 from gpufleet.core import juicefs as jfs
 from gpufleet.core import juicefs_backups as backups
 from gpufleet.core.storage_contract import JuiceFsRecord
-from tests.unit.storage.memory_s3 import MemoryS3
 
 BLOCK = 4 << 20
 
