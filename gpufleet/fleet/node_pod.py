@@ -9,9 +9,11 @@ places and judges it:
 - on the node itself (`spec.nodeName`: the scheduler is not asked; a node under upgrade is
   cordoned), tolerating every taint (the rollout's cordon, the GPU taint, a quarantine the gate is
   about to judge), as a DaemonSet's pods do;
-- holding every GPU the node advertises (each resource of GPU_RESOURCE_PREFIXES in its allocatable,
-  at its full count), as the training job's pods do: a node whose device plugin lost a GPU fails
-  at admission;
+- holding every GPU the node has (each resource of GPU_RESOURCE_PREFIXES at its count in the node's
+  capacity), as the training job's pods do: a device plugin counts a GPU it reports Unhealthy in
+  the capacity but not in the allocatable (the kubelet's device manager), so a node with an
+  unhealthy GPU fails at admission (`OutOf<resource>`). Asking for the allocatable count would
+  admit it, with one GPU fewer;
 - with the stack's PriorityClass if it names one: a sweep's probe on a node in service should be
   preempted by a job (a class of negative value), as the heavy checks of inspect's plan yield;
 - bounded: `activeDeadlineSeconds` is the stack's deadline, and the wait for the pod's end is that
@@ -104,9 +106,9 @@ def pod_name(node: str, run_id: str, role: str = "smoke") -> str:
 
 
 def gpu_requests(node: Mapping[str, Any]) -> dict[str, str]:
-    """Every GPU resource the node advertises, at its full allocatable count (pure)."""
-    alloc = (node.get("status") or {}).get("allocatable") or {}
-    return {k: str(v) for k, v in sorted(alloc.items())
+    """Every GPU resource of the node, at its count in the capacity, healthy or not (pure)."""
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    return {k: str(v) for k, v in sorted(capacity.items())
             if k.startswith(GPU_RESOURCE_PREFIXES) and str(v) not in ("0", "")}
 
 

@@ -233,6 +233,12 @@ def _host_ip(base: str, third: int, host: int) -> str:
     return f"{base}.{third}.{host}"
 
 
+def xid_overrides_json(spec: StackSpec) -> str:
+    """The stack's remediation.xidOverrides as a node agent takes them (--xid-overrides)."""
+    return json.dumps({str(x): o.model_dump(mode="json", by_alias=True)
+                       for x, o in spec.remediation.xid_overrides.items()}, sort_keys=True)
+
+
 def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -> Layout:
     """The run's names and addresses. Raises InputError when the stack cannot be a sandbox."""
     check_run_id(run_id)
@@ -321,11 +327,7 @@ def plan_layout(stack_name: str, spec: StackSpec, run_id: str, base_dir: Path) -
         queue=spec.scheduler.queues[0].name,
         cluster_name=spec.cluster.name,
         link_speed_gbps=float(spec.fabric.link_speed_gbps),
-        xid_overrides_json=json.dumps(
-            {str(x): o.model_dump(mode="json", by_alias=True)
-             for x, o in spec.remediation.xid_overrides.items()},
-            sort_keys=True,
-        ),
+        xid_overrides_json=xid_overrides_json(spec),
     )
     too_long = socket_path_problems(layout)
     if too_long:

@@ -29,6 +29,8 @@ from gpufleet.fleet.bundle.archive import read_manifest
 from gpufleet.fleet.node_pod import GATE_APP, NodePod, gpu_requests
 from gpufleet.fleet.upgrade.kube_driver import GpuOperatorDriver
 from gpufleet.fleet.upgrade.model import Component
+from gpufleet.sandbox.agent.fields import gpu_uuid
+from gpufleet.sandbox.agents import AgentClient
 from gpufleet.sandbox.kube import kubelet_node, require_kube_paths
 from gpufleet.sandbox.kube.api import KubeApi, object_path
 from gpufleet.sandbox.kube.cluster import api_from_kubeconfig, node_ready
@@ -105,8 +107,9 @@ def test_the_node_is_a_real_kubelet_with_containerd(
 ) -> None:
     state, _ = sandbox
     assert state.kubelet_nodes == [NODE]
-    assert [p.name for p in state.processes][-3:] == [f"containerd-{NODE}", f"stream-relay-{NODE}",
-                                                       f"kubelet-{NODE}"]
+    assert [p.name for p in state.processes][-5:] == [f"containerd-{NODE}", f"stream-relay-{NODE}",
+                                                       f"agent-{NODE}", f"kubelet-{NODE}",
+                                                       f"device-plugin-{NODE}"]
     assert state.nodes == ["gpu-0", "gpu-1"]
     node = admin.get(object_path("Node", NODE))
     assert node_ready(node)
@@ -119,7 +122,7 @@ def test_the_node_is_a_real_kubelet_with_containerd(
     # and its GPUs, beside the kubelet node's own taint.
     assert labels["gpufleet.io/pool"] == "gpu" and labels["nvidia.com/gpu.present"] == "true"
     assert labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
-    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"  # from the device plugin (ADR 0091)
     # .get: a taint may have no value (node.kubernetes.io/not-ready, for a moment after Ready).
     taints = [{k: t.get(k) for k in ("key", "value", "effect")} for t in node["spec"].get("taints") or []]
     assert kubelet_node.node_taint() in taints
@@ -201,6 +204,51 @@ def test_the_gates_smoke_pod_runs_a_training_step_on_the_node(
         return not admin.list("Pod", NAMESPACE, labelSelector=f"app={GATE_APP}")
 
     wait_until("the smoke pods to be deleted", gone, 30)
+
+
+def gpu_counts(api: KubeApi) -> tuple[str, str]:
+    status = api.get(object_path("Node", NODE))["status"]
+    return status["capacity"]["nvidia.com/gpu"], status["allocatable"]["nvidia.com/gpu"]
+
+
+def test_the_device_plugin_hands_out_the_agents_gpus_and_an_unhealthy_one_fails_the_gate(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi, tmp_path: Path
+) -> None:
+    state, _ = sandbox
+    assert state.admin_kubeconfig is not None
+    nl = kubelet_node.layout(state.run_id, Path(state.base_dir), NODE, 0, state.ports)
+    # The kubelet asked the plugin for two of its GPUs: the container sees their UUIDs, the ones the
+    # node's agent publishes in its metrics.
+    two = pod("two-gpus", 'printf %s "$NVIDIA_VISIBLE_DEVICES" > /dev/termination-log')
+    two["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    admin.apply(two)
+    done = finished(admin, "two-gpus")
+    assert done["status"]["phase"] == "Succeeded"
+    seen = done["status"]["containerStatuses"][0]["state"]["terminated"]["message"].split(",")
+    assert len(seen) == 2 and set(seen) <= {gpu_uuid(NODE, i) for i in range(8)}, seen
+    admin.request("DELETE", object_path("Pod", "two-gpus", NAMESPACE))
+
+    agent = AgentClient(nl.agent_socket, nl.agent_token.read_text().strip())
+    try:
+        # XID 43 on GPU 5 is an application error (NVIDIA's device plugin skips it): GPU 5 stays
+        # Healthy. XID 79 (fallen off the bus) on GPU 3: the plugin reports it Unhealthy; the kubelet
+        # keeps it in the capacity and takes it out of the allocatable.
+        agent.inject({"gpu": 5, "field_id": 230, "value": 43, "kmsg": True})
+        agent.inject({"gpu": 3, "field_id": 230, "value": 79, "kmsg": True})
+        wait_until("GPU 3 to leave the allocatable", lambda: gpu_counts(admin) == ("8", "7") or None, 30)
+        driver = GpuOperatorDriver(Path(state.admin_kubeconfig), Component.DRIVER, tmp_path / "cordons.json",
+                                   smoke=smoke_pod(60.0))
+        passed, detail = driver.smoke_pod(NODE)
+        assert not passed, detail  # it asks for all 8: the kubelet cannot admit it
+        assert "nvidia.com/gpu" in detail, detail
+        assert gpu_counts(admin) == ("8", "7")  # seconds later: GPU 5 was never taken out
+        agent.clear()  # a GPU reset: the plugin reports GPU 3 Healthy again
+        wait_until("every GPU back in the allocatable", lambda: gpu_counts(admin) == ("8", "8") or None, 30)
+    finally:
+        agent.clear()
+        agent.close()
+    passed, detail = driver.smoke_pod(NODE)
+    assert passed, detail
 
 
 def test_pod_logs_come_through_the_api_server_and_into_the_nodes_bundle(

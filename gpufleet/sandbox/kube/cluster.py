@@ -51,6 +51,7 @@ from gpufleet.core.sandbox_contract import (
 )
 from gpufleet.core.yamlio import safe_load_all
 from gpufleet.sandbox import processes, rootfs, run_teardown
+from gpufleet.sandbox.agents import AgentClient, write_token
 from gpufleet.sandbox.kube import daemons, gpu_operator, kubelet_node, kueue, oci_archive, rbac, workload
 from gpufleet.sandbox.kube.api import ApiError, KubeApi, object_path, owned_by, ssl_context
 from gpufleet.sandbox.kube.binaries import KubePaths, require_kube_paths
@@ -69,7 +70,7 @@ from gpufleet.sandbox.kube.kwok_config import NODE_SELECTOR, kwok_config_text
 from gpufleet.sandbox.kube.nodes import KwokNode, plan_nodes, plan_storage_nodes
 from gpufleet.sandbox.kube.pki import issue_files, node_cert_specs, write_pki
 from gpufleet.sandbox.kube.versions import load_versions
-from gpufleet.sandbox.layout import new_run_id
+from gpufleet.sandbox.layout import new_run_id, xid_overrides_json
 from gpufleet.sandbox.processes import Timings
 from gpufleet.sandbox.readiness import wait_for
 from gpufleet.sandbox.run_teardown import RunDownReport
@@ -471,7 +472,7 @@ def _bring_up(
             say(f"{len(want)} nodes Ready ({sum(n.spare for n in nodes)} spares)")
             if kubelet_names:
                 tags = gpu_operator.image_tags(spec) if wants_gpu_operator(opts, spec, len(nodes)) else []
-                _start_kubelet_nodes(run, api, [n for n in nodes if n.name in kubelet_names], tags, say)
+                _start_kubelet_nodes(run, api, spec, [n for n in nodes if n.name in kubelet_names], tags, say)
                 timings.mark("kubelet_nodes")
             if opts.platform:
                 _inspect_writers(run, api, [n.name for n in nodes])
@@ -523,11 +524,13 @@ def _bring_up(
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_tags: list[str],
-                         say: Callable[[str], None]) -> None:
-    """Start each kubelet node (containerd, its images, the kubelet) and wait until all are Ready;
-    then give each the planned labels its kubelet may not set (kubelet_node.split_labels) and its GPUs,
-    as a device plugin would advertise them (kubelet_node.py)."""
+def _start_kubelet_nodes(run: _Run, api: KubeApi, spec: StackSpec, nodes: list[KwokNode],
+                         image_tags: list[str], say: Callable[[str], None]) -> None:
+    """Start each kubelet node (containerd, its images, its GPUs' agent, the kubelet, the device
+    plugin) and wait until all are Ready with their GPUs advertised by the device plugin; then give
+    each the planned labels its kubelet may not set (kubelet_node.split_labels) and its address."""
+    models = {p.name: p.accelerator.value for p in spec.node_pools}
+    overrides = xid_overrides_json(spec)
     lay, bins = run.lay, run.paths.binaries
     try:
         base = rootfs.rootfs_tar(say=lambda m: say(f"kubelet nodes' image: {m}"))
@@ -540,6 +543,7 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_t
     names = [n.name for n in nodes]
     run.rec.update(kubelet_nodes=names)  # before any is started: `down` then cleans up after them
     later: dict[str, dict[str, str]] = {}
+    wanted: dict[str, tuple[str, str]] = {}  # each node's GPU resource and count
     for index, node in enumerate(nodes):
         name = node.name
         nl = kubelet_node.layout(lay.run_id, lay.base_dir, name, index, lay.ports)
@@ -575,39 +579,64 @@ def _start_kubelet_nodes(run: _Run, api: KubeApi, nodes: list[KwokNode], image_t
             raise KubeSandboxError(f"{name}: {e}") from None
         for tag in image_tags:
             kubelet_node.tag_image(ctr, tag)
+        gpus = kubelet_node.gpu_resources(node.capacity)
+        if len(gpus) != 1:
+            raise KubeSandboxError(f"kubelet node {name}: one accelerator resource expected, got {gpus}")
+        resource, count = next(iter(gpus.items()))
+        wanted[name] = (resource, count)
+        write_token(nl.agent_token)
+        nl.agent_dir.mkdir(parents=True, exist_ok=True)
+        agent = f"{kubelet_node.AGENT}-{name}"
+        run.start(agent, kubelet_node.agent_argv(nl, containerd_pid, models[node.pool], int(count),
+                                                 overrides))
+        agent_client = AgentClient(nl.agent_socket, nl.agent_token.read_text().strip())
+
+        def agent_up(client: AgentClient = agent_client, health: Path = nl.health_file) -> bool:
+            return client.healthy() and health.exists()
+
+        try:
+            run.wait(f"the agent of {name}", agent_up, 0.1, agent)
+        finally:
+            agent_client.close()
         own, later[name] = kubelet_node.split_labels(node.labels)
         run.start(f"{kubelet_node.KUBELET}-{name}",
                   kubelet_node.kubelet_argv(nl, bins["kubelet"], containerd_pid,
                                             {**own, kubelet_node.KUBELET_NODE_LABEL: "true"}, node.taints))
+        run.start(f"{kubelet_node.DEVICE_PLUGIN}-{name}",
+                  kubelet_node.device_plugin_argv(nl, containerd_pid, resource, int(count)))
 
     def all_ready() -> bool:
         listed = api.list("Node", labelSelector=kubelet_node.KUBELET_NODE_LABEL)
-        ready = {n["metadata"]["name"] for n in listed if node_ready(n)}
+        ready = {n["metadata"]["name"] for n in listed
+                 if node_ready(n) and _advertises(n, *wanted[n["metadata"]["name"]])}
         left = set(names) - ready
         if left:
-            raise RuntimeError(f"not Ready yet: {', '.join(sorted(left))}")
+            raise RuntimeError(f"not Ready with their GPUs advertised yet: {', '.join(sorted(left))}")
         return True
 
-    run.wait(f"{len(nodes)} kubelet node(s) Ready", all_ready, 0.5, f"{kubelet_node.KUBELET}-{names[-1]}")
+    run.wait(f"{len(nodes)} kubelet node(s) Ready", all_ready, 0.5,
+             f"{kubelet_node.DEVICE_PLUGIN}-{names[-1]}")
     for node in nodes:
         path = object_path("Node", node.name)
         resp = api.request("PATCH", path, {"metadata": {"labels": later[node.name]}}, MERGE_PATCH)
         if resp.status_code != 200:
             raise KubeSandboxError(f"{node.name}: labelling failed: HTTP {resp.status_code} "
                                    f"{resp.text[:200]}")
-        gpus = kubelet_node.gpu_resources(node.capacity)
-        # "Advertise Extended Resources for a Node" (Kubernetes docs): the GPUs, patched into the
-        # status; and the address the kubelet serves on, which it refuses to report itself (a
-        # loopback node IP, kubelet_node.kubelet_argv) and never overwrites: the API server reaches
-        # it there for pod logs and exec.
-        status = {"addresses": kubelet_node.node_addresses(),
-                  **({"capacity": gpus, "allocatable": gpus} if gpus else {})}
+        # The address the kubelet serves on, which it refuses to report itself (a loopback node IP,
+        # kubelet_node.kubelet_argv) and never overwrites: the API server reaches it there for pod
+        # logs and exec. The GPUs are the device plugin's to advertise.
+        status = {"addresses": kubelet_node.node_addresses()}
         resp = api.request("PATCH", f"{path}/status", {"status": status}, MERGE_PATCH)
         if resp.status_code != 200:
-            raise KubeSandboxError(f"{node.name}: patching its address and GPUs failed: "
-                                   f"HTTP {resp.status_code}")
+            raise KubeSandboxError(f"{node.name}: patching its address failed: HTTP {resp.status_code}")
     say(f"{len(nodes)} kubelet node(s) Ready: {', '.join(names)} (containerd and runc, image "
-        f"{kubelet_node.NODE_IMAGE})")
+        f"{kubelet_node.NODE_IMAGE}; GPUs advertised by the device plugin)")
+
+
+def _advertises(node: dict[str, Any], resource: str, count: str) -> bool:
+    """Whether the node's status counts all `count` GPUs of `resource` in capacity and allocatable."""
+    status = node.get("status") or {}
+    return all(str((status.get(k) or {}).get(resource)) == count for k in ("capacity", "allocatable"))
 
 
 def _chaos_identity(run: _Run, api: KubeApi, fault_namespace: str, training_namespace: str) -> None:

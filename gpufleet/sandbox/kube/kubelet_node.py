@@ -55,6 +55,11 @@ from gpufleet.sandbox.rootfs import rootfs_key
 KUBELET = "kubelet"
 CONTAINERD = "containerd"
 STREAM_RELAY = "stream-relay"
+AGENT = "agent"  # the node's GPUs: gpufleet.sandbox.agent, as on the process sandbox's nodes
+DEVICE_PLUGIN = "device-plugin"  # gpufleet.sandbox.kube.device_plugin (ADR 0091)
+# The agent's metrics, on the node's own loopback: dcgm-exporter's default port (its DaemonSet's
+# containerPort), where a hostNetwork pod of the node would scrape it.
+AGENT_METRICS_PORT = 9400
 KUBELET_NODE_LABEL = "gpufleet.io/kubelet-node"
 # The pods' image: the sandbox's Debian root filesystem, tagged by its cache key.
 NODE_IMAGE = f"localhost/gpufleet/node-base:{rootfs_key()}"
@@ -162,6 +167,23 @@ class KubeletNodeLayout:
     @property
     def stream_relay_port_file(self) -> Path:
         return self.dir / "stream-relay.port"  # written once the relay listens
+
+    @property
+    def agent_dir(self) -> Path:
+        """The node agent's state: gpu-health.json, which the device plugin reads, among it."""
+        return self.dir / "agent"
+
+    @property
+    def agent_socket(self) -> Path:
+        return self.dir / "agent.sock"
+
+    @property
+    def agent_token(self) -> Path:
+        return self.dir / "agent.token"
+
+    @property
+    def health_file(self) -> Path:
+        return self.agent_dir / "gpu-health.json"
 
     @property
     def cni_conf_dir(self) -> Path:
@@ -328,6 +350,30 @@ def stream_relay_argv(nl: KubeletNodeLayout, containerd_pid: int) -> list[str]:
     return [sys.executable, "-m", "gpufleet.sandbox.portforward", "--netns", f"/proc/{containerd_pid}/ns/net",
             "--target-port", str(nl.stream_port), "--listen-port", str(nl.stream_port),
             "--port-file", str(nl.stream_relay_port_file)]
+
+
+def agent_argv(nl: KubeletNodeLayout, containerd_pid: int, model: str, gpus: int,
+               xid_overrides_json: str) -> list[str]:
+    """The node's agent (its GPUs), in the node's network namespace: its metrics on the node's own
+    loopback; its control socket and state in the node folder."""
+    return [
+        "nsenter", f"--net=/proc/{containerd_pid}/ns/net", "--",
+        sys.executable, "-m", "gpufleet.sandbox.agent",
+        "--node", nl.name, "--gpus", str(gpus), "--model", model,
+        "--listen", f"{LOOPBACK_IP}:{AGENT_METRICS_PORT}",
+        "--control-socket", str(nl.agent_socket), "--token-file", str(nl.agent_token),
+        "--state-dir", str(nl.agent_dir), "--kernel-log", str(nl.dir / "kern.log"),
+        "--xid-overrides", xid_overrides_json,
+    ]
+
+
+def device_plugin_argv(nl: KubeletNodeLayout, containerd_pid: int, resource: str, gpus: int) -> list[str]:
+    """The node's device plugin, in containerd's mount namespace, where the kubelet's folder is."""
+    return [
+        "nsenter", f"--mount=/proc/{containerd_pid}/ns/mnt", "--", sys.executable, "-m",
+        "gpufleet.sandbox.kube.device_plugin", "--node", nl.name, "--resource", resource,
+        "--count", str(gpus), "--health-file", str(nl.health_file),
+    ]
 
 
 def kubelet_argv(nl: KubeletNodeLayout, binary: Path, containerd_pid: int,

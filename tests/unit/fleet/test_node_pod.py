@@ -24,8 +24,9 @@ GP = NodePod(image="registry.example/train:1", command=["python", "-m", "train",
              deadline_s=120, namespace="gpufleet-gameday", env={"B": "2", "A": "1"}, host_paths=["/opt/x"])
 
 
-def node(alloc: dict[str, str]) -> dict[str, Any]:
-    return {"metadata": {"name": "gpu-3"}, "status": {"allocatable": alloc}}
+def node(capacity: dict[str, str], allocatable: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "gpu-3"},
+            "status": {"capacity": capacity, "allocatable": capacity if allocatable is None else allocatable}}
 
 
 def test_the_pod_runs_on_the_node_whatever_its_taints_holding_every_gpu() -> None:
@@ -43,6 +44,15 @@ def test_the_pod_runs_on_the_node_whatever_its_taints_holding_every_gpu() -> Non
     assert spec["volumes"] == [{"name": "host-0", "hostPath": {"path": "/opt/x", "type": "Directory"}}]
     assert m["metadata"]["namespace"] == "gpufleet-gameday"
     assert m["metadata"]["name"] == "gpufleet-gate-gpu-3-r42"
+
+
+def test_the_pod_asks_for_the_capacity_so_an_unhealthy_gpu_fails_admission() -> None:
+    # A device plugin's Unhealthy GPU stays in the capacity and leaves the allocatable (the kubelet's
+    # device manager): the pod must ask for all 8, which the kubelet cannot admit with 7.
+    sick = node({"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "7"})
+    assert gpu_requests(sick) == {"nvidia.com/gpu": "8"}
+    c = node_pod_manifest(sick, GP, "r")["spec"]["containers"][0]
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8"}
 
 
 def test_a_node_without_gpus_gets_no_request_and_long_names_are_cut() -> None:
