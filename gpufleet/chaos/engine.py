@@ -211,6 +211,8 @@ class Context:
             isolating_xids=isolating_xids(table),
             training_job=training,
             daemons=kube.processes if kube is not None else (),
+            agents={n: a for n in kube.kubelet_nodes if (a := kube.kubelet_agent(n)) is not None}
+            if kube is not None else None,
         )
 
     def _kube_sandbox_unless_explicit(self) -> KubeSandboxState | None:

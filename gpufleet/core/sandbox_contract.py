@@ -185,6 +185,19 @@ KUBE_SPARE_LABEL = "gpufleet.io/spare"
 # simulated node runs no container: a fault pod could change nothing there, docs/adr/0036).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_ANNOTATION_VALUE = "fake"
+# A kubelet node of the Kubernetes sandbox (ADR 0081) carries this label, and its folder in the run
+# directory holds its GPUs' agent (ADR 0091). Its containers share this machine's PID namespace and
+# kernel: a privileged fault pod there (sysrq, /dev/kmsg, nsenter into PID 1) would act on the
+# machine itself, so the chaos backend injects there through the agent only.
+KUBELET_NODE_LABEL = "gpufleet.io/kubelet-node"
+KUBELET_AGENT_SOCKET = "agent.sock"
+KUBELET_AGENT_TOKEN = "agent.token"
+
+
+def kubelet_node_dir(base_dir: Path, index: int) -> Path:
+    """Kubelet node `index`'s folder: named by the index, not the node's name, which may be long:
+    the sockets in it must stay under unix(7)'s 108 bytes."""
+    return base_dir / f"kn{index}"
 
 
 class KubeSandboxState(_M):
@@ -221,6 +234,13 @@ class KubeSandboxState(_M):
     # process "gpufleet-remediation"): its own ServiceAccount and what it last did.
     remediation_service_account: str | None = None
     remediation_status: str | None = None  # JSON (RemediationStatus), rewritten every reconcile
+
+    def kubelet_agent(self, node: str) -> tuple[str, str] | None:
+        """(control socket, token file) of a kubelet node's agent; None for any other node."""
+        if node not in self.kubelet_nodes:
+            return None
+        folder = kubelet_node_dir(Path(self.base_dir), self.kubelet_nodes.index(node))
+        return str(folder / KUBELET_AGENT_SOCKET), str(folder / KUBELET_AGENT_TOKEN)
 
 
 class RemediationStatus(_M):

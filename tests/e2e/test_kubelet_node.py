@@ -21,9 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chaoslib.exceptions import InvalidActivity
 from e2e_support import gpufleet, kube_sandbox, wait_until
 from test_kubernetes_sandbox import assert_nothing_left
 
+from gpufleet.chaos.gpu import actions as gpu_actions
+from gpufleet.chaos.ledger import Ledger
+from gpufleet.chaos.node import actions as node_actions
 from gpufleet.core.sandbox_contract import KubeSandboxState
 from gpufleet.fleet.bundle.archive import read_manifest
 from gpufleet.fleet.node_pod import GATE_APP, NodePod, gpu_requests
@@ -249,6 +253,29 @@ def test_the_device_plugin_hands_out_the_agents_gpus_and_an_unhealthy_one_fails_
         agent.close()
     passed, detail = driver.smoke_pod(NODE)
     assert passed, detail
+
+
+def test_chaos_on_the_kubelet_node_goes_through_its_agent_and_never_a_fault_pod(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi, tmp_path: Path
+) -> None:
+    state, extra = sandbox
+    cfg = {"gpufleet_backend": "kubernetes", "gpufleet_stack": STACK,
+           "gpufleet_sandbox_root": str(extra["root"]), "gpufleet_ledger": str(tmp_path / "faults.jsonl")}
+    # Its containers share this machine's PID namespace: sysrq-b from a pod there would reboot it.
+    with pytest.raises(InvalidActivity, match="machine itself"):
+        node_actions.crash_node(NODE, configuration=cfg)
+    assert Ledger(tmp_path / "faults.jsonl").pending() == []
+    # The catalog's XID 79, through the node's agent: its device plugin takes the GPU out.
+    out = gpu_actions.inject_gpu_fault("gpu-xid-79", NODE, 2, configuration=cfg)
+    try:
+        (rec,) = Ledger(tmp_path / "faults.jsonl").pending()
+        assert rec.params["node_kind"] == "sandbox-kubelet", out
+        wait_until("GPU 2 to leave the allocatable", lambda: gpu_counts(admin) == ("8", "7") or None, 30)
+        assert not admin.list("Pod", state.chaos_namespace or "gpufleet-gameday")  # no fault pod
+    finally:
+        gpu_actions.clear_gpu_faults(NODE, configuration=cfg)
+    assert Ledger(tmp_path / "faults.jsonl").pending() == []
+    wait_until("GPU 2 back in the allocatable", lambda: gpu_counts(admin) == ("8", "8") or None, 30)
 
 
 def test_pod_logs_come_through_the_api_server_and_into_the_nodes_bundle(

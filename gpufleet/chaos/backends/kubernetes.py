@@ -19,7 +19,12 @@
     it holds or that expired), and the real node lifecycle controller marks the node NotReady
     (Unknown) and taints it unreachable. (Removing kwok's annotation does not stop it: kwok v0.8
     filters node events by the annotation on the client and keeps renewing the Lease it holds.)
-  Every plan records which (`params.node_kind`: real | simulated) in the ledger.
+  - on a kubelet node of the Kubernetes sandbox (label KUBELET_NODE_LABEL; ADR 0091): its
+    containers share this machine's PID namespace and kernel, so a privileged fault pod would
+    act on the machine itself (sysrq-b would reboot it). A GPU fault goes through the node's agent
+    (its control socket, named by the sandbox's state), whose GPUs the node's device plugin
+    reports to the kubelet; every fault that needs a pod there is refused.
+  Every plan records which (`params.node_kind`: real | simulated | sandbox-kubelet) in the ledger.
 
 The client's `patch_node` picks `application/json-patch+json` for a dict body by default (the first
 JSON type in its list), which the API server rejects for an object body: every patch here names
@@ -53,6 +58,7 @@ from gpufleet.catalog.injection import (
     NodeReboot,
 )
 from gpufleet.chaos.backends.base import Backend, NodeInfo, Plan, TrainingPods
+from gpufleet.chaos.backends.sandbox_undo import agent_request, dcgm_inject_body
 from gpufleet.chaos.backends.slurm import dcgmi_inject_argv, kmsg_argv, kmsg_xid_line
 from gpufleet.chaos.ledger import Rollback
 from gpufleet.core import procs
@@ -69,7 +75,12 @@ from gpufleet.core.node_health import (
     fabric_problem_message,
     xid_problem_message,
 )
-from gpufleet.core.sandbox_contract import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, SandboxProcess
+from gpufleet.core.sandbox_contract import (
+    KUBELET_NODE_LABEL,
+    KWOK_NODE_ANNOTATION,
+    KWOK_NODE_ANNOTATION_VALUE,
+    SandboxProcess,
+)
 from gpufleet.core.slurm_state import NodeObs
 
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -87,7 +98,7 @@ CRASH_HOLDER = "gpufleet-chaos/node-crash"
 CRASH_LEASE_SECONDS = 86_400
 RELEASED_HOLDER = "gpufleet-chaos/released"  # the rollback: a holder whose Lease has expired
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-SIMULATED, REAL = "simulated", "real"
+SIMULATED, REAL, SANDBOX_KUBELET = "simulated", "real", "sandbox-kubelet"
 PCI = "0000:{gpu:02x}:00"  # the GPU's bus id in the kernel-log line, as the other backends write it
 
 
@@ -178,6 +189,11 @@ def taints_with(
 
 def taints_without(existing: list[dict[str, Any]], key: str, effect: str) -> list[dict[str, Any]]:
     return [t for t in existing if not (t.get("key") == key and t.get("effect") == effect)]
+
+
+def sandbox_kubelet_node(node: Mapping[str, Any]) -> bool:
+    """Whether the node is a kubelet node of the Kubernetes sandbox (module docstring)."""
+    return ((node.get("metadata") or {}).get("labels") or {}).get(KUBELET_NODE_LABEL) == "true"
 
 
 def node_kind(node: Mapping[str, Any]) -> str:
@@ -422,11 +438,13 @@ class KubernetesBackend(Backend):
         isolating_xids: Collection[int] | None = None,
         training_job: tuple[str, str] | None = None,
         daemons: Sequence[SandboxProcess] = (),
+        agents: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         """`isolating_xids`: the XIDs the stack's policy isolates a node for (what the node-health
         check reports; None: every XID). `training_job`: (namespace, name) of the training Job
         whose pods are the workload. `daemons`: the Kubernetes sandbox's processes, when the
-        cluster is the sandbox (its state file names them), for the steady-state check."""
+        cluster is the sandbox (its state file names them), for the steady-state check.
+        `agents`: the sandbox's kubelet nodes' agents, node -> (control socket, token file)."""
         self.conn = conn
         self.namespace = namespace
         self.image = image
@@ -435,6 +453,7 @@ class KubernetesBackend(Backend):
         self.isolating_xids = None if isolating_xids is None else frozenset(isolating_xids)
         self.training_job = training_job
         self.daemons = tuple(daemons)
+        self.agents = dict(agents or {})
         self._client: Any = None
 
     @property
@@ -602,6 +621,12 @@ class KubernetesBackend(Backend):
         summary: str,
         down: bool,
     ) -> Plan:
+        if sandbox_kubelet_node(self._node(node)):
+            raise InvalidActivity(
+                f"node {node} is a kubelet node of the Kubernetes sandbox: its containers share this "
+                f"machine's PID namespace and kernel, so the fault pod ({summary}) would act on the "
+                "machine itself; only GPU faults are injected there, through the node's agent"
+            )
         suffix = uuid.uuid4().hex[:6]
         name = f"gpufleet-chaos-{kind}-{suffix}"[:63]
         pod = fault_pod(name, self.namespace, node, self.image, command, host_network, fault_id)
@@ -676,6 +701,8 @@ class KubernetesBackend(Backend):
             what = f"XID {xid} on GPU {gpu}"
             target = {"node": node, "gpu": gpu}
             return self._condition_plan("dcgm-inject", raw, message, target, inj.params(), what)
+        if sandbox_kubelet_node(raw) and node in self.agents:
+            return self._agent_plan(node, gpu, inj)
         script = [" ".join(dcgmi_inject_argv(gpu, fid, value))]
         if inj.kmsg:
             script.append(kmsg_argv(kmsg_xid_line(int(value), PCI.format(gpu=gpu)), inj.burst)[2])
@@ -693,6 +720,20 @@ class KubernetesBackend(Backend):
             f"privileged pod on {node}: dcgmi test --inject -f {fid} -v {value}",
             False,
         )
+
+    def _agent_plan(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
+        """A sandbox kubelet node's GPU fault, through its agent (the process sandbox's injection
+        body); undone by clearing the GPU, a GPU reset, as on the process sandbox."""
+        sock, token = self.agents[node]
+        body = dcgm_inject_body(gpu, inj)
+        rb = Rollback("sandbox.agent-clear", {"socket": sock, "token_file": token, "gpu": gpu, "node": node})
+
+        def apply() -> dict[str, Any]:
+            return {"agent": agent_request(sock, token, "POST", "/inject", body) or {}}
+
+        return Plan("dcgm-inject", {"node": node, "gpu": gpu}, {**inj.params(), "node_kind": SANDBOX_KUBELET},
+                    rb, apply, f"sandbox kubelet node {node}: its agent injects DCGM field {inj.field_id}="
+                    f"{inj.value} on GPU {gpu}")
 
     def plan_link_down(self, node: str, inj: LinkDown) -> Plan:
         rail = inj.rail

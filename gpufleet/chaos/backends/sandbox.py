@@ -53,6 +53,7 @@ from gpufleet.chaos.backends.base import (
 from gpufleet.chaos.backends.sandbox_undo import (
     FLAPPERS,
     agent_request,
+    dcgm_inject_body,
     link_exists,
     mount_namespaces,
     mounted,
@@ -237,9 +238,7 @@ class SandboxBackend(Backend):
 
     # ------------------------------------------------------------ GPU
     def plan_dcgm_inject(self, node: str, gpu: int, inj: DcgmInject) -> Plan:
-        body = {"gpu": gpu, "field_id": inj.field_id, "value": inj.value, "kmsg": inj.kmsg,
-                "burst": inj.burst}
-        return self._agent_inject("dcgm-inject", node, gpu, body,
+        return self._agent_inject("dcgm-inject", node, gpu, dcgm_inject_body(gpu, inj),
                                   f"DCGM field {inj.field_id}={inj.value}")
 
     def plan_exporter_inject(self, node: str, gpu: int, inj: ExporterInject) -> Plan:

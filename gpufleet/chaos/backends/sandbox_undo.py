@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from chaoslib.exceptions import ActivityFailed
 
+from gpufleet.catalog.injection import DcgmInject
 from gpufleet.chaos import sysops
 from gpufleet.chaos.backends.base import nft_delete_argv
 from gpufleet.core import mounts
@@ -33,6 +34,12 @@ FLAPPERS: dict[str, threading.Event] = {}
 
 
 # ----------------------------------------------------------------------------- agent
+
+
+def dcgm_inject_body(gpu: int, inj: DcgmInject) -> dict[str, Any]:
+    """The agent's POST /inject body for a DCGM injection (`dcgmi test --inject`), on the process
+    sandbox's nodes and the Kubernetes sandbox's kubelet nodes alike."""
+    return {"gpu": gpu, "field_id": inj.field_id, "value": inj.value, "kmsg": inj.kmsg, "burst": inj.burst}
 
 
 def agent_request(

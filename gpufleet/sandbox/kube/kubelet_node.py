@@ -47,7 +47,15 @@ from typing import Any
 import yaml
 
 from gpufleet.config.accelerators import all_specs
-from gpufleet.core.sandbox_contract import KubeSandboxState
+from gpufleet.core.sandbox_contract import (
+    KUBELET_AGENT_SOCKET,
+    KUBELET_AGENT_TOKEN,
+    KubeSandboxState,
+    kubelet_node_dir,
+)
+from gpufleet.core.sandbox_contract import (
+    KUBELET_NODE_LABEL as KUBELET_NODE_LABEL,  # re-exported: the sandbox and its tests name it here
+)
 from gpufleet.sandbox.kube.nodes import KwokNode
 from gpufleet.sandbox.kube.pki import LOOPBACK_IP
 from gpufleet.sandbox.rootfs import rootfs_key
@@ -60,7 +68,6 @@ DEVICE_PLUGIN = "device-plugin"  # gpufleet.sandbox.kube.device_plugin (ADR 0091
 # The agent's metrics, on the node's own loopback: dcgm-exporter's default port (its DaemonSet's
 # containerPort), where a hostNetwork pod of the node would scrape it.
 AGENT_METRICS_PORT = 9400
-KUBELET_NODE_LABEL = "gpufleet.io/kubelet-node"
 # The pods' image: the sandbox's Debian root filesystem, tagged by its cache key.
 NODE_IMAGE = f"localhost/gpufleet/node-base:{rootfs_key()}"
 # The pod sandbox's process only holds the pod's namespaces; containerd stops it with SIGKILL.
@@ -175,11 +182,11 @@ class KubeletNodeLayout:
 
     @property
     def agent_socket(self) -> Path:
-        return self.dir / "agent.sock"
+        return self.dir / KUBELET_AGENT_SOCKET
 
     @property
     def agent_token(self) -> Path:
-        return self.dir / "agent.token"
+        return self.dir / KUBELET_AGENT_TOKEN
 
     @property
     def health_file(self) -> Path:
@@ -205,7 +212,7 @@ class KubeletNodeLayout:
 def layout(run_id: str, base_dir: Path, name: str, index: int, ports: Mapping[str, int]) -> KubeletNodeLayout:
     """Node `index` of the run's kubelet nodes; its folder is named by the index (`kn<index>`), not
     by the node's name, which may be long: the sockets in it must stay under 108 bytes."""
-    folder = base_dir / f"kn{index}"
+    folder = kubelet_node_dir(base_dir, index)
     return KubeletNodeLayout(run_id, name, folder, ports[f"kubelet-{name}"], ports[f"kubelet-{name}-healthz"],
                              ports[f"kubelet-{name}-stream"])
 

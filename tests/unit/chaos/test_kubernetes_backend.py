@@ -335,3 +335,99 @@ def test_node_observations_from_conditions_and_taints() -> None:
     soft = [{"key": "node.kubernetes.io/unreachable", "effect": "PreferNoSchedule"}]
     prefer = node_obs(_node("a", taints=soft))
     assert prefer.schedulable
+
+
+# --------------------------------------------------------------------- sandbox kubelet nodes
+
+
+def _kubelet_node(name: str) -> dict[str, Any]:
+    n = _node(name)
+    n["metadata"]["labels"]["gpufleet.io/kubelet-node"] = "true"
+    return n
+
+
+def test_no_fault_pod_goes_to_a_sandbox_kubelet_node(api_server: Any, tmp_path: Path) -> None:
+    # Its containers share this machine's PID namespace: sysrq-b from there would reboot the machine.
+    _serve_nodes(api_server, _kubelet_node("gpu-0"), _node("gpu-1"))
+    api_server.responses[("POST", "/api/v1/namespaces/gpufleet-gameday/pods")] = (201, {"kind": "Pod"})
+    with pytest.raises(InvalidActivity, match=r"kubelet node of the Kubernetes sandbox.*machine itself"):
+        node_actions.crash_node("gpu-0", configuration=_cfg(api_server, tmp_path))
+    from gpufleet.chaos.gpu import actions as gpu_actions
+
+    # Without its agent (a configuration naming the API server, not the sandbox), a GPU fault there
+    # would be a pod too: refused the same way.
+    with pytest.raises(InvalidActivity, match="kubelet node of the Kubernetes sandbox"):
+        gpu_actions.inject_gpu_fault("gpu-xid-79", "gpu-0", 3, configuration=_cfg(api_server, tmp_path))
+    assert not [r for r in api_server.requests if r["method"] == "POST"]
+    assert Ledger(tmp_path / "faults.jsonl").pending() == []
+
+
+class _Agent:
+    """The agent's control API on a unix socket: records each request and its bearer token."""
+
+    def __init__(self, path: Path) -> None:
+        import http.server
+        import socketserver
+        import threading
+
+        self.requests: list[tuple[str, str, Any, str]] = []
+        seen = self.requests
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                import json
+
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append(("POST", self.path, body, self.headers.get("Authorization", "")))
+                out = b"{}"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+            def get_request(self) -> Any:
+                conn, _ = super().get_request()
+                return conn, ("agent", 0)
+
+        self.server = Server(str(path), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_gpu_fault_on_a_sandbox_kubelet_node_goes_through_its_agent(
+    api_server: Any, tmp_path: Path
+) -> None:
+    from gpufleet.catalog.injection import DcgmInject
+    from gpufleet.chaos.backends.kubernetes import KubernetesBackend, connection
+    from gpufleet.chaos.rollbacks import ROLLBACKS
+
+    _serve_nodes(api_server, _kubelet_node("gpu-0"))
+    sock, token = tmp_path / "agent.sock", tmp_path / "agent.token"
+    token.write_text("s3cret\n")
+    agent = _Agent(sock)
+    try:
+        backend = KubernetesBackend(connection(api_server.url, None, None), "gpufleet-gameday", "img:1",
+                                    "fab{rail}", None, agents={"gpu-0": (str(sock), str(token))})
+        plan = backend.plan_dcgm_inject("gpu-0", 3, DcgmInject(field_id=230, value=79, kmsg=True))
+        assert plan.params["node_kind"] == "sandbox-kubelet" and plan.target == {"node": "gpu-0", "gpu": 3}
+        assert plan.rollback.name == "sandbox.agent-clear"
+        plan.apply()
+        ROLLBACKS[plan.rollback.name](plan.rollback.args)
+    finally:
+        agent.close()
+    assert agent.requests == [
+        ("POST", "/inject", {"gpu": 3, "field_id": 230, "value": 79, "kmsg": True, "burst": 1},
+         "Bearer s3cret"),
+        ("POST", "/clear", {"gpu": 3}, "Bearer s3cret"),
+    ]
+    assert not [r for r in api_server.requests if r["method"] == "POST"]  # no pod

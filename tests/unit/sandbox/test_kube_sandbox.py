@@ -42,7 +42,7 @@ from gpufleet.core.sandbox_contract import (
 )
 from gpufleet.infra.scheduler import QUEUE_NAMESPACE
 from gpufleet.sandbox.down import all_stacks
-from gpufleet.sandbox.kube import daemons, kwok_config, nodes, pki, rbac, workload
+from gpufleet.sandbox.kube import daemons, kubelet_node, kwok_config, nodes, pki, rbac, workload
 from gpufleet.sandbox.kube.cluster import KubeUpOptions, all_kube_stacks, existing_kube, kube_down, kube_up
 from gpufleet.sandbox.kube.kubeconfig import kubeconfig
 
@@ -615,3 +615,13 @@ def test_cli_status_and_down_without_a_kubernetes_sandbox(tmp_path: Path) -> Non
     assert status.exit_code == 1 and "no Kubernetes sandbox" in " ".join(status.output.split())
     down = CliRunner().invoke(app, ["sandbox", "down", "--kubernetes", "--stack", "x"], env=env)
     assert down.exit_code == 0 and "nothing to do" in down.output
+
+
+def test_the_state_names_each_kubelet_nodes_agent_where_the_node_keeps_it(tmp_path: Path) -> None:
+    state = KubeSandboxState(stack="s", run_id="abc123", phase="up", base_dir=str(tmp_path), created_at=0.0,
+                             kubernetes_version="v1.37.2", kubelet_nodes=["gpu-0", "gpu-3"])
+    for index, node in enumerate(state.kubelet_nodes):
+        nl = kubelet_node.layout("abc123", tmp_path, node, index, {f"kubelet-{node}{s}": 1 for s in
+                                                                   ("", "-healthz", "-stream")})
+        assert state.kubelet_agent(node) == (str(nl.agent_socket), str(nl.agent_token))
+    assert state.kubelet_agent("gpu-1") is None  # a kwok node has no agent
