@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from chaoslib.exceptions import InvalidActivity
 from e2e_support import gpufleet, kube_sandbox, wait_until
@@ -360,6 +361,75 @@ def test_kubectl_exec_runs_in_the_container_through_the_api_server(
     assert (proc.returncode, proc.stdout) == (7, "ready\ngot from-stdin\n"), proc
     assert proc.stderr.splitlines()[0] == "to-stderr", proc  # then kubectl's own line on the exit code
     assert admin.request("DELETE", object_path("Pod", "exec-target", NAMESPACE)).status_code == 200
+
+
+def kubectl_argv(state: KubeSandboxState) -> list[str]:
+    assert state.admin_kubeconfig is not None
+    return [str(require_kube_paths(unused=frozenset({"kueue"})).binaries["kubectl"]),
+            "--kubeconfig", state.admin_kubeconfig, "-n", NAMESPACE]
+
+
+def running_pod(admin: KubeApi, manifest: dict[str, Any]) -> None:
+    manifest["spec"]["terminationGracePeriodSeconds"] = 0
+    admin.create(manifest)
+    name = manifest["metadata"]["name"]
+
+    def ready() -> bool:
+        st = admin.get(object_path("Pod", name, NAMESPACE))["status"]
+        statuses = st.get("containerStatuses") or [{}]
+        return st.get("phase") == "Running" and all(c.get("ready") for c in statuses)
+
+    wait_until(f"pod {name} to run and be ready", ready, 60)
+
+
+def test_kubectl_port_forward_reaches_a_port_inside_the_pod(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi
+) -> None:
+    """The real kubectl's port-forward: kubelet, containerd's streaming server (through the node's
+    stream relay), then the pod's own loopback, which nothing else reaches."""
+    state, _ = sandbox
+    manifest = pod("pf-target", "mkdir -p /srv && echo pf-ok > /srv/mark && "
+                                "exec python3 -m http.server 8000 --bind 127.0.0.1 -d /srv")
+    # Ready once it serves: kubectl port-forward gives up on a connection the pod refuses.
+    probe = "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/mark', timeout=2)"
+    manifest["spec"]["containers"][0]["readinessProbe"] = {
+        "exec": {"command": ["python3", "-c", probe]}, "periodSeconds": 1}
+    running_pod(admin, manifest)
+    with subprocess.Popen([*kubectl_argv(state), "port-forward", "pod/pf-target", ":8000",
+                           "--address", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as forward:
+        assert forward.stdout is not None
+        first = forward.stdout.readline()  # "Forwarding from 127.0.0.1:<port> -> 8000"
+        assert first.startswith("Forwarding from 127.0.0.1:") and first.rstrip().endswith("-> 8000"), first
+        port = int(first.split("127.0.0.1:")[1].split()[0])
+
+        def served() -> str | None:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/mark", timeout=5)
+            except httpx.HTTPError:
+                return None
+            return r.text if r.status_code == 200 else None
+
+        try:
+            assert wait_until("the pod's server through port-forward", served, 30) == "pf-ok\n"
+        finally:
+            forward.terminate()
+    assert admin.request("DELETE", object_path("Pod", "pf-target", NAMESPACE)).status_code == 200
+
+
+def test_kubectl_attach_joins_the_running_container(
+    sandbox: tuple[KubeSandboxState, dict[str, Any]], admin: KubeApi
+) -> None:
+    """The real kubectl's attach, the third use of containerd's streaming server: the container
+    waits for a line on its stdin and answers on its stdout."""
+    state, _ = sandbox
+    manifest = pod("attach-target", "read line; echo \"attached: $line\"")  # then ends: so does attach
+    manifest["spec"]["containers"][0].update(stdin=True, stdinOnce=True)
+    running_pod(admin, manifest)
+    proc = subprocess.run([*kubectl_argv(state), "attach", "-i", "attach-target", "-c", "c"],
+                          input="hello\n", capture_output=True, text=True, timeout=60, check=False)
+    assert "attached: hello" in proc.stdout, proc
+    assert admin.request("DELETE", object_path("Pod", "attach-target", NAMESPACE)).status_code == 200
 
 
 def test_the_node_pod_brings_back_what_only_the_node_holds(
