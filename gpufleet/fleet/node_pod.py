@@ -12,8 +12,9 @@ places and judges it:
 - holding every GPU the node has (each resource of GPU_RESOURCE_PREFIXES at its count in the node's
   capacity), as the training job's pods do: a device plugin counts a GPU it reports Unhealthy in
   the capacity but not in the allocatable (the kubelet's device manager), so a node with an
-  unhealthy GPU fails at admission (`OutOf<resource>`). Asking for the allocatable count would
-  admit it, with one GPU fewer;
+  unhealthy GPU fails at admission (`UnexpectedAdmissionError`: "requested number of devices
+  unavailable for nvidia.com/gpu. Requested: 8, Available: 7", seen on the sandbox's kubelet
+  node). Asking for the allocatable count would admit it, with one GPU fewer;
 - with the stack's PriorityClass if it names one: a sweep's probe on a node in service should be
   preempted by a job (a class of negative value), as the heavy checks of inspect's plan yield;
 - bounded: `activeDeadlineSeconds` is the stack's deadline, and the wait for the pod's end is that
@@ -177,7 +178,7 @@ def pod_verdict(pod: Mapping[str, Any], role: str = "smoke") -> PodVerdict:
         # taint manager): the pod will not finish, whatever it prints while it goes.
         return PodVerdict(True, False, f"{role} pod disrupted ({disrupted.get('reason')}): "
                                        f"{_message(disrupted.get('message'))}", raw)
-    if phase == "Failed":  # an exit code, the deadline, or the kubelet's refusal (OutOf<resource>)
+    if phase == "Failed":  # an exit code, the deadline, or the kubelet's refusal at admission
         if term:
             why = f"exit {term.get('exitCode')} ({term.get('reason')})"
         else:

@@ -244,8 +244,8 @@ def test_the_device_plugin_hands_out_the_agents_gpus_and_an_unhealthy_one_fails_
         driver = GpuOperatorDriver(Path(state.admin_kubeconfig), Component.DRIVER, tmp_path / "cordons.json",
                                    smoke=smoke_pod(60.0))
         passed, detail = driver.smoke_pod(NODE)
-        assert not passed, detail  # it asks for all 8: the kubelet cannot admit it
-        assert "nvidia.com/gpu" in detail, detail
+        assert not passed, detail  # it asks for all 8: the kubelet's device manager cannot admit it
+        assert "UnexpectedAdmissionError" in detail and "Requested: 8, Available: 7" in detail, detail
         assert gpu_counts(admin) == ("8", "7")  # seconds later: GPU 5 was never taken out
         agent.clear()  # a GPU reset: the plugin reports GPU 3 Healthy again
         wait_until("every GPU back in the allocatable", lambda: gpu_counts(admin) == ("8", "8") or None, 30)
