@@ -192,6 +192,9 @@ KWOK_NODE_ANNOTATION_VALUE = "fake"
 KUBELET_NODE_LABEL = "gpufleet.io/kubelet-node"
 KUBELET_AGENT_SOCKET = "agent.sock"
 KUBELET_AGENT_TOKEN = "agent.token"
+# The GPUs' health as a node agent publishes it in its state folder, for the processes that use
+# the GPUs (training ranks, serving replicas, the device plugin) and for diagnostic bundles.
+AGENT_HEALTH_FILE = "gpu-health.json"
 
 
 def kubelet_node_dir(base_dir: Path, index: int) -> Path:

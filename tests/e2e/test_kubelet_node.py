@@ -343,18 +343,8 @@ def test_kubectl_exec_runs_in_the_container_through_the_api_server(
     """The real kubectl's exec: API server, kubelet, then containerd's streaming server in the node's
     namespace through the node's stream relay; stdin in, stdout, stderr and the exit code back."""
     state, _ = sandbox
-    assert state.admin_kubeconfig is not None
-    manifest = pod("exec-target", "echo ready > /tmp/mark; exec sleep 300")
-    manifest["spec"]["terminationGracePeriodSeconds"] = 0
-    admin.create(manifest)
-
-    def running() -> bool:
-        st = admin.get(object_path("Pod", "exec-target", NAMESPACE))["status"]
-        return st.get("phase") == "Running"
-
-    wait_until("pod exec-target to run", running, 60)
-    kubectl = [str(require_kube_paths(unused=frozenset({"kueue"})).binaries["kubectl"]),
-               "--kubeconfig", state.admin_kubeconfig, "-n", NAMESPACE]
+    running_pod(admin, pod("exec-target", "echo ready > /tmp/mark; exec sleep 300"))
+    kubectl = kubectl_argv(state)
     script = "cat /tmp/mark; read line; echo \"got $line\"; echo to-stderr >&2; exit 7"
     proc = subprocess.run([*kubectl, "exec", "-i", "exec-target", "-c", "c", "--", "/bin/sh", "-c", script],
                           input="from-stdin\n", capture_output=True, text=True, timeout=60, check=False)

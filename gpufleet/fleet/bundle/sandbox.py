@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gpufleet.core import netns, procs
 from gpufleet.core.agent_client import AgentError, agent_state
-from gpufleet.core.sandbox_contract import SandboxNode, SandboxProcess, SandboxState
+from gpufleet.core.sandbox_contract import AGENT_HEALTH_FILE, SandboxNode, SandboxProcess, SandboxState
 from gpufleet.fleet.bundle.runner import Collector, Read, ReadError, read_tail
 
 # Window of metrics around the detection time, seconds. Before: long enough to hold the node's state
@@ -136,8 +136,8 @@ def collectors(state: SandboxState, node_name: str, start: float, end: float) ->
                              read=_agent_read(Path(node.agent_socket), Path(state.agent_token_file))))
     state_dir = agent_state_dir(state, node)
     if state_dir is not None:
-        health = state_dir / "gpu-health.json"
-        out.append(Collector("gpu-health", "agent/gpu-health.json", ["file", str(health)],
+        health = state_dir / AGENT_HEALTH_FILE
+        out.append(Collector("gpu-health", f"agent/{AGENT_HEALTH_FILE}", ["file", str(health)],
                              read=_file_read(health)))
     if node.kernel_log:
         out.append(Collector("kernel-log", "kernel/kern.log", ["file", node.kernel_log],

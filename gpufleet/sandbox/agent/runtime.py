@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.catalog import Catalog, XidRule, xid_policy
+from gpufleet.core.sandbox_contract import AGENT_HEALTH_FILE
 from gpufleet.sandbox.agent import fields as F
 from gpufleet.sandbox.agent import host, kmsg
 from gpufleet.sandbox.agent.exposition import Snapshot, vendor_values
@@ -45,7 +46,6 @@ from gpufleet.sandbox.agent.vendors import VendorFormat
 log = logging.getLogger("gpufleet.sandbox.agent")
 
 STATE_FILE = "agent-state.json"
-HEALTH_FILE = "gpu-health.json"
 PROCS_DIR = "procs"
 HOST_FILE = "host-state.json"
 
@@ -129,7 +129,7 @@ class Agent:
 
     def _persist(self) -> None:
         write_json_atomic(self.state_dir / STATE_FILE, to_json(self.state))
-        write_json_atomic(self.state_dir / HEALTH_FILE, health_doc(self.state))
+        write_json_atomic(self.state_dir / AGENT_HEALTH_FILE, health_doc(self.state))
 
     # ----------------------------------------------------------------- operations
 

@@ -257,23 +257,31 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_ino, st.st_ctime_ns
 
 
+def _start_server(plugin_dir: Path, endpoint: str, plugin: DevicePlugin) -> grpc.Server:
+    (plugin_dir / endpoint).unlink(missing_ok=True)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers((plugin.handler(),))
+    server.add_insecure_port(f"unix://{plugin_dir / endpoint}")
+    server.start()
+    return server
+
+
 def serve(plugin_dir: Path, resource: str, health: HealthSource, stop: threading.Event) -> None:
-    """Serve and register; serve and register again whenever the kubelet's socket is a new one
-    (a kubelet that started again removed ours), until `stop`."""
+    """Serve and register; register again whenever the kubelet's socket is a new one, and serve
+    again first when our own socket is gone (a kubelet that starts empties the folder), until
+    `stop`. A refused registration is retried on the same server."""
     endpoint = socket_name(resource)
     kubelet = plugin_dir / KUBELET_SOCKET
+    plugin = DevicePlugin(resource, health, stop)
     registered: tuple[int, int] | None = None
     server: grpc.Server | None = None
     while not stop.is_set():
         now = _identity(kubelet)
         if now is not None and now != registered:
-            if server is not None:
-                server.stop(grace=None)
-            (plugin_dir / endpoint).unlink(missing_ok=True)
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-            server.add_generic_rpc_handlers((DevicePlugin(resource, health, stop).handler(),))
-            server.add_insecure_port(f"unix://{plugin_dir / endpoint}")
-            server.start()
+            if server is None or not (plugin_dir / endpoint).exists():
+                if server is not None:
+                    server.stop(grace=None)
+                server = _start_server(plugin_dir, endpoint, plugin)
             try:
                 register(plugin_dir, resource, endpoint)
             except grpc.RpcError as e:

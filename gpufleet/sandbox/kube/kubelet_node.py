@@ -48,6 +48,7 @@ import yaml
 
 from gpufleet.config.accelerators import all_specs
 from gpufleet.core.sandbox_contract import (
+    AGENT_HEALTH_FILE,
     KUBELET_AGENT_SOCKET,
     KUBELET_AGENT_TOKEN,
     KubeSandboxState,
@@ -190,7 +191,7 @@ class KubeletNodeLayout:
 
     @property
     def health_file(self) -> Path:
-        return self.agent_dir / "gpu-health.json"
+        return self.agent_dir / AGENT_HEALTH_FILE
 
     @property
     def cni_conf_dir(self) -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from gpufleet.core.haproxy_stats import server_states
+from gpufleet.core.sandbox_contract import AGENT_HEALTH_FILE
 from gpufleet.sandbox.agent.state import hang, health_doc, initial_state, write_json_atomic
 from gpufleet.sandbox.serving.balancer import (
     Backend,
@@ -146,7 +147,7 @@ class LocalServing:
             (self.workdir / name).mkdir(exist_ok=True)
             r = LocalReplica(
                 Backend(name, LOOPBACK, free_port()),
-                self.workdir / name / "gpu-health.json",
+                self.workdir / name / AGENT_HEALTH_FILE,
                 self.workdir / f"{name}.log",
             )
             r.start()

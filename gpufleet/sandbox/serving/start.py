@@ -9,6 +9,7 @@ import shutil
 import sys
 
 from gpufleet.config.model import SandboxServing
+from gpufleet.core.sandbox_contract import AGENT_HEALTH_FILE
 from gpufleet.sandbox.layout import Layout
 from gpufleet.sandbox.processes import Started, spawn
 from gpufleet.sandbox.serving.balancer import Backend, BalancerConfig, haproxy_config
@@ -32,7 +33,7 @@ def replica_argv(
     n = layout.node(node)
     return [python, "-m", "gpufleet.sandbox.serving.replica", "--name", node,
             "--listen", f"{n.mgmt_ip}:{serving.port}",
-            "--health-file", str(layout.node_dir(node) / "gpu-health.json")]
+            "--health-file", str(layout.node_dir(node) / AGENT_HEALTH_FILE)]
 
 
 def start_replica(

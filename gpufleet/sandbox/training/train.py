@@ -26,6 +26,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gpufleet.core.sandbox_contract import AGENT_HEALTH_FILE
 from gpufleet.sandbox.gpu_health import GpuHealth
 from gpufleet.sandbox.training.checkpoint import CkptKey, StaleGeneration, open_store
 from gpufleet.sandbox.training.progress import (
@@ -102,7 +103,7 @@ class Trainer:
         self.ckpt = open_store(args.checkpoint_dir, args.checkpoint_s3)
         node_dir = args.base_dir / "nodes" / info.node
         # Faults that kill only the running process (XID 94) apply to processes started before them.
-        self.health = GpuHealth(node_dir / "gpu-health.json", info.gpus or (info.local_rank,),
+        self.health = GpuHealth(node_dir / AGENT_HEALTH_FILE, info.gpus or (info.local_rank,),
                                 started_at=time.time())
         self.proc_files = [node_dir / "procs" / f"gpu{g}.json" for g in info.gpus or (info.local_rank,)]
         self.progress = TrainingProgress(info.job_id, args.job_name, info.world_size, info.restart)

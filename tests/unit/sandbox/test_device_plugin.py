@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -54,8 +55,9 @@ def test_allocation_names_the_chosen_devices_in_the_vendors_variable_and_refuses
 class Kubelet:
     """The kubelet's Registration service on <dir>/kubelet.sock: records each RegisterRequest."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, refuse: int = 0) -> None:
         self.requests: list[Any] = []
+        self.refuse = refuse  # refuse this many registrations first (a kubelet not ready yet)
         self.registered = threading.Event()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         handler = grpc.unary_unary_rpc_method_handler(
@@ -66,8 +68,10 @@ class Kubelet:
         self.server.add_insecure_port(f"unix://{folder / dp.KUBELET_SOCKET}")
         self.server.start()
 
-    def _register(self, req: Any, _ctx: Any) -> Any:
+    def _register(self, req: Any, ctx: Any) -> Any:
         self.requests.append(req)
+        if len(self.requests) <= self.refuse:
+            ctx.abort(grpc.StatusCode.UNAVAILABLE, "not ready")
         self.registered.set()
         return dp.message("Empty")()
 
@@ -138,6 +142,41 @@ def test_it_registers_again_when_the_kubelet_starts_again(plugin: tuple[Path, Pa
         assert (folder / dp.socket_name(RESOURCE)).exists()
     finally:
         again.stop()
+
+
+def test_a_refused_registration_is_tried_again_on_the_same_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[str] = []
+    start = dp._start_server
+
+    def counted(folder: Path, endpoint: str, plugin: dp.DevicePlugin) -> grpc.Server:
+        started.append(endpoint)
+        return start(folder, endpoint, plugin)
+
+    monkeypatch.setattr(dp, "_start_server", counted)
+    folder = tmp_path / "device-plugins"
+    folder.mkdir()
+    health = tmp_path / "gpu-health.json"
+    health.write_text(json.dumps({"node": "gpu-0", "gpus": {}}))
+    kubelet = Kubelet(folder, refuse=3)
+    stop = threading.Event()
+    t = threading.Thread(target=dp.serve, args=(folder, RESOURCE, dp.HealthSource(health, "gpu-0", 4), stop))
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        assert kubelet.registered.wait(10)
+        while len(kubelet.requests) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(kubelet.requests) == 4  # three refused, then accepted
+        assert started == [dp.socket_name(RESOURCE)]  # one server: the kubelet's endpoint never moved
+        assert (folder / dp.socket_name(RESOURCE)).exists()
+        time.sleep(3 * dp.POLL_S)
+        assert len(kubelet.requests) == 4  # registered once accepted, not again
+    finally:
+        stop.set()
+        t.join(10)
+        kubelet.stop()
 
 
 def test_bad_arguments_exit_2_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
