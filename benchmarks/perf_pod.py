@@ -1,7 +1,7 @@
 """Performance pod benchmark (ADR 0083): how repeatable the Kubernetes sandbox's performance pod is,
 which decides the floor its stack can hold, and how long one takes.
 
-    .venv/bin/python benchmarks/perf_pod.py [--runs 8]
+    .venv/bin/python benchmarks/perf_pod.py [--runs 12]
 
 Brings up the sandbox stack with 2 nodes, the first a kubelet node (no training, no GPU Operator), in
 a state root of its own, and runs the sandbox's performance pod (gpufleet's collective probe, gloo on
@@ -10,12 +10,18 @@ first figure plays the reference a rollout measures before its first wave; each 
 gate's reading. Prints each figure and its share of the first, counts the readings at or above 80 %
 and 90 % (N of N), and writes benchmarks/results/perf_pod.json. Needs root and `make kube-bins`.
 Figures, not asserts.
+
+It also asks how often a healthy node's gate would fail for the reference alone (ADR 0092): over
+every way the measured figures can play reference and reading, the share of readings under 80 % of
+a reference of one run, and of a reference that is the median of 3 runs (every 3 of the figures,
+each reading one of the others).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import platform
@@ -65,12 +71,25 @@ def measure(runs: int) -> list[dict[str, Any]]:
     return out
 
 
+def false_fail_share(figures: list[float], floor: float, reference_runs: int) -> tuple[int, int]:
+    """(readings under `floor` x reference, readings compared) over every `reference_runs` of the
+    figures as the reference (their median) and each other figure as the reading."""
+    under = total = 0
+    for chosen in itertools.combinations(range(len(figures)), reference_runs):
+        ref = statistics.median(figures[i] for i in chosen)
+        for j, f in enumerate(figures):
+            if j not in chosen:
+                total += 1
+                under += f < floor * ref
+    return under, total
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=12)
     args = ap.parse_args()
-    if args.runs < 2:
-        ap.error("--runs must be at least 2 (a reference and a reading)")
+    if not 4 <= args.runs <= 30:
+        ap.error("--runs must be 4..30 (a reference of 3 runs and a reading, at the least)")
     runs = measure(args.runs)
     figures = [r["figure"] for r in runs if r["figure"] is not None]
     ref = runs[0]["figure"]
@@ -88,6 +107,11 @@ def main() -> int:
         "at_or_above_90pct": f"{sum(s >= 90 for s in shares)} of {len(shares)}",
         "median_pod_s": round(statistics.median(r["pod_s"] for r in runs), 2),
     }
+    for k in (1, 3):
+        if len(figures) > k:
+            under, total = false_fail_share(figures, 0.8, k)
+            summary[f"under_80pct_of_a_{k}_run_reference"] = f"{under} of {total}"
+            summary[f"under_80pct_of_a_{k}_run_reference_pct"] = round(100 * under / total, 2)
     print(json.dumps(summary))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},

@@ -250,7 +250,8 @@ def _perf_step(driver: GpuOperatorDriver, spec: StackSpec, setup: GateSetup) -> 
     if driver.perf_pod is None:
         say("no performance floor: inspect.perfPod is not set (docs/fleet-upgrade.md)")
         return None
-    measured = driver.measure_references(driver.perf_pod, node_pods.reference_nodes(spec), say)
+    measured = driver.measure_references(driver.perf_pod, node_pods.reference_nodes(spec),
+                                         node_pods.reference_runs(spec), say)
     shapes = {p.name: p for p in spec.node_pools}
     observed = [InspectObservation(node=node, pool=pool, sku=shapes[pool].accelerator, at=time.time(),
                                    expected_gpus=shapes[pool].gpus_per_node, perf=figures)

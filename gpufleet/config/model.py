@@ -809,8 +809,10 @@ class PerfPod(Model):
     line `{"perf": {metric: value}}` to its termination message (/dev/termination-log), with the
     metric names of `gpufleet inspect` (e.g. nccl_allreduce_busbw_gbs). Before a rollout it runs on
     up to `referenceNodes` idle nodes of each pool for the pool's reference (a SKU's published figure
-    wins). `priorityClassName`: a class of negative value lets a job preempt a sweep's probe on a node
-    in service (inspect's plan: jobs take precedence)."""
+    wins), `referenceRuns` times each: a node's figure is the median of its runs, so one run that a
+    neighbour slowed or sped up does not set the reference. `priorityClassName`: a class of negative
+    value lets a job preempt a sweep's probe on a node in service (inspect's plan: jobs take
+    precedence)."""
 
     image: Annotated[str, Field(min_length=1)]
     command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
@@ -818,6 +820,7 @@ class PerfPod(Model):
     # None: the stack's game-day namespace (it exists wherever gpufleet is deployed).
     namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] | None = None
     reference_nodes: Annotated[int, Field(ge=1, le=50)] = 3
+    reference_runs: Annotated[int, Field(ge=1, le=10)] = 1
     # A DNS subdomain, as Kubernetes names a PriorityClass.
     priority_class_name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
                                    ] | None = None

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import subprocess
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -273,6 +274,21 @@ def reference_candidates(nodes: Sequence[Mapping[str, Any]], busy: Collection[st
         if len(chosen) < per_pool:
             chosen.append(name)
     return out
+
+
+def _shown(figures: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(figures.items()))
+
+
+def median_figures(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One node's figures from several runs of the performance pod (pure): each metric's median over
+    the runs that reported it. The median, as for a pool's reference (inspect's reference.py): a
+    run slowed or sped up by a neighbour on a shared host does not move it."""
+    by_metric: dict[str, list[float]] = {}
+    for figures in runs:
+        for metric, v in figures.items():
+            by_metric.setdefault(metric, []).append(v)
+    return {m: statistics.median(vs) for m, vs in sorted(by_metric.items())}
 
 
 @dataclass(frozen=True)
@@ -599,12 +615,12 @@ class GpuOperatorDriver:
         pool = (self.node(node)["metadata"].get("labels") or {}).get(POOL_LABEL, "")
         return perf_gate(figures, pool, step.setup)
 
-    def measure_references(self, gp: NodePod, per_pool: int,
+    def measure_references(self, gp: NodePod, per_pool: int, runs: int = 1,
                            say: Callable[[str], None] = lambda _m: None
                            ) -> dict[str, dict[str, dict[str, float]]]:
-        """Before the rollout: the performance pod on up to `per_pool` idle nodes of each pool
-        (reference_candidates) -> pool -> node -> figures; a node it could not measure is said and
-        left out."""
+        """Before the rollout: the performance pod `runs` times on each of up to `per_pool` idle
+        nodes of each pool (reference_candidates) -> pool -> node -> the median of its runs
+        (median_figures); a node with a run it could not measure is said and left out."""
         nodes = [self._dict(n) for n in self._call("list nodes", self.core.list_node).items]
         pods = [self._dict(p) for p in self._call("list pods", self.core.list_pod_for_all_namespaces).items]
         busy = {str(p["spec"].get("nodeName")) for p in pods
@@ -614,11 +630,18 @@ class GpuOperatorDriver:
         for pool, names in sorted(reference_candidates(
                 nodes, busy, per_pool, lambda n: n in upgradable and self.no_pods(n) is None).items()):
             for name in names:
-                figures, detail = self.measure(gp, name)
-                shown = ", ".join(f"{k} {v:g}" for k, v in sorted(figures.items()))
-                say(f"reference {pool}/{name}: " + (shown if figures else f"not measured: {detail}"))
-                if figures:
-                    out.setdefault(pool, {})[name] = figures
+                measured: list[dict[str, float]] = []
+                for run in range(1, runs + 1):
+                    figures, detail = self.measure(gp, name)
+                    which = f"{pool}/{name}" + (f" run {run} of {runs}" if runs > 1 else "")
+                    say(f"reference {which}: " + (_shown(figures) if figures else f"not measured: {detail}"))
+                    if not figures:
+                        break
+                    measured.append(figures)
+                else:
+                    out.setdefault(pool, {})[name] = median_figures(measured)
+                    if runs > 1:
+                        say(f"reference {pool}/{name}: {_shown(out[pool][name])} (median of {runs} runs)")
         return out
 
     # ------------------------------------------------------------------ the gate's inspect step

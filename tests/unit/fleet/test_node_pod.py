@@ -212,25 +212,29 @@ def test_perf_figures_are_read_and_checked(message: str, figures: dict[str, floa
 def test_the_stacks_perf_pod_is_validated_and_becomes_the_node_pod() -> None:
     from pathlib import Path
 
-    from gpufleet.cli.node_pods import perf_pod, reference_nodes
+    from gpufleet.cli.node_pods import SANDBOX_REFERENCE_RUNS, perf_pod, reference_nodes, reference_runs
     from gpufleet.config import load_named_stack
 
     spec_ = InspectSpec.model_validate({"perfPod": {"image": "nccl:1", "command": ["probe"],
                                                     "priorityClassName": "gpufleet-probe"}})
     assert spec_.perf_pod == PerfPod(image="nccl:1", command=["probe"], deadline_seconds=600.0,
-                                     reference_nodes=3, priority_class_name="gpufleet-probe")
+                                     reference_nodes=3, reference_runs=1,
+                                     priority_class_name="gpufleet-probe")
     for bad in ({"image": "x", "command": ["p"], "referenceNodes": 0},
+                {"image": "x", "command": ["p"], "referenceRuns": 0},
+                {"image": "x", "command": ["p"], "referenceRuns": 11},
                 {"image": "x", "command": ["p"], "deadlineSeconds": -1}, {"image": "x", "command": []},
                 {"image": "x", "command": ["p"], "priorityClassName": "Not_A_Name"}):
         with pytest.raises(ValidationError):
             InspectSpec.model_validate({"perfPod": bad})
     spec = load_named_stack("sandbox", Path("stacks"))
     assert perf_pod(spec) is None and reference_nodes(spec) == 1
+    assert reference_runs(spec) == SANDBOX_REFERENCE_RUNS == 3  # the sandbox's probe on a shared CPU
     spec = spec.model_copy(update={"inspect": spec_})
     assert perf_pod(spec, app="a") == NodePod(image="nccl:1", command=("probe",), deadline_s=600.0,
                                               namespace=spec.gameday.namespace, role="perf", app="a",
                                               priority_class="gpufleet-probe")
-    assert reference_nodes(spec) == 3
+    assert (reference_nodes(spec), reference_runs(spec)) == (3, 1)
     m = node_pod_manifest(node({}), perf_pod(spec) or GP, "r")
     assert m["spec"]["priorityClassName"] == "gpufleet-probe"
     assert "priorityClassName" not in node_pod_manifest(node({}), GP, "r")["spec"]

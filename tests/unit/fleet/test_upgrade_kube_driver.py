@@ -25,6 +25,7 @@ from gpufleet.fleet.upgrade.kube_driver import (
     gate_verdict,
     gpu_jobs,
     image_version,
+    median_figures,
     node_fault,
     reboot_outcome,
     reference_candidates,
@@ -214,6 +215,15 @@ def test_the_inspect_step_fails_a_node_the_operator_passed() -> None:
     assert not passed and "GFI013 ecc-uncorrectable GPU 5" in detail, detail
     passed, detail = judge(gpus=tuple(GpuObs(index=i) for i in range(7)))  # a GPU fell off the bus
     assert not passed and "gpu-count" in detail, detail
+
+
+def test_a_reference_nodes_figure_is_the_median_of_its_runs() -> None:
+    # The run that read 2.52 on the sandbox (one outlier) does not set the node's figure.
+    runs = [{"gloo_allreduce_busbw_gbs": 2.52, "h2d_gbs": 10.0}, {"gloo_allreduce_busbw_gbs": 1.82},
+            {"gloo_allreduce_busbw_gbs": 1.9, "h2d_gbs": 12.0}]
+    assert median_figures(runs) == {"gloo_allreduce_busbw_gbs": 1.9, "h2d_gbs": 11.0}
+    assert median_figures([{"x": 3.0}]) == {"x": 3.0}
+    assert median_figures([]) == {}
 
 
 def test_reference_nodes_are_idle_able_and_bounded_per_pool() -> None:
