@@ -7,7 +7,8 @@ container that fails to load) needs one of these. The kubelet (its identity `sys
 client certificate of the run's CA) registers the pool's node with its labels and taints
 (choose, split_labels), plus KUBELET_NODE_LABEL as a label and a NoSchedule taint, so that the
 training Job's pods stay on kwok nodes; the GPU Operator's DaemonSets tolerate every taint and run
-there (gpu_operator.py). The node's GPUs are patched into its status: there is no device plugin.
+there (gpu_operator.py). The node's GPUs are the sandbox's node agent, advertised to the kubelet by
+a device plugin that reads their health from it (device_plugin.py; ADR 0091).
 
 What it must not touch on the host, and how it does not:
 - mounts: containerd and the kubelet run in a mount namespace of their own (containerd starts it,
