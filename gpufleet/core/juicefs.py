@@ -420,12 +420,12 @@ def slice_id_of(key: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def hash_prefixed(dump: Mapping[str, Any]) -> bool:
-    """Whether the dump's volume spreads its blocks over 256 hashed folders (`juicefs format
-    --hash-prefix`: `chunks/<id%256 as %02X>/<id/10^6>/...`) rather than `chunks/<id/10^6>/...`."""
-    setting = dump.get("Setting")
+def hash_prefixed(setting: object) -> bool:
+    """Whether a volume spreads its blocks over 256 hashed folders (`juicefs format --hash-prefix`:
+    `chunks/<id%256 as %02X>/<id/10^6>/...`) rather than `chunks/<id/10^6>/...`, from its format
+    (a dump's `Setting`, or the engine's `setting` key)."""
     if not isinstance(setting, Mapping):
-        raise ValueError("not a JuiceFS metadata dump (no Setting)")
+        raise ValueError("not a JuiceFS volume format (Setting is not an object)")
     return bool(setting.get("HashPrefix", False))
 
 

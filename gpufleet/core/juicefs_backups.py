@@ -135,7 +135,7 @@ def advance_slice_counter(rec: JuiceFsRecord, client: Any) -> dict[str, int | No
     every id the lost engine gave out (core.juicefs says why). JuiceFsError when the engine holds no
     volume setting or counter (not a loaded JuiceFS engine)."""
     try:
-        hash_prefix = jfs.hash_prefixed({"Setting": json.loads(_redis_get(rec, jfs.VOLUME_SETTING_KEY))})
+        hash_prefix = jfs.hash_prefixed(json.loads(_redis_get(rec, jfs.VOLUME_SETTING_KEY)))
     except ValueError as e:
         raise jfs.JuiceFsError(f"the restored engine's volume setting is unreadable: {e}") from None
     loaded = _redis_get(rec, jfs.NEXT_SLICE_COUNTER)

@@ -63,10 +63,10 @@ def test_the_floor_leaves_room_for_a_batch_a_client_of_the_lost_engine_holds() -
 
 
 def test_the_volume_layout_is_read_from_its_setting() -> None:
-    assert jfs.hash_prefixed({"Setting": {"Name": "vol", "HashPrefix": True}})
-    assert not jfs.hash_prefixed({"Setting": {"Name": "vol"}})
-    with pytest.raises(ValueError, match="no Setting"):
-        jfs.hash_prefixed({"Setting": ["not", "a", "format"]})
+    assert jfs.hash_prefixed({"Name": "vol", "HashPrefix": True})
+    assert not jfs.hash_prefixed({"Name": "vol"})
+    with pytest.raises(ValueError, match="not a JuiceFS volume format"):
+        jfs.hash_prefixed(["not", "a", "format"])
 
 
 REC = JuiceFsRecord(
