@@ -19,6 +19,7 @@ from gpufleet.catalog.owners import alert_owner, owner_record
 from gpufleet.catalog.rules import alert_rule, domain_of, recording_rules
 from gpufleet.core.errors import InputError, Problem
 from gpufleet.core.inputs import load_yaml_model
+from gpufleet.core.node_health import NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS
 from gpufleet.core.taxonomy import LadderAction
 
 NOTES_FILE = Path(__file__).parent / "notes" / "runbooks.yaml"
@@ -93,6 +94,23 @@ _DRAIN = ("Take the node out of scheduling: `scontrol update nodename=<node> sta
           "--delete-emptydir-data` (Kubernetes).")
 _RESUME = ("Verify with `dcgmi diag -r 2`, then return the node: `scontrol update nodename=<node> "
            "state=resume` or `kubectl uncordon <node>`.")
+# NVIDIA's device plugin marks a GPU Unhealthy on an XID it does not skip and never marks it Healthy
+# again; only a restart of the plugin does (k8s-device-plugin issue #234, its maintainers' answer;
+# v0.17.4, the newest the module proxy serves, still says so: internal/plugin/server.go, "FIXME: there
+# is no way to recover from the Unhealthy state"). After a reset without a reboot the node's
+# allocatable stays short: the steps of a fault at such an XID whose node is not rebooted say to restart it.
+_PLUGIN_RESTART_HOW = (
+    "delete the node's device plugin pod (`kubectl get pods -A -o wide --field-selector spec.nodeName=<node> "
+    "| grep nvidia-device-plugin`), then check that the node's allocatable `nvidia.com/gpu` equals its "
+    "capacity (`kubectl get node <node> -o jsonpath='{{.status.capacity.nvidia\\.com/gpu}} "
+    "{{.status.allocatable.nvidia\\.com/gpu}}'`).")
+_NVIDIA_PLUGIN_RESTART = (
+    "Kubernetes: NVIDIA's device plugin keeps a GPU it marked Unhealthy out of the node's allocatable "
+    "until the plugin restarts, reset or not. After the reset, " + _PLUGIN_RESTART_HOW)
+_NVIDIA_PLUGIN_KEEPS = (
+    "Kubernetes: at this XID NVIDIA's device plugin marked the GPU Unhealthy, and it keeps it out of the "
+    "node's allocatable until the plugin restarts, though the node stays in service: a job that asks "
+    "for every GPU of the node cannot land there. Once the GPU is fine, " + _PLUGIN_RESTART_HOW)
 _ACTION_STEPS: dict[LadderAction, list[str]] = {
     LadderAction.NONE: [
         "No automatic remediation: the alert informs. Do not cordon or drain the node for this alert alone.",
@@ -107,6 +125,7 @@ _ACTION_STEPS: dict[LadderAction, list[str]] = {
         "Reset the GPU once no process uses it: `gpufleet gpu-reset <pci>` runs `nvidia-smi -r -i <pci>` "
         "and records the reset in the kernel log, so the health checks stop counting the XIDs before it "
         "(on NVSwitch systems all GPUs of the node reset together).",
+        _NVIDIA_PLUGIN_RESTART,
         _RESUME,
     ],
     LadderAction.REBOOT_NODE: [
@@ -160,6 +179,14 @@ def diagnosis_steps(fault: Fault, domain: str, notes: FaultNotes) -> list[Step]:
 def _ladder(fault: Fault) -> list[str]:
     """The standard steps of the fault's action, in its vendor's tools."""
     steps = list(_ACTION_STEPS[fault.action])
+    # NVIDIA's device plugin marks the GPU Unhealthy at this fault's XID (_PLUGIN_RESTART_HOW's note);
+    # a reboot restarts the plugin with the node, a replacement takes the node away.
+    plugin_marks = (fault.vendor not in _VENDOR_RESET and fault.xid is not None
+                    and fault.xid not in NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS)
+    if not plugin_marks:
+        steps = [s for s in steps if s != _NVIDIA_PLUGIN_RESTART]
+    elif fault.action in (LadderAction.NONE, LadderAction.RESTART_JOB):
+        steps.append(_NVIDIA_PLUGIN_KEEPS)
     if fault.vendor in _VENDOR_RESET:
         vendor = fault.vendor
         steps = [_VENDOR_RESET[vendor] if s.startswith("Reset the GPU") else

@@ -21,6 +21,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# The XIDs NVIDIA's Kubernetes device plugin skips as application errors ("the GPU should still be
+# healthy"). Any other XID makes it mark the GPU Unhealthy, which takes the GPU out of the node's
+# allocatable (not its capacity) for good, until the plugin restarts (k8s-device-plugin v0.17.4:
+# internal/rm/health.go `ignoredXids`; internal/plugin/server.go, "FIXME: there is no way to recover
+# from the Unhealthy state").
+NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
 CONDITION = "GpuFleetProblem"  # node-problem-detector's condition type (infra.self_healing)
 PROBLEM_REASON = "GpuFleetCheckFailed"  # the custom-plugin rule's reason when the check fails
 HEALTHY_REASON = "GpuFleetHealthy"  # the condition's default reason (the check passes)

@@ -22,9 +22,11 @@ or protoc is needed.
 
 Health: the node agent's gpu-health.json (gpufleet.sandbox.agent) is the node's GPU hardware. A GPU
 there with an XID that is not an application error, or a fatal fault with no XID, is Unhealthy.
-The application XIDs are NVIDIA's device plugin's (k8s-device-plugin internal/rm/health.go,
-`applicationErrorXids`: 13, 31, 43, 45, 68: "the GPU should still be healthy"). A GPU the agent has
-reset (its entry gone) is Healthy again; NVIDIA's plugin keeps a GPU Unhealthy until it restarts.
+The application XIDs are those NVIDIA's device plugin skips (k8s-device-plugin v0.17.4, the newest
+the module proxy serves, internal/rm/health.go `ignoredXids`: 13, 31, 43, 45, 68 and 109, "Application
+errors: the GPU should still be healthy"). A GPU the agent has reset (its entry gone) is Healthy
+again; NVIDIA's plugin keeps a GPU Unhealthy until it restarts (its server.go: "FIXME: there is no way
+to recover from the Unhealthy state").
 
 Run inside the node's mount namespace (where the kubelet's folder is):
     python -m gpufleet.sandbox.kube.device_plugin --node N --resource nvidia.com/gpu --count 8 \\
@@ -49,6 +51,7 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
+from gpufleet.core.node_health import NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS
 from gpufleet.sandbox.agent.fields import gpu_uuid
 
 log = logging.getLogger("gpufleet.device_plugin")
@@ -58,7 +61,7 @@ PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # the kubelet's DevicePlug
 KUBELET_SOCKET = "kubelet.sock"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 # NVIDIA's device plugin: XIDs of application errors, which leave the GPU Healthy (module docstring).
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
+APPLICATION_XIDS = NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS
 # The variable a container's runtime hook reads to expose the allocated devices: NVIDIA Container
 # Toolkit's NVIDIA_VISIBLE_DEVICES; Ascend's device plugin's ASCEND_VISIBLE_DEVICES. AMD's device
 # plugin passes device nodes (/dev/kfd, /dev/dri) instead, which a sandbox node has none of.

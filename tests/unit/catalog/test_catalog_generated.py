@@ -171,6 +171,34 @@ def test_every_runbook_has_the_four_sections_and_real_commands(expected: dict[st
             assert tools.search(diagnosis), f"{path}: no real command in Diagnosis"
 
 
+def test_runbooks_say_to_restart_nvidias_device_plugin_after_an_xid_it_does_not_skip(
+    catalog: Catalog, expected: dict[str, str]
+) -> None:
+    """NVIDIA's device plugin keeps a GPU Unhealthy after any XID but its skipped ones, until it
+    restarts: the runbook of such a fault says so unless the node reboots (which restarts it); a
+    reset's step comes before the node returns."""
+    def mitigation(fault_id: str) -> list[str]:
+        alert = catalog.get(fault_id).alert
+        assert alert is not None, fault_id
+        text = expected[f"runbooks/{alert.name}.md"].split("## Mitigation")[1]
+        return [line for line in text.splitlines() if re.match(r"\d+\. ", line)]
+
+    def plugin_step(steps: list[str]) -> int | None:
+        return next((i for i, s in enumerate(steps) if "nvidia-device-plugin" in s), None)
+
+    reset = mitigation("gpu-xid-48")  # reset-gpu
+    i = plugin_step(reset)
+    assert i is not None and "After the reset" in reset[i] and "uncordon" in reset[i + 1], reset
+    for fault_id in ("gpu-xid-94", "gpu-xid-63"):  # restart-job, none: the node stays in service
+        steps = mitigation(fault_id)
+        j = plugin_step(steps)
+        assert j is not None and "though the node stays in service" in steps[j], (fault_id, steps)
+    for fault_id in ("gpu-xid-13", "gpu-xid-43", "gpu-xid-45",  # skipped by the plugin
+                     "gpu-xid-79",  # the node reboots, and the plugin with it
+                     "gpu-thermal", "amd-gpu-unhealthy"):  # no XID
+        assert plugin_step(mitigation(fault_id)) is None, fault_id
+
+
 def test_runbook_index_lists_every_alert_and_exemption(catalog: Catalog, expected: dict[str, str]) -> None:
     index = expected["runbooks/README.md"]
     for f in catalog:
