@@ -25,7 +25,7 @@ RESOURCE = "nvidia.com/gpu"
 def test_a_critical_xid_or_a_fatal_fault_makes_a_gpu_unhealthy_an_application_xid_does_not() -> None:
     assert dp.unhealthy({"xid": 79, "fatal": True})
     assert dp.unhealthy({"xid": 48, "fatal": False})  # NVIDIA's plugin: every XID but the skipped ones
-    for xid in (13, 31, 43, 45, 68, 109):  # 109, a context switch timeout, since v0.17.x
+    for xid in (13, 31, 43, 45, 68, 109):  # 109 (context switch timeout) is in v0.17.4's list
         assert not dp.unhealthy({"xid": xid, "fatal": False})
     assert dp.unhealthy({"xid": None, "fatal": True})  # a fault without an XID (another vendor's)
     assert not dp.unhealthy({"hung_since": 5.0})
