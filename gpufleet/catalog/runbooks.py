@@ -125,7 +125,6 @@ _ACTION_STEPS: dict[LadderAction, list[str]] = {
         "Reset the GPU once no process uses it: `gpufleet gpu-reset <pci>` runs `nvidia-smi -r -i <pci>` "
         "and records the reset in the kernel log, so the health checks stop counting the XIDs before it "
         "(on NVSwitch systems all GPUs of the node reset together).",
-        _NVIDIA_PLUGIN_RESTART,
         _RESUME,
     ],
     LadderAction.REBOOT_NODE: [
@@ -181,12 +180,12 @@ def _ladder(fault: Fault) -> list[str]:
     steps = list(_ACTION_STEPS[fault.action])
     # NVIDIA's device plugin marks the GPU Unhealthy at this fault's XID (_PLUGIN_RESTART_HOW's note);
     # a reboot restarts the plugin with the node, a replacement takes the node away.
-    plugin_marks = (fault.vendor not in _VENDOR_RESET and fault.xid is not None
-                    and fault.xid not in NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS)
-    if not plugin_marks:
-        steps = [s for s in steps if s != _NVIDIA_PLUGIN_RESTART]
-    elif fault.action in (LadderAction.NONE, LadderAction.RESTART_JOB):
-        steps.append(_NVIDIA_PLUGIN_KEEPS)
+    if (fault.vendor not in _VENDOR_RESET and fault.xid is not None
+            and fault.xid not in NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS):
+        if fault.action is LadderAction.RESET_GPU:
+            steps.insert(steps.index(_RESUME), _NVIDIA_PLUGIN_RESTART)  # before the node returns
+        elif fault.action in (LadderAction.NONE, LadderAction.RESTART_JOB):
+            steps.append(_NVIDIA_PLUGIN_KEEPS)
     if fault.vendor in _VENDOR_RESET:
         vendor = fault.vendor
         steps = [_VENDOR_RESET[vendor] if s.startswith("Reset the GPU") else

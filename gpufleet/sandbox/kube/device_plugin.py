@@ -60,8 +60,6 @@ API_VERSION = "v1beta1"
 PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # the kubelet's DevicePluginPath (constants.go)
 KUBELET_SOCKET = "kubelet.sock"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
-# NVIDIA's device plugin: XIDs of application errors, which leave the GPU Healthy (module docstring).
-APPLICATION_XIDS = NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS
 # The variable a container's runtime hook reads to expose the allocated devices: NVIDIA Container
 # Toolkit's NVIDIA_VISIBLE_DEVICES; Ascend's device plugin's ASCEND_VISIBLE_DEVICES. AMD's device
 # plugin passes device nodes (/dev/kfd, /dev/dri) instead, which a sandbox node has none of.
@@ -126,7 +124,7 @@ def unhealthy(entry: Any) -> bool:
         return False
     xid = entry.get("xid")
     if isinstance(xid, int) and not isinstance(xid, bool):
-        return xid not in APPLICATION_XIDS
+        return xid not in NVIDIA_DEVICE_PLUGIN_SKIPPED_XIDS  # application errors leave it Healthy
     return entry.get("fatal") is True
 
 
